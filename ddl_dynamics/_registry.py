@@ -1,0 +1,107 @@
+"""One generic name → factory registry, shared by tasks and models.
+
+Names resolve in this order: registered here, then ``"module:Name"`` import paths, then
+the package entry-point group (scanned lazily, once). Unknown names fail with one
+``ValueError`` that lists the valid names and a did-you-mean hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+def did_you_mean(name: str, choices: list[str]) -> str:
+    """A ``" Did you mean 'x'?"`` suffix for error messages, or ``""``."""
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def first_doc_line(obj: object) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+class Registry(Generic[T]):
+    """Maps names to factories (classes or functions) of one kind of object."""
+
+    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+        self.kind = kind
+        self.entry_point_group = entry_point_group
+        self._factories: dict[str, Callable[..., T]] = {}
+        self._scanned = entry_point_group is None
+
+    def register(
+        self, name: str, factory: Callable[..., T] | None = None, *, overwrite: bool = False
+    ) -> Any:
+        """Register ``factory`` under ``name``; usable as ``@registry.register("name")``."""
+
+        def add(f: Callable[..., T]) -> Callable[..., T]:
+            if name in self._factories and self._factories[name] is not f and not overwrite:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._factories[name] = f
+            return f
+
+        return add(factory) if factory is not None else add
+
+    def _scan_entry_points(self) -> None:
+        if self._scanned:
+            return
+        self._scanned = True
+        for ep in entry_points(group=self.entry_point_group):
+            if ep.name not in self._factories:
+                self._factories[ep.name] = ep.load()
+
+    def names(self) -> list[str]:
+        self._scan_entry_points()
+        return sorted(self._factories)
+
+    def get(self, name: str) -> Callable[..., T]:
+        """The factory for ``name`` (a registered name or ``"module:Name"``)."""
+        if name in self._factories:
+            return self._factories[name]
+        if ":" in name:
+            module_name, _, attr = name.partition(":")
+            return getattr(importlib.import_module(module_name), attr)
+        self._scan_entry_points()
+        if name in self._factories:
+            return self._factories[name]
+        names = self.names()
+        raise ValueError(
+            f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(names)}."
+            + did_you_mean(name, names)
+        )
+
+    def make(self, name: str, **kwargs: Any) -> T:
+        return self.get(name)(**kwargs)
+
+    def describe(self) -> Iterator[tuple[str, str]]:
+        """``(name, first docstring line)`` for every registered name."""
+        for name in self.names():
+            yield name, first_doc_line(self._factories[name])
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._factories or name in self.names()
+
+
+def load_file(path: str | Path) -> None:
+    """Import a Python file so that its ``register_*`` calls run (``--task-file``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    module_name = f"ddl_dynamics_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)

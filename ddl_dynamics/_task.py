@@ -1,0 +1,235 @@
+"""The task interface: a frozen spec plus a deterministic sampler.
+
+A task says what the model sees (inputs, optional per-step controls), what it must
+produce (the final output, or one output per depth step), how that is scored, and which
+gate regime of the Delta operator it probes. Built-in tasks live in the top-level
+``tasks/`` folder (imported as ``ddl_dynamics.tasks``); a user adds one with
+:func:`register_task` in a single file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._registry import Registry
+
+TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks")
+
+Loss = Literal["mse", "bce"]
+Metric = Literal["mse", "accuracy"]
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """One sampled split.
+
+    Attributes:
+        inputs: ``(n, in_dim)``, fed to the encoder.
+        targets: ``(n, out_dim)`` when the task supervises the final state, or
+            ``(n, steps, out_dim)`` when it supervises every depth step.
+        steps: how many depth steps the model takes on this split (OOD splits may ask more).
+        controls: ``(n, steps, control_dim)``; row ``l`` is fed at depth step ``l``.
+        trajectory: ground-truth depth trajectory ``(n, steps + 1, ·)``, for figures.
+    """
+
+    inputs: Tensor
+    targets: Tensor
+    steps: int
+    controls: Tensor | None = None
+    trajectory: Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def subset(self, index: Tensor | slice) -> TaskData:
+        """The same split restricted to the rows ``index`` (a minibatch)."""
+
+        def pick(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[index]
+
+        return dataclasses.replace(
+            self,
+            inputs=self.inputs[index],
+            targets=self.targets[index],
+            controls=pick(self.controls),
+            trajectory=pick(self.trajectory),
+        )
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A claim about one model's test metric on a task, with the reason it should hold.
+
+    ``model`` is a registered model name, ``overrides`` its config changes (e.g.
+    ``{"beta_max": 1.0}``); the claim is ``metric < value`` or ``metric > value``.
+    """
+
+    model: str
+    comparison: Literal["<", ">"]
+    value: float
+    reason: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def holds(self, metric: float) -> bool:
+        return metric < self.value if self.comparison == "<" else metric > self.value
+
+
+def split_generator(seed: int, split: str) -> torch.Generator:
+    """A CPU generator for ``(seed, split)``: the same stream on any machine, and distinct
+    (hence disjoint in practice) streams for different splits. Never touches global RNG."""
+    return torch.Generator().manual_seed(zlib.crc32(f"{split}/{seed}".encode()))
+
+
+@dataclass(frozen=True)
+class Task(ABC):
+    """Base class of every task: subclass as a frozen dataclass and register it.
+
+    Class attributes describe the task; dataclass fields are its tunable spec (overridable
+    from experiment files). ``depth`` is the number of depth steps of the train and test
+    splits; out-of-distribution splits (``ood_splits``) may use more.
+    """
+
+    depth: int = 8
+
+    #: The gate regime (or limitation) the task probes, in one line.
+    regime: ClassVar[str] = ""
+    #: ``"vector"`` tasks feed vector-state depth models; ``"sequence"`` tasks Transformers.
+    kind: ClassVar[str] = "vector"
+    loss_name: ClassVar[Loss] = "mse"
+    metric_name: ClassVar[Metric] = "mse"
+    #: ``"final"``: targets are ``(n, out_dim)``; ``"trajectory"``: ``(n, steps, out_dim)``.
+    supervise: ClassVar[Literal["final", "trajectory"]] = "final"
+    ood_splits: ClassVar[tuple[str, ...]] = ()
+    #: Model-config defaults the task needs (e.g. an identity encoder for 1-D flows).
+    model_defaults: ClassVar[Mapping[str, Any]] = {}
+    expectations: ClassVar[tuple[Expectation, ...]] = ()
+
+    @property
+    @abstractmethod
+    def in_dim(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def out_dim(self) -> int: ...
+
+    @property
+    def control_dim(self) -> int:
+        return 0
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return ("train", "test", *self.ood_splits)
+
+    @abstractmethod
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        """``n`` examples of ``split``; a pure function of ``(spec, n, seed, split)``."""
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric_name == "accuracy"
+
+    def loss(self, pred: Tensor, target: Tensor) -> Tensor:
+        if self.loss_name == "bce":
+            return F.binary_cross_entropy_with_logits(pred, target)
+        return F.mse_loss(pred, target)
+
+    def metric(self, pred: Tensor, target: Tensor) -> float:
+        """The headline metric (MSE, or accuracy of logits against 0/1 labels)."""
+        if self.metric_name == "accuracy":
+            return ((pred > 0).to(target.dtype) == target).float().mean().item()
+        return F.mse_loss(pred, target).item()
+
+    def extra_metrics(self, pred: Tensor, data: TaskData) -> dict[str, float]:
+        """Task-specific figures beside the metric (e.g. energy drift); none by default."""
+        return {}
+
+    def check_split(self, split: str) -> None:
+        if split not in self.splits:
+            raise ValueError(
+                f"task {type(self).__name__} has no split {split!r}; splits: {self.splits}"
+            )
+
+
+def register_task(name: str, task: type[Task] | None = None) -> Any:
+    """Register a :class:`Task` subclass under ``name`` (also as ``@register_task("name")``)."""
+    return TASKS.register(name, task)
+
+
+def make_task(name: str, **spec: Any) -> Task:
+    """Build a registered task, overriding spec fields by keyword."""
+    cls = TASKS.get(name)
+    known = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        from ._registry import did_you_mean
+
+        raise ValueError(
+            f"task {name!r} has no option {unknown[0]!r}; options: {', '.join(sorted(known))}."
+            + did_you_mean(unknown[0], sorted(known))
+        )
+    return cls(**spec)
+
+
+def list_tasks() -> list[str]:
+    _load_builtin_tasks()
+    return TASKS.names()
+
+
+def _load_builtin_tasks() -> None:
+    import ddl_dynamics.tasks  # noqa: F401  (registers the built-ins)
+
+
+def check_task(task: Task, n: int = 8, seed: int = 0) -> None:
+    """Validate a task against the interface; raises ``AssertionError`` naming the problem.
+
+    Run it on your own task before a sweep. It checks shapes, dtypes, finiteness,
+    determinism, split disjointness and that loss and metric accept the targets.
+    """
+    name = type(task).__name__
+    for split in task.splits:
+        data = task.sample(n, seed, split)
+        assert isinstance(data, TaskData), f"{name}.sample must return TaskData"
+        assert len(data) == n, f"{name}[{split}]: asked {n} samples, got {len(data)}"
+        assert data.inputs.shape == (n, task.in_dim), (
+            f"{name}[{split}]: inputs {tuple(data.inputs.shape)} != {(n, task.in_dim)}"
+        )
+        steps = data.steps
+        want = (n, task.out_dim) if task.supervise == "final" else (n, steps, task.out_dim)
+        assert tuple(data.targets.shape) == want, (
+            f"{name}[{split}]: targets {tuple(data.targets.shape)} != {want}"
+        )
+        if task.control_dim:
+            assert data.controls is not None, f"{name}[{split}]: control_dim>0 but no controls"
+            assert tuple(data.controls.shape) == (n, steps, task.control_dim), (
+                f"{name}[{split}]: controls {tuple(data.controls.shape)} != "
+                f"{(n, steps, task.control_dim)}"
+            )
+        else:
+            assert data.controls is None, f"{name}[{split}]: controls given but control_dim=0"
+        if data.trajectory is not None:
+            assert data.trajectory.shape[:2] == (n, steps + 1), (
+                f"{name}[{split}]: trajectory {tuple(data.trajectory.shape)} must be (n, steps+1, ·)"
+            )
+        for label, t in (("inputs", data.inputs), ("targets", data.targets),
+                         ("controls", data.controls)):
+            if t is not None:
+                assert t.is_floating_point(), f"{name}[{split}]: {label} must be floating point"
+                assert torch.isfinite(t).all(), f"{name}[{split}]: {label} has NaN/Inf"
+        again = task.sample(n, seed, split)
+        assert torch.equal(data.inputs, again.inputs) and torch.equal(
+            data.targets, again.targets
+        ), f"{name}[{split}]: sample is not deterministic in its seed"
+        loss = task.loss(data.targets.clone(), data.targets) if task.loss_name == "mse" else None
+        assert loss is None or loss.item() == 0.0, f"{name}: loss of a perfect prediction != 0"
+        task.metric(torch.zeros_like(data.targets), data.targets)
+    train, test = task.sample(n, seed, "train"), task.sample(n, seed, "test")
+    assert not torch.equal(train.inputs, test.inputs), f"{name}: train and test splits coincide"
