@@ -24,7 +24,8 @@ def normalize_direction(k_raw: Tensor, eps: float = 1e-5) -> Tensor:
     Unlike ``k / ‖k‖`` this stays finite and smooth at ``k_raw = 0``; for
     ``‖k_raw‖ ≫ eps`` it is a unit vector to within ``eps²/‖k_raw‖²``.
     """
-    sq = k_raw.float().square().sum(-1, keepdim=True)
+    acc = torch.promote_types(k_raw.dtype, torch.float32)
+    sq = k_raw.to(acc).square().sum(-1, keepdim=True)
     return k_raw * torch.rsqrt(sq + eps * eps).to(k_raw.dtype)
 
 

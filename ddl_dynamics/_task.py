@@ -26,6 +26,8 @@ TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks")
 
 Loss = Literal["mse", "bce"]
 Metric = Literal["mse", "accuracy"]
+#: The ``"long"`` OOD split runs this many times the training depth (length extrapolation).
+LONG_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,11 @@ class Task(ABC):
         """Task-specific figures beside the metric (e.g. energy drift); none by default."""
         return {}
 
+    def split_steps(self, split: str) -> int:
+        """Depth steps of ``split`` (checked): ``depth``, or ``LONG_FACTOR · depth`` on ``long``."""
+        self.check_split(split)
+        return self.depth * LONG_FACTOR if split == "long" else self.depth
+
     def check_split(self, split: str) -> None:
         if split not in self.splits:
             raise ValueError(
@@ -166,6 +173,7 @@ def register_task(name: str, task: type[Task] | None = None) -> Any:
 
 def make_task(name: str, **spec: Any) -> Task:
     """Build a registered task, overriding spec fields by keyword."""
+    _load_builtin_tasks()
     cls = TASKS.get(name)
     known = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     unknown = sorted(set(spec) - known)
@@ -217,7 +225,7 @@ def check_task(task: Task, n: int = 8, seed: int = 0) -> None:
             assert data.controls is None, f"{name}[{split}]: controls given but control_dim=0"
         if data.trajectory is not None:
             assert data.trajectory.shape[:2] == (n, steps + 1), (
-                f"{name}[{split}]: trajectory {tuple(data.trajectory.shape)} must be (n, steps+1, ·)"
+                f"{name}[{split}]: trajectory {tuple(data.trajectory.shape)} is not (n, steps+1, ·)"
             )
         for label, t in (("inputs", data.inputs), ("targets", data.targets),
                          ("controls", data.controls)):
