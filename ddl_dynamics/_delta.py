@@ -1,0 +1,157 @@
+"""Deep Delta Learning stacks over depth, and the write-only control.
+
+Each step reads its direction ``k̃``, target ``v`` and gate logit from the context
+``[x; u_l]`` and updates the state, viewed as ``X ∈ R^{d×d_v}``, with the operator of
+:mod:`ddl_dynamics._operator` at ``O(d·d_v)`` cost per sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._model import Branch, DepthModel, check_choice, check_int, join, register_model
+from ._operator import delta_update, gate, gate_logit, normalize_direction, write_update
+
+VALUE_SOURCES = ("branch", "input")
+
+
+@dataclass(frozen=True)
+class DeltaProbe:
+    """What every layer of a DDL stack did, per sample ``B`` and layer ``L``.
+
+    Attributes:
+        beta: gate ``(B, L)``. k_raw_norm: ``‖k̃‖`` before normalisation ``(B, L)``.
+        k: unit direction ``(B, L, d)``. v: target readout ``(B, L, d_v)``.
+        readout: ``kᵀX`` before the update ``(B, L, d_v)``.
+        e_pre: ``readout − v``. e_post: ``kᵀX_after − v``; for ``ddl``,
+            ``e_post = (1 − β) e_pre``.
+    """
+
+    beta: Tensor
+    k_raw_norm: Tensor
+    k: Tensor
+    v: Tensor
+    readout: Tensor
+    e_pre: Tensor
+    e_post: Tensor
+
+
+class _Generators(nn.Module):
+    """One layer's ``(k̃, v, gate logit)`` from the context ``z = [x; u_l]``.
+
+    The gate row of the branch starts at zero weight and bias ``gate_logit(beta_init)``, so
+    every sample starts at ``β = beta_init`` exactly.
+    """
+
+    def __init__(
+        self, branch: Callable[[int, int], Branch], context: int, d: int, d_v: int,
+        value_source: str, logit0: float,
+    ) -> None:
+        super().__init__()
+        self.d = d
+        from_branch = value_source == "branch"
+        self.branch = branch(context, d + 1 + (d_v if from_branch else 0))
+        # v = W_v RMSNorm([x; u]): the paper's c_l = RMSNorm(x_in); a norm gain would be
+        # redundant with W_v.
+        self.value = None if from_branch else nn.Linear(context, d_v, bias=False)
+        with torch.no_grad():
+            self.branch.out.weight[d].zero_()
+            self.branch.out.bias[d] = logit0
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        out = self.branch(z)
+        k_raw, logit = out[..., : self.d], out[..., self.d]
+        if self.value is None:
+            return k_raw, out[..., self.d + 1 :], logit
+        return k_raw, self.value(F.rms_norm(z, z.shape[-1:])), logit
+
+
+class _DeltaStack(DepthModel):
+    """Shared body of ``ddl`` and ``ddl-write``; they differ only in :attr:`update`.
+
+    Options:
+        value_channels: ``d_v ≥ 1``; the state is viewed as ``(state_dim // d_v, d_v)``.
+        beta_max: gate ceiling in ``(0, 2]`` (2 allows reflections, 1 does not).
+        beta_init: initial gate, in ``(0, beta_max)``.
+        value_source: ``"branch"`` (v from the branch) or ``"input"`` (``v = W_v RMSNorm([x; u])``).
+    """
+
+    update: ClassVar[Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]]
+
+    def __init__(
+        self,
+        *,
+        value_channels: int = 1,
+        beta_max: float = 2.0,
+        beta_init: float = 0.5,
+        value_source: str = "branch",
+        **common: Any,
+    ) -> None:
+        super().__init__(**common)
+        self.value_channels = check_int("value_channels", value_channels, 1)
+        if self.state_dim % value_channels:
+            raise ValueError(
+                f"state size {self.state_dim} is not divisible by value_channels={value_channels}"
+            )
+        if not 0.0 < beta_max <= 2.0:
+            raise ValueError(f"beta_max must lie in (0, 2], got {beta_max!r}")
+        self.beta_max = float(beta_max)
+        self.beta_init = float(beta_init)
+        self.value_source = check_choice("value_source", value_source, VALUE_SOURCES)
+        self.d = self.state_dim // value_channels
+        logit0 = gate_logit(self.beta_init, self.beta_max)
+        context = self.state_dim + self.control_dim
+        self.layers = self.per_layer(
+            lambda: _Generators(
+                self.branch, context, self.d, value_channels, value_source, logit0
+            )
+        )
+
+    def generators(
+        self, i: int, state: Tensor, u_i: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Layer ``i``'s raw direction ``k̃ (B, d)``, target ``v (B, d_v)`` and gate ``β (B,)``."""
+        k_raw, v, logit = self.layer(i)(join(state, u_i))
+        return k_raw, v, gate(logit, self.beta_max).to(state.dtype)
+
+    def matrix(self, state: Tensor) -> Tensor:
+        """The state as ``X``, ``(B, d, d_v)`` (a view)."""
+        return state.unflatten(-1, (self.d, self.value_channels))
+
+    def step(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
+        k_raw, v, beta = self.generators(i, state, u_i)
+        return self.update(self.matrix(state), normalize_direction(k_raw), v, beta).flatten(-2)
+
+    @torch.no_grad()
+    def probe(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> DeltaProbe:
+        """Gates, directions, targets and readout errors of every layer (no gradients)."""
+        states = self.trajectory(x, u, steps)  # (B, steps + 1, state_dim)
+        rows = []
+        for i in range(states.shape[1] - 1):
+            k_raw, v, beta = self.generators(i, states[:, i], None if u is None else u[:, i])
+            k = normalize_direction(k_raw)
+            before, after = (
+                torch.einsum("bd,bdv->bv", k, self.matrix(states[:, j])) for j in (i, i + 1)
+            )
+            rows.append((beta, k_raw.norm(dim=-1), k, v, before, before - v, after - v))
+        return DeltaProbe(*(torch.stack(column, dim=1) for column in zip(*rows, strict=True)))
+
+
+@register_model("ddl")
+class DeltaModel(_DeltaStack):
+    """Deep Delta Learning: erase the readout kᵀX along k, write v there: X + βk(vᵀ − kᵀX)."""
+
+    update = staticmethod(delta_update)
+
+
+@register_model("ddl-write")
+class DeltaWriteModel(_DeltaStack):
+    """Write-only control: the DDL generators without the erase term, X + βkvᵀ."""
+
+    update = staticmethod(write_update)

@@ -1,0 +1,311 @@
+"""The depth-model interface: encoder → L depth steps → decoder, one registry for all families.
+
+Every family shares the encoder, the decoder, the optional zero-padding of the state and the
+small branch MLP defined here, so that two families differ only in their depth dynamics.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ._registry import Registry, did_you_mean
+
+MODELS: Registry[DepthModel] = Registry("model", entry_point_group="ddl_dynamics.models")
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "silu": nn.SiLU}
+CODECS = ("linear", "identity")
+
+
+def check_choice(what: str, value: str, choices: tuple[str, ...] | list[str]) -> str:
+    """``value`` if it is one of ``choices``, else a ``ValueError`` with a did-you-mean hint."""
+    if value not in choices:
+        raise ValueError(
+            f"unknown {what} {value!r}; choose from {', '.join(choices)}."
+            + did_you_mean(str(value), list(choices))
+        )
+    return value
+
+
+def check_int(what: str, value: int, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def join(state: Tensor, u_i: Tensor | None) -> Tensor:
+    """The context ``[state; u_l]`` every branch reads, ``(B, state_dim + control_dim)``."""
+    return state if u_i is None else torch.cat([state, u_i], dim=-1)
+
+
+class Branch(nn.Module):
+    """The small MLP of every family, ``[state; u_l] → hidden → out``."""
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, activation: str = "tanh") -> None:
+        super().__init__()
+        self.inp = nn.Linear(in_dim, hidden)
+        self.act = ACTIVATIONS[check_choice("activation", activation, list(ACTIVATIONS))]()
+        self.out = nn.Linear(hidden, out_dim)
+
+    def forward(self, z: Tensor) -> Tensor:
+        return self.out(self.act(self.inp(z)))
+
+
+class FirstCoordinates(nn.Module):
+    """The identity decoder: reads the first ``n`` coordinates of the state."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def forward(self, z: Tensor) -> Tensor:
+        return z[..., : self.n]
+
+
+class DepthModel(nn.Module):
+    """Base class of the vector depth models: encoder → ``depth`` steps → decoder.
+
+    Every family uses this encoder, decoder and state padding, so only the depth dynamics
+    differ between families. Discrete families implement :meth:`step` (and build their
+    per-step modules with :meth:`per_layer`); continuous ones override :meth:`trajectory`.
+
+    Args:
+        in_dim: input size. out_dim: output size.
+        control_dim: size of the per-step controls ``u_l`` (0: none).
+        width: size of the encoded state.
+        depth: number of depth steps ``L`` (layers; for an ODE, ``L`` intervals of ``T/L``).
+        hidden: hidden size of the branch MLPs.
+        tied: one set of weights for every step (a time-invariant map that can run any
+            number of steps); otherwise one per step.
+        encoder: ``"linear"`` (``in_dim → width``) or ``"identity"`` (needs ``in_dim == width``).
+        decoder: ``"linear"`` (``state_dim → out_dim``) or ``"identity"`` (the first
+            ``out_dim`` coordinates of the state).
+        activation: of the branch MLPs, ``"tanh"`` or ``"silu"``.
+        augment_dim: zeros appended to the encoded state (``state_dim = width + augment_dim``),
+            as in Augmented Neural ODEs (Dupont et al. 2019).
+    """
+
+    kind: ClassVar[str] = "vector"
+    layers: nn.ModuleList
+
+    def __init__(
+        self,
+        *,
+        in_dim: int,
+        out_dim: int,
+        control_dim: int = 0,
+        width: int = 32,
+        depth: int = 8,
+        hidden: int = 32,
+        tied: bool = False,
+        encoder: str = "linear",
+        decoder: str = "linear",
+        activation: str = "tanh",
+        augment_dim: int = 0,
+    ) -> None:
+        super().__init__()
+        self.in_dim = check_int("in_dim", in_dim, 1)
+        self.out_dim = check_int("out_dim", out_dim, 1)
+        self.control_dim = check_int("control_dim", control_dim, 0)
+        self.width = check_int("width", width, 1)
+        self.depth = check_int("depth", depth, 1)
+        self.hidden = check_int("hidden", hidden, 1)
+        self.augment_dim = check_int("augment_dim", augment_dim, 0)
+        self.activation = check_choice("activation", activation, list(ACTIVATIONS))
+        if not isinstance(tied, bool):
+            raise ValueError(f"tied must be True or False, got {tied!r}")
+        self.tied = tied
+        if check_choice("encoder", encoder, CODECS) == "identity" and in_dim != width:
+            raise ValueError(f"identity encoder needs in_dim == width, got {in_dim} != {width}")
+        self.encoder = nn.Linear(in_dim, width) if encoder == "linear" else nn.Identity()
+        if check_choice("decoder", decoder, CODECS) == "identity" and out_dim > self.state_dim:
+            raise ValueError(
+                f"identity decoder reads out_dim={out_dim} coordinates of a state of size "
+                f"{self.state_dim}"
+            )
+        self.decoder = (
+            nn.Linear(self.state_dim, out_dim) if decoder == "linear" else FirstCoordinates(out_dim)
+        )
+
+    @property
+    def state_dim(self) -> int:
+        return self.width + self.augment_dim
+
+    @property
+    def can_extrapolate(self) -> bool:
+        """Whether the model can run more steps than ``depth`` (tied weights or an ODE)."""
+        return self.tied
+
+    def per_layer(self, build: Callable[[], nn.Module]) -> nn.ModuleList:
+        """``depth`` independent modules from ``build``, or one shared module when tied."""
+        return nn.ModuleList(build() for _ in range(1 if self.tied else self.depth))
+
+    def layer(self, i: int) -> nn.Module:
+        """The module of step ``i`` (the shared one when tied)."""
+        return self.layers[0 if self.tied else i]
+
+    def branch(self, in_dim: int, out_dim: int) -> Branch:
+        """A branch MLP with this model's hidden size and activation."""
+        return Branch(in_dim, self.hidden, out_dim, self.activation)
+
+    def encode(self, x: Tensor) -> Tensor:
+        """``(B, in_dim) → (B, state_dim)``: the encoder, then ``augment_dim`` zeros."""
+        z = self.encoder(x)
+        return nn.functional.pad(z, (0, self.augment_dim)) if self.augment_dim else z
+
+    def decode(self, states: Tensor) -> Tensor:
+        """The decoder over the last axis, ``(..., state_dim) → (..., out_dim)``."""
+        return self.decoder(states)
+
+    def step(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
+        """Depth step ``i``, ``(B, state_dim) → (B, state_dim)``; ``u_i``: ``(B, control_dim)``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step or trajectory")
+
+    def forward(
+        self, x: Tensor, u: Tensor | None = None, steps: int | None = None, per_step: bool = False
+    ) -> Tensor:
+        """The decoded final state ``(B, out_dim)``, or every step's ``(B, steps, out_dim)``."""
+        states = self.trajectory(x, u, steps)
+        return self.decode(states[:, 1:] if per_step else states[:, -1])
+
+    def trajectory(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
+        """The hidden states before and after every step, ``(B, steps + 1, state_dim)``.
+
+        Args:
+            x: ``(B, in_dim)``.
+            u: ``(B, steps, control_dim)``, row ``i`` fed at step ``i``; required iff
+                ``control_dim > 0``.
+            steps: defaults to ``u.shape[1]`` when controls are given, else ``depth``.
+        """
+        steps = self.resolve_steps(x, u, steps)
+        states = [self.encode(x)]
+        for i in range(steps):
+            states.append(self.step(i, states[-1], None if u is None else u[:, i]))
+        return torch.stack(states, dim=1)
+
+    def resolve_steps(self, x: Tensor, u: Tensor | None, steps: int | None) -> int:
+        """Validate the inputs of a call; return the number of steps to take."""
+        name = type(self).__name__
+        if x.dim() != 2 or x.shape[1] != self.in_dim:
+            raise ValueError(f"{name}: x must be (batch, {self.in_dim}), got {tuple(x.shape)}")
+        if u is None and self.control_dim:
+            raise ValueError(f"{name} needs controls u of shape (batch, steps, {self.control_dim})")
+        if u is not None and not self.control_dim:
+            raise ValueError(f"{name}: controls u given but the model has control_dim=0")
+        if u is not None and u.dim() != 3:
+            raise ValueError(
+                f"{name}: u must be (batch, steps, {self.control_dim}), got {tuple(u.shape)}"
+            )
+        if steps is None:
+            steps = self.depth if u is None else u.shape[1]
+        steps = check_int("steps", steps, 1)
+        if steps > self.depth and not self.can_extrapolate:
+            raise ValueError(
+                f"{name} has {self.depth} untied layers and cannot run {steps} steps; "
+                "use tied=True to extrapolate in depth"
+            )
+        if u is not None and tuple(u.shape) != (x.shape[0], steps, self.control_dim):
+            raise ValueError(
+                f"{name}: u must be {(x.shape[0], steps, self.control_dim)} for {steps} steps, "
+                f"got {tuple(u.shape)}"
+            )
+        return steps
+
+
+def register_model(name: str, model: Callable[..., DepthModel] | None = None) -> Any:
+    """Register a model class under ``name`` (also as ``@register_model("name")``)."""
+    return MODELS.register(name, model)
+
+
+def _options(factory: Callable[..., Any]) -> set[str] | None:
+    """The keyword options ``factory`` accepts, following ``**options`` pass-through up the
+    class chain; ``None`` when it accepts any keyword."""
+    inits = (
+        [c.__init__ for c in factory.__mro__ if "__init__" in vars(c)]
+        if isinstance(factory, type)
+        else [factory]
+    )
+    names: set[str] = set()
+    for init in inits:
+        params = list(inspect.signature(init).parameters.values())
+        names |= {
+            p.name
+            for p in params
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"
+        }
+        if all(p.kind is not p.VAR_KEYWORD for p in params):
+            return names
+    return None
+
+
+def make_model(name: str, **config: Any) -> DepthModel:
+    """Build a registered model; unknown options fail with the list of valid ones."""
+    factory = MODELS.get(name)
+    options = _options(factory)
+    unknown = sorted(set(config) - options) if options is not None else []
+    if unknown:
+        valid = sorted(options or ())
+        raise ValueError(
+            f"model {name!r} has no option {unknown[0]!r}; options: {', '.join(valid)}."
+            + did_you_mean(unknown[0], valid)
+        )
+    return factory(**config)
+
+
+def list_models() -> list[str]:
+    return MODELS.names()
+
+
+def check_model(model: DepthModel, batch: int = 4, seed: int = 0) -> None:
+    """Validate a vector model against the interface; raises ``AssertionError`` naming the
+    problem. Run it on your own family: it checks output, per-step and trajectory shapes,
+    finiteness, the depth-extrapolation contract, and that gradients reach every parameter.
+    """
+    name = type(model).__name__
+    param = next(model.parameters(), None)
+    like = {"dtype": param.dtype, "device": param.device} if param is not None else {}
+    gen = torch.Generator().manual_seed(seed)
+    steps, b = model.depth, batch
+
+    def draw(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=gen).to(**like)
+
+    x = draw(b, model.in_dim)
+    u = draw(b, steps, model.control_dim) if model.control_dim else None
+    out = model(x, u)
+    per_step = model(x, u, per_step=True)
+    traj = model.trajectory(x, u)
+    for label, t, want in (
+        ("output", out, (b, model.out_dim)),
+        ("per-step output", per_step, (b, steps, model.out_dim)),
+        ("trajectory", traj, (b, steps + 1, model.state_dim)),
+    ):
+        assert tuple(t.shape) == want, f"{name}: {label} {tuple(t.shape)} != {want}"
+        assert torch.isfinite(t).all(), f"{name}: {label} has NaN/Inf"
+    assert torch.allclose(model.decode(traj[:, -1]), out, atol=1e-5, rtol=1e-4), (
+        f"{name}: forward output differs from the decoded last trajectory state"
+    )
+    long = 2 * steps
+    u_long = draw(b, long, model.control_dim) if model.control_dim else None
+    if model.can_extrapolate:
+        got = tuple(model(x, u_long, steps=long, per_step=True).shape)
+        assert got == (b, long, model.out_dim), f"{name}: {long}-step output has shape {got}"
+    else:
+        try:
+            model(x, u_long, steps=long)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"{name}: cannot extrapolate but ran {long} > depth steps")
+    params = [p for p in model.parameters() if p.requires_grad]
+    loss = out.square().sum() + per_step.square().sum()
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    names = {id(p): n for n, p in model.named_parameters()}
+    for p, g in zip(params, grads, strict=True):
+        assert g is not None, f"{name}: no gradient reaches parameter {names[id(p)]}"
+        assert torch.isfinite(g).all(), f"{name}: gradient of {names[id(p)]} has NaN/Inf"
