@@ -69,10 +69,11 @@ class TaskData:
 
 @dataclass(frozen=True)
 class Expectation:
-    """A claim about one model's test metric on a task, with the reason it should hold.
+    """A claim about one model's metric on a task, with the reason it should hold.
 
     ``model`` is a registered model name, ``overrides`` its config changes (e.g.
-    ``{"beta_max": 1.0}``); the claim is ``metric < value`` or ``metric > value``.
+    ``{"beta_max": 1.0}``); the claim is ``metric < value`` or ``metric > value`` on
+    ``split`` (``"test"``, or an OOD split such as ``"long"`` for extrapolation claims).
     """
 
     model: str
@@ -80,6 +81,7 @@ class Expectation:
     value: float
     reason: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    split: str = "test"
 
     def holds(self, metric: float) -> bool:
         return metric < self.value if self.comparison == "<" else metric > self.value
