@@ -38,17 +38,30 @@ from ._task import (
 )
 
 # --- experiments, training and results
+# isort: split
+from ._config import Cell, ConfigError, ExperimentConfig, TrainConfig, load_experiment
+from ._report import build_report
+from ._store import ResultStore, RunResult, load_trained
+from ._suite import run_experiment
+from ._train import train
 
 # --- analysis and figures
 
 __all__ = [
     "REGIMES",
     "REGIME_BOUNDS",
+    "Cell",
+    "ConfigError",
     "DeltaProbe",
     "DepthModel",
     "Expectation",
+    "ExperimentConfig",
+    "ResultStore",
+    "RunResult",
     "Task",
     "TaskData",
+    "TrainConfig",
+    "build_report",
     "check_model",
     "check_task",
     "count_parameters",
@@ -57,7 +70,9 @@ __all__ = [
     "gate_logit",
     "list_models",
     "list_tasks",
+    "load_experiment",
     "load_file",
+    "load_trained",
     "make_model",
     "make_task",
     "match_hidden",
@@ -66,7 +81,9 @@ __all__ = [
     "regime_index",
     "register_model",
     "register_task",
+    "run_experiment",
     "shortcut_matrix",
     "split_generator",
+    "train",
     "write_update",
 ]

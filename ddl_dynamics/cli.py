@@ -1,0 +1,130 @@
+"""``ddl-dyn``: list tasks and models, run an experiment, report a run.
+
+Exit codes: 0 success, 1 some cells failed or diverged, 2 bad usage (unknown names,
+malformed TOML, missing files), reported as one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ._model import MODELS
+from ._report import RENDERERS, build_report, render, write_report
+from ._store import load_task_file
+from ._suite import run_experiment
+from ._task import TASKS, list_tasks
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _tasks(args: argparse.Namespace) -> int:
+    list_tasks()
+    for name, doc in TASKS.describe():
+        print(f"{name:20} {doc}")
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    for name, doc in MODELS.describe():
+        print(f"{name:20} {doc}")
+    return 0
+
+
+def _only(text: str | None) -> dict[str, list[str]] | None:
+    """``task=a,model=b,model=c`` → ``{"task": ["a"], "model": ["b", "c"]}``."""
+    if not text:
+        return None
+    only: dict[str, list[str]] = {}
+    for part in text.split(","):
+        axis, sep, label = part.partition("=")
+        if not sep or axis.strip() not in ("task", "model") or not label.strip():
+            raise ValueError(f"--only: expected task=LABEL or model=LABEL, got {part!r}")
+        only.setdefault(axis.strip(), []).append(label.strip())
+    return only
+
+
+def _seeds(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--seeds: expected integers like 0,1,2, got {text!r}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    for task_file in args.task_file:
+        load_task_file(task_file)
+    summary = run_experiment(
+        args.experiment, run_dir=args.run_dir, jobs=args.jobs, device=args.device,
+        seeds=_seeds(args.seeds), only=_only(args.only), backend=args.backend,
+        task_files=args.task_file,
+    )
+    report = write_report(summary.run_dir)
+    counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items())
+    print(f"{summary.name}: {counts} ({summary.ran} trained, {summary.skipped} already done) "
+          f"in {summary.wall_time:.1f} s")
+    print(f"report: {report}")
+    return 0 if summary.ok else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    text = render(build_report(args.run_dir), args.format)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ddl-dyn", description="Deep Delta Learning dynamics benchmark suite.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=_tasks)
+    sub.add_parser("models", help="list the registered models").set_defaults(func=_models)
+
+    run = sub.add_parser("run", help="run an experiment file (resumes a killed run)")
+    run.add_argument("experiment", help="the experiment TOML file")
+    run.add_argument("--jobs", type=int, default=1, help="cells trained at once (default 1)")
+    run.add_argument("--device", choices=("cpu", "cuda"), help="override every cell's device")
+    run.add_argument("--seeds", help="comma-separated seeds, overriding the file's")
+    run.add_argument("--only", help="restrict to labels, e.g. task=parity,model=ddl")
+    run.add_argument("--task-file", action="append", default=[], metavar="FILE",
+                     help="a Python file registering tasks (repeatable)")
+    run.add_argument("--run-dir", help="the run folder (default runs/<name>)")
+    run.add_argument("--backend", choices=("local", "ray"), default="local")
+    run.set_defaults(func=_run)
+
+    report = sub.add_parser("report", help="aggregate a run folder into tables")
+    report.add_argument("run_dir", help="the run folder, e.g. runs/quick")
+    report.add_argument("--format", choices=sorted(RENDERERS), default="md")
+    report.add_argument("--output", help="write to this file instead of stdout")
+    report.set_defaults(func=_report)
+    # further commands (e.g. `plot`) add their sub-parser here
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse has printed the usage error
+        return int(exit_.code or 0)
+    command: Command = args.func
+    try:
+        return command(args)
+    except (ValueError, FileNotFoundError, ImportError) as err:  # ConfigError is a ValueError
+        print(f"ddl-dyn: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ddl-dyn: interrupted; finished cells are stored, rerun to resume",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

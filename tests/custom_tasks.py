@@ -1,0 +1,47 @@
+"""A user task file (``--task-file``) for the CLI test: a tiny honest task, and one whose
+sampler kills the pool worker process training it (and behaves anywhere else).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from dataclasses import dataclass
+
+import torch
+
+from ddl_dynamics import Task, TaskData, register_task, split_generator
+
+
+@register_task("tiny-sum")
+@dataclass(frozen=True)
+class TinySum(Task):
+    """The sum of a few inputs: the smallest honest task."""
+
+    depth: int = 3
+    dim: int = 2
+
+    @property
+    def in_dim(self) -> int:
+        return self.dim
+
+    @property
+    def out_dim(self) -> int:
+        return 1
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        self.check_split(split)
+        x = torch.randn(n, self.dim, generator=split_generator(seed, split))
+        return TaskData(x, x.sum(-1, keepdim=True), self.depth)
+
+
+@register_task("worker-crash")
+@dataclass(frozen=True)
+class WorkerCrash(TinySum):
+    """Tiny-sum whose sampler kills the worker process training it."""
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        if split == "train" and multiprocessing.parent_process() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().sample(n, seed, split)

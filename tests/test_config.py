@@ -1,0 +1,155 @@
+"""Experiment files: resolution order, cell keys, and rejection of bad input before training."""
+
+import copy
+
+import pytest
+
+import ddl_dynamics as dd
+from ddl_dynamics._config import model_options
+
+BASE = {
+    "name": "t",
+    "seeds": [0, 1],
+    "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}, "train": {"steps": 20}},
+    "tasks": [{"name": "parity"}, {"name": "sign-flip", "spec": {"variant": "1d"}}],
+    "models": [
+        {"name": "resnet"},
+        {"name": "ddl", "beta_init": 0.25},
+        {"name": "ddl", "label": "ddl-bmax1", "beta_max": 1.0},
+    ],
+}
+
+
+def config(**changes):
+    data = copy.deepcopy(BASE)
+    data.update(changes)
+    return dd.ExperimentConfig.from_dict(data, source="exp.toml")
+
+
+def by_label(cells):
+    return {(c.task_label, c.label, c.seed): c for c in cells}
+
+
+def test_cells_cover_tasks_models_seeds_with_resolved_options():
+    cells = by_label(config().cells())
+    assert len(cells) == 2 * 3 * 2
+    parity_ddl = cells["parity", "ddl", 0]
+    # every option is recorded with its default filled in, the gate's init and source too
+    assert set(model_options("ddl")) == set(parity_ddl.config)
+    assert parity_ddl.config["beta_init"] == 0.25
+    assert parity_ddl.config["value_source"] == "branch"
+    assert cells["parity", "ddl-bmax1", 0].config["beta_max"] == 1.0
+    assert cells["parity", "ddl-bmax1", 0].model == "ddl"
+    assert parity_ddl.train.steps == 20 and parity_ddl.spec["depth"] == 3
+    # sign-flip 1d's model_defaults beat [defaults.model]
+    flip = cells["sign-flip", "resnet", 0].config
+    assert (flip["width"], flip["encoder"], flip["decoder"]) == (1, "identity", "identity")
+
+
+def test_resolution_order_defaults_task_model_override():
+    cells = by_label(config(
+        tasks=[{"name": "parity", "model": {"hidden": 4}, "train": {"lr": 0.01},
+                "spec": {"depth": 5}}],
+        models=[{"name": "resnet", "train": {"lr": 0.02}},
+                {"name": "ddl", "hidden": 6}],
+        overrides=[{"models": ["ddl"], "model": {"hidden": 7}, "train": {"steps": 9}}],
+    ).cells())
+    resnet, ddl = cells["parity", "resnet", 0], cells["parity", "ddl", 0]
+    assert resnet.config["hidden"] == 4 and resnet.train.lr == 0.02
+    assert ddl.config["hidden"] == 7 and ddl.train.steps == 9 and ddl.train.lr == 0.01
+    assert resnet.train.steps == 20
+    # a task's spec.depth is its models' depth
+    assert resnet.config["depth"] == resnet.spec["depth"] == 5
+
+
+def test_ode_max_steps_caps_only_ode_models_and_is_overridable():
+    cells = by_label(config(
+        tasks=[{"name": "parity"}],
+        models=[{"name": "node"}, {"name": "anode", "max_steps": 50}, {"name": "resnet"}],
+        defaults={"train": {"ode_max_steps": 30}},
+    ).cells())
+    assert cells["parity", "node", 0].config["max_steps"] == 30
+    assert cells["parity", "anode", 0].config["max_steps"] == 50
+    assert "max_steps" not in cells["parity", "resnet", 0].config
+
+
+def test_keys_are_stable_and_distinct():
+    first = [c.key for c in config().cells()]
+    assert first == [c.key for c in config().cells()]
+    assert len(set(first)) == len(first)
+    changed = [c.key for c in config(defaults={"train": {"steps": 21}}).cells()]
+    assert not set(first) & set(changed)
+    cell = config().cells()[0]
+    assert dd.Cell.from_dict(cell.to_dict()).key == cell.key
+
+
+def test_filters_and_overrides():
+    cfg = config()
+    cells = cfg.cells(seeds=[7], device="cpu", only={"model": ["ddl-bmax1"]})
+    assert {(c.label, c.seed) for c in cells} == {("ddl-bmax1", 7)}
+    with pytest.raises(ValueError, match="Did you mean 'ddl-bmax1'"):
+        cfg.cells(only={"model": ["ddl-bmax"]})
+
+
+def test_int_where_float_is_fine():
+    cell = config(defaults={"train": {"lr": 1}}).cells()[0]
+    assert cell.train.lr == 1.0 and isinstance(cell.train.lr, float)
+
+
+@pytest.mark.parametrize(
+    ("changes", "where", "hint"),
+    [
+        ({"seed": [0]}, "seed", "Did you mean 'seeds'"),
+        ({"defaults": {"trian": {}}}, "defaults.trian", "Did you mean 'train'"),
+        ({"defaults": {"train": {"stpes": 3}}}, "defaults.train.stpes", "Did you mean 'steps'"),
+        ({"tasks": [{"name": "parrity"}]}, "tasks[0].name", "Did you mean 'parity'"),
+        ({"tasks": [{"name": "parity", "spec": {"dpeth": 3}}]}, "tasks[0].spec.dpeth",
+         "Did you mean 'depth'"),
+        ({"models": [{"name": "ddll"}]}, "models[0].name", "Did you mean 'ddl'"),
+        ({"models": [{"name": "ddl", "beta_maxx": 1.0}]}, "models[0].beta_maxx",
+         "Did you mean 'beta_max'"),
+        ({"defaults": {"model": {"widht": 8}}}, "defaults.model.widht", "Did you mean 'width'"),
+        ({"overrides": [{"models": ["rsnet"]}]}, "overrides[0].models", "Did you mean 'resnet'"),
+    ],
+)
+def test_unknown_names_fail_with_path_and_hint(changes, where, hint):
+    with pytest.raises(dd.ConfigError) as err:
+        config(**changes)
+    assert f"exp.toml: {where}" in str(err.value)
+    assert hint in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"defaults": {"train": {"steps": "100"}}}, "defaults.train.steps: expected int"),
+        ({"defaults": {"train": {"steps": 2.5}}}, "expected int, got float"),
+        ({"models": [{"name": "resnet", "tied": 1}]}, "tied: expected bool"),
+        ({"models": [{"name": "ddl", "beta_max": "2"}]}, "beta_max: expected float"),
+        ({"models": [{"name": "ddl", "beta_max": 3.0}]}, "beta_max must lie in (0, 2]"),
+        ({"defaults": {"train": {"steps": 0}}}, "steps must be positive"),
+        ({"seeds": [0, "1"]}, "seeds"),
+        ({"models": [{"name": "resnet", "in_dim": 3}]}, "set by the task"),
+        ({"models": [{"name": "ddl"}, {"name": "ddl"}]}, "duplicate label 'ddl'"),
+        ({"tasks": []}, "at least one [[tasks]]"),
+    ],
+)
+def test_wrong_types_and_values_fail(changes, fragment):
+    with pytest.raises(dd.ConfigError) as err:
+        config(**changes)
+    assert fragment in str(err.value)
+
+
+def test_load_experiment_reads_toml_and_rejects_malformed(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text('seeds = [3]\n[[tasks]]\nname = "parity"\n[[models]]\nname = "ddl"\n'
+                    'label = "ddl-bmax1"\nbeta_max = 1.0\n')
+    cfg = dd.load_experiment(good)
+    assert cfg.name == "good" and cfg.seeds == (3,) and cfg.text == good.read_text()
+    assert cfg.cells()[0].config["beta_max"] == 1.0
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[[tasks]\nname = "parity"\n')
+    with pytest.raises(dd.ConfigError, match=r"bad\.toml: malformed TOML.*line 2"):
+        dd.load_experiment(bad)
+    with pytest.raises(dd.ConfigError, match="no such file"):
+        dd.load_experiment(tmp_path / "missing.toml")

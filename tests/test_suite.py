@@ -1,0 +1,159 @@
+"""The runner: every cell once, resume after a kill, and one bad cell never stops the suite."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from test_train import infinite_loss
+
+import ddl_dynamics as dd
+from ddl_dynamics._train import stamp
+
+
+def experiment(tasks, models=("resnet", "ddl"), steps=10, **defaults):
+    return dd.ExperimentConfig.from_dict({
+        "name": "t",
+        "tasks": [{"name": t} for t in tasks],
+        "models": [{"name": m} for m in models],
+        "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
+                     "train": {"steps": steps, "n_train": 64, "n_test": 32, **defaults}},
+    })
+
+
+def snapshot(run_dir):
+    rows = dd.ResultStore(run_dir / "results.sqlite").rows()
+    return {r.key: (r.created_at, r.metrics) for r in rows}
+
+
+def test_runs_every_cell_once_then_skips_finished(tmp_path):
+    cfg = experiment(["parity", "overwrite"])
+    summary = dd.run_experiment(cfg, tmp_path, progress=False)
+    assert summary.counts == {"ok": 4} and summary.ran == 4 and summary.ok
+    keys = {c.key for c in cfg.cells()}
+    assert set(snapshot(tmp_path)) == keys
+    assert {p.stem for p in (tmp_path / "models").glob("*.pt")} == keys
+    before = snapshot(tmp_path)
+    again = dd.run_experiment(cfg, tmp_path, progress=False)
+    assert (again.ran, again.skipped) == (0, 4) and snapshot(tmp_path) == before
+    assert dd.ResultStore(tmp_path / "results.sqlite").experiment()["ended_at"]
+
+
+def test_failed_cells_rerun(tmp_path):
+    cfg = experiment(["overwrite"], models=["resnet"])
+    cell = cfg.cells()[0]
+    dd.ResultStore(tmp_path / "results.sqlite").put(
+        stamp(dd.RunResult(status="failed", message="boom"), cell))
+    summary = dd.run_experiment(cfg, tmp_path, progress=False)
+    assert summary.ran == 1 and summary.counts == {"ok": 1}
+
+
+def test_diverged_cell_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch):
+    cfg = experiment(["oscillator", "overwrite"], models=["resnet"])
+    infinite_loss(monkeypatch, dd.make_task("oscillator"))
+    summary = dd.run_experiment(cfg, tmp_path, progress=False)
+    assert summary.counts == {"ok": 1, "diverged": 1} and not summary.ok
+    rows = {r.task: r for r in dd.ResultStore(tmp_path / "results.sqlite").rows()}
+    assert rows["oscillator"].status == "diverged"
+    assert "loss became inf" in rows["oscillator"].message
+    assert rows["overwrite"].status == "ok"
+
+
+def test_killed_run_resumes_without_losing_finished_cells(tmp_path):
+    config = tmp_path / "exp.toml"
+    config.write_text(
+        'name = "kill"\nseeds = [0, 1]\n[defaults.model]\nwidth = 16\ndepth = 4\n'
+        '[defaults.train]\nsteps = 150\nn_train = 256\nn_test = 64\n'
+        '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n')
+    run_dir = tmp_path / "run"
+    code = ("import sys, ddl_dynamics as dd; "
+            "dd.run_experiment(sys.argv[1], run_dir=sys.argv[2], progress=False)")
+    worker = subprocess.Popen([sys.executable, "-c", code, str(config), str(run_dir)])
+    store, deadline = run_dir / "results.sqlite", time.monotonic() + 120
+    try:
+        while not (store.exists() and snapshot(run_dir)):
+            assert worker.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no cell finished within 120 s"
+            time.sleep(0.02)
+        os.kill(worker.pid, signal.SIGKILL)
+    finally:
+        worker.kill()
+        worker.wait()
+    stored = snapshot(run_dir)
+    assert 1 <= len(stored) < 4  # killed mid-way
+    summary = dd.run_experiment(config, run_dir=run_dir, progress=False)
+    assert summary.counts == {"ok": 4} and summary.ran == 4 - len(stored)
+    after = snapshot(run_dir)
+    assert {k: after[k] for k in stored} == stored  # earlier rows untouched
+
+
+def test_bad_arguments_fail_before_anything_runs(tmp_path):
+    cfg = experiment(["overwrite"])
+    with pytest.raises(ValueError, match="unknown backend"):
+        dd.run_experiment(cfg, tmp_path, backend="slurm")
+    with pytest.raises(ValueError, match="Did you mean 'resnet'"):
+        dd.run_experiment(cfg, tmp_path, only={"model": ["resnt"]})
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            dd.run_experiment(cfg, tmp_path, device="cuda")
+    assert not (tmp_path / "results.sqlite").exists()
+
+
+class FakeRay:
+    """Just enough of Ray's API to run each remote task in-process, when it is submitted."""
+
+    class Ref:
+        def __init__(self, fn, args):
+            try:
+                self.value, self.error = fn(*args), None
+            except Exception as err:  # Ray raises a task's error from ray.get
+                self.value, self.error = None, err
+
+    def __init__(self):
+        self.started = False
+
+    def is_initialized(self):
+        return self.started
+
+    def init(self):
+        self.started = True
+
+    def remote(self, **options):
+        return lambda fn: type("Remote", (), {"remote": staticmethod(
+            lambda *args: self.Ref(fn, args))})
+
+    def wait(self, refs, num_returns):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        if ref.error:
+            raise ref.error
+        return ref.value
+
+
+def test_ray_backend_runs_cells_as_tasks_and_records_lost_ones(tmp_path, monkeypatch):
+    from ddl_dynamics import _suite
+
+    cfg = experiment(["overwrite"])
+    monkeypatch.setitem(sys.modules, "ray", FakeRay())
+    work = _suite._work
+
+    def lose_ddl(cell, run_dir, progress=False):
+        if cell.label == "ddl":
+            raise RuntimeError("worker node lost")
+        return work(cell, run_dir, progress)
+
+    monkeypatch.setattr(_suite, "_work", lose_ddl)
+    summary = dd.run_experiment(cfg, tmp_path, backend="ray", progress=False)
+    assert summary.counts == {"ok": 1, "failed": 1} and sys.modules["ray"].started
+    lost = dd.ResultStore(tmp_path / "results.sqlite").rows(model="ddl")[0]
+    assert "worker node lost" in lost.message
+
+
+def test_ray_backend_without_ray_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    with pytest.raises(ImportError, match="pip install ray"):
+        dd.run_experiment(experiment(["overwrite"]), tmp_path, backend="ray")
