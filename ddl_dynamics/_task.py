@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ._operator import REGIMES
 from ._registry import Registry
 
 TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks")
@@ -106,6 +107,9 @@ class Task(ABC):
 
     #: The gate regime (or limitation) the task probes, in one line.
     regime: ClassVar[str] = ""
+    #: The gate regimes (names in ``REGIMES``) a Delta stack should use to solve the task;
+    #: empty for control tasks. The report compares them with the regimes actually used.
+    regimes: ClassVar[tuple[str, ...]] = ()
     #: ``"vector"`` tasks feed vector-state depth models; ``"sequence"`` tasks Transformers.
     kind: ClassVar[str] = "vector"
     loss_name: ClassVar[Loss] = "mse"
@@ -205,6 +209,8 @@ def check_task(task: Task, n: int = 8, seed: int = 0) -> None:
     determinism, split disjointness and that loss and metric accept the targets.
     """
     name = type(task).__name__
+    unknown = sorted(set(task.regimes) - set(REGIMES))
+    assert not unknown, f"{name}.regimes: unknown regime {unknown[0]!r}; regimes: {REGIMES}"
     for split in task.splits:
         data = task.sample(n, seed, split)
         assert isinstance(data, TaskData), f"{name}.sample must return TaskData"

@@ -59,6 +59,7 @@ class DepthRecall(Task):
     read: str = "memory"
 
     regime: ClassVar = "delta rule over depth (d_v > 1): a rewritten key replaces its value"
+    regimes: ClassVar = ("projection",)
 
     def __post_init__(self) -> None:
         if self.key_dim < 1 or self.value_dim < 1:

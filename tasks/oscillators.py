@@ -120,6 +120,7 @@ class Oscillator(PhaseFlow):
     """
 
     regime: ClassVar = "rotation = two reflections (β ≈ 2); energy-conserving steps"
+    regimes: ClassVar = ("reflection",)
     param_ranges: ClassVar = {"omega": (0.5, 1.5)}
 
     def solve(self, state0: Tensor, params: Tensor, t: Tensor) -> Tensor:

@@ -38,6 +38,7 @@ class Overwrite(Task):
     per_step: bool = False
 
     regime: ClassVar = "projection (β ≈ 1): exact overwrite, the old value is erased"
+    regimes: ClassVar = ("projection",)
     expectations: ClassVar = (
         Expectation(
             "ddl", "<", 0.25,

@@ -39,6 +39,7 @@ class Parity(Task):
     depth: int = 8
 
     regime: ClassVar = "negative eigenvalues (β > 1): a sign flip at every 1-bit"
+    regimes: ClassVar = ("over-relaxed", "reflection")
     loss_name: ClassVar = "bce"
     metric_name: ClassVar = "accuracy"
     supervise: ClassVar = "trajectory"

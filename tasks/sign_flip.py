@@ -47,6 +47,7 @@ class SignFlip(Task):
     dim: int = 4
 
     regime: ClassVar = "reflection (β ≈ 2): a sign flip, which no flow on the line can do"
+    regimes: ClassVar = ("reflection",)
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
