@@ -46,6 +46,10 @@ from ._suite import run_experiment
 from ._train import train
 
 # --- analysis and figures
+# isort: split
+from ._figures import make_figures
+from ._html import write_html_report
+from ._probes import probe_run
 
 __all__ = [
     "REGIMES",
@@ -73,10 +77,12 @@ __all__ = [
     "load_experiment",
     "load_file",
     "load_trained",
+    "make_figures",
     "make_model",
     "make_task",
     "match_hidden",
     "normalize_direction",
+    "probe_run",
     "regime",
     "regime_index",
     "register_model",
@@ -85,5 +91,6 @@ __all__ = [
     "shortcut_matrix",
     "split_generator",
     "train",
+    "write_html_report",
     "write_update",
 ]

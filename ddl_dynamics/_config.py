@@ -40,6 +40,8 @@ from ._task import TASKS, Task, list_tasks, make_task
 _TASK_DIMS = ("in_dim", "out_dim", "control_dim")
 #: Statuses of a finished cell (a resumed run skips them); "failed" cells rerun.
 FINISHED = ("ok", "diverged", "capped")
+#: Statuses whose metrics enter statistics, figures and expectation checks.
+COUNTED = ("ok", "capped")
 
 
 class ConfigError(ValueError):

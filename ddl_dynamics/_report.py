@@ -22,12 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from scipy import stats
 
+from ._analysis import regime_fractions
+from ._config import COUNTED
+from ._expectations import Verdict, check_expectations
+from ._operator import REGIMES
+from ._probes import load_probes
 from ._store import STATUSES, ResultStore, RunResult, store_path
-
-#: Statuses whose metrics enter the statistics.
-_COUNTED = ("ok", "capped")
+from ._task import make_task
 
 
 def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float | None]:
@@ -105,12 +109,31 @@ class TaskTable:
 
 
 @dataclass(frozen=True)
+class RegimeRow:
+    """Which gate regimes one trained Delta stack uses on one task (test split, all seeds),
+    against the regimes the task says it needs (``stated``; empty for controls)."""
+
+    task: str
+    model: str
+    fractions: dict[str, float]
+    dominant: str
+    stated: tuple[str, ...]
+
+    @property
+    def share_stated(self) -> float | None:
+        """Fraction of gates in the stated regimes (None for a control task)."""
+        return sum(self.fractions[r] for r in self.stated) if self.stated else None
+
+
+@dataclass(frozen=True)
 class Report:
     name: str
     run_dir: str
     baseline: str
     experiment: dict[str, Any]
     tables: list[TaskTable]
+    expectations: list[Verdict] = field(default_factory=list)
+    regimes: list[RegimeRow] = field(default_factory=list)
 
     @property
     def statuses(self) -> Counter[str]:
@@ -132,12 +155,30 @@ def build_report(run_dir: str | Path, baseline: str = "resnet") -> Report:
     experiment = store.experiment() or {}
     tables = [_table(task, models, baseline) for task, models in sorted(by_task.items())]
     name = experiment.get("name") or Path(run_dir).name
-    return Report(name, str(run_dir), baseline, experiment, tables)
+    return Report(name, str(run_dir), baseline, experiment, tables,
+                  check_expectations(list(latest.values())), _regimes(Path(run_dir)))
+
+
+def _regimes(run_dir: Path) -> list[RegimeRow]:
+    """Gate-regime use of every probed Delta stack, pooled over seeds (needs probes)."""
+    betas: dict[tuple[str, str], list[np.ndarray]] = defaultdict(list)
+    stated: dict[str, tuple[str, ...]] = {}
+    for row, arrays in load_probes(run_dir):
+        if "beta" in arrays:
+            betas[row.task, row.model].append(arrays["beta"])
+            if row.task not in stated:
+                stated[row.task] = make_task(row.config["task"], **row.config["spec"]).regimes
+    rows = []
+    for (task, model), chunks in sorted(betas.items()):
+        fractions = regime_fractions(np.concatenate(chunks)).mean(0)
+        rows.append(RegimeRow(task, model, dict(zip(REGIMES, map(float, fractions), strict=True)),
+                              REGIMES[int(fractions.argmax())], stated[task]))
+    return rows
 
 
 def _table(task: str, models: dict[str, list[RunResult]], baseline: str) -> TaskTable:
     def counted(rows: list[RunResult]) -> list[RunResult]:
-        return [r for r in rows if r.status in _COUNTED]
+        return [r for r in rows if r.status in COUNTED]
 
     def test_values(rows: list[RunResult]) -> list[float]:
         return [v for r in counted(rows) if _finite(v := r.metrics.get("test"))]
@@ -174,7 +215,7 @@ def _table(task: str, models: dict[str, list[RunResult]], baseline: str) -> Task
             for split, reason in r.metrics.get("skipped", {}).items():
                 if model not in skipped[split, reason]:
                     skipped[split, reason].append(model)
-    problems += [Problem(", ".join(f"`{m}`" for m in labels), None, f"{split} not run", reason)
+    problems += [Problem(", ".join(labels), None, f"{split} not run", reason)
                  for (split, reason), labels in skipped.items()]
     return TaskTable(task, described.get("metric", "metric"),
                      bool(described.get("higher_is_better", False)), splits, extras, rows,
@@ -216,12 +257,59 @@ def _status(counts: dict[str, int]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts.get(s))
 
 
-def _who(problem: Problem) -> str:
-    return problem.model if problem.seed is None else f"`{problem.model}` seed {problem.seed}"
+def who(problem: Problem, code: Callable[[str], str] = str) -> str:
+    """Who a problem is about: the model label(s), and the seed when it is one cell's."""
+    models = ", ".join(code(m) for m in problem.model.split(", "))
+    return models if problem.seed is None else f"{models} seed {problem.seed}"
 
 
 def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table_cells(table: TaskTable, baseline: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of one task's table, shared by the text and HTML renderers."""
+    arrow = "↑" if table.higher_is_better else "↓"
+    head = ["model", f"test {arrow}", f"train {arrow}",
+            *(f"{s} {arrow}" for s in table.ood_splits), *table.extras,
+            f"p vs {baseline}", "params", "FLOPs/sample", "NFE fwd/bwd", "time (s)", "status"]
+    rows = []
+    for r in table.rows:
+        nfe = ("—" if r.nfe_forward is None
+               else f"{_num(r.nfe_forward, 3)}/{_num(r.nfe_backward, 3)}")
+        rows.append([r.model, _est(r.test), _est(r.train),
+                     *(_est(r.ood[s]) for s in table.ood_splits),
+                     *(_est(r.extra[e]) for e in table.extras),
+                     "ref" if r.model == baseline else _p(r.p_value),
+                     _num(r.params, 6), _num(r.flops, 3), nfe, _num(r.wall_time, 3),
+                     _status(r.statuses)])
+    return head, rows
+
+
+def expectation_cells(report: Report) -> tuple[list[str], list[list[str]]]:
+    """One row per task expectation: the claim, its reason, the measured seeds, verdict."""
+    head = ["task", "claim", "reason", "measured (per seed)", "verdict"]
+    rows = [[v.task, v.claim, v.expectation.reason,
+             ", ".join(f"{x:.4g}" for x in v.values) or "—", v.verdict]
+            for v in report.expectations]
+    return head, rows
+
+
+def regime_cells(report: Report) -> tuple[list[str], list[list[str]]]:
+    """One row per task × Delta stack: share of gates per regime, dominant vs stated."""
+    head = ["task", "model", *REGIMES, "dominant", "stated", "share in stated"]
+    rows = []
+    for r in report.regimes:
+        share = r.share_stated
+        rows.append([r.task, r.model, *(f"{r.fractions[g]:.0%}" for g in REGIMES), r.dominant,
+                     " / ".join(r.stated) or "(control)",
+                     "—" if share is None else f"{share:.0%}"])
+    return head, rows
+
+
+def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
 
 
 def render_markdown(report: Report) -> str:
@@ -241,26 +329,18 @@ def render_markdown(report: Report) -> str:
     for table in report.tables:
         arrow = "↑" if table.higher_is_better else "↓"
         lines += [f"## {table.task} — {table.metric} {arrow}", ""]
-        head = ["model", f"test {arrow}", f"train {arrow}",
-                *(f"{s} {arrow}" for s in table.ood_splits), *table.extras,
-                f"p vs {report.baseline}", "params", "FLOPs/sample", "NFE fwd/bwd",
-                "time (s)", "status"]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for r in table.rows:
-            nfe = ("—" if r.nfe_forward is None
-                   else f"{_num(r.nfe_forward, 3)}/{_num(r.nfe_backward, 3)}")
-            cells = [f"`{r.model}`", _est(r.test), _est(r.train),
-                     *(_est(r.ood[s]) for s in table.ood_splits),
-                     *(_est(r.extra[e]) for e in table.extras),
-                     "ref" if r.model == report.baseline else _p(r.p_value),
-                     _num(r.params, 6), _num(r.flops, 3), nfe, _num(r.wall_time, 3),
-                     _status(r.statuses)]
-            lines.append("| " + " | ".join(cells) + " |")
+        lines += _md_table(*table_cells(table, report.baseline))
         if table.problems:
             lines += ["", "Cells that did not finish cleanly, and splits not run:", ""]
-            lines += [f"- {_who(p)}: **{p.status}** — {_md_escape(p.message)}"
+            lines += [f"- {who(p, lambda m: f'`{m}`')}: **{p.status}** — {_md_escape(p.message)}"
                       for p in table.problems]
         lines.append("")
+    if report.expectations:
+        lines += ["## Expectations against the measured seeds", ""]
+        lines += [*_md_table(*expectation_cells(report)), ""]
+    if report.regimes:
+        lines += ["## Gate regimes used by the trained Delta stacks (test split)", ""]
+        lines += [*_md_table(*regime_cells(report)), ""]
     return "\n".join(lines)
 
 

@@ -75,7 +75,8 @@ class RunResult:
             ``skipped`` (split → reason), ``extra`` (task extras; ``"split/name"`` for OOD
             splits), ``steps`` trained, and for ODE models ``nfe_test`` and
             ``reconstruction_error``.
-        curve: ``[step, mean train loss since last point, test metric, cumulative FLOPs]``.
+        curve: ``[step, mean train loss since last point, test metric, cumulative FLOPs,
+            mean forward NFE since last point (None for discrete models)]``.
         flops: forward FLOPs per sample (matmul-class ops, as counted by torch).
         nfe_forward, nfe_backward: ODE function evaluations per training batch, averaged.
         peak_mem: bytes (CUDA: peak allocated; CPU: the process's peak RSS).

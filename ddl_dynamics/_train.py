@@ -103,7 +103,9 @@ def train(
             bar.update()
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 metric = _evaluate(model, task, test, predict)
-                curve.append([step, sum(losses) / len(losses), metric, flops_done])
+                recent = [f for f, _ in nfe[-len(losses):]]
+                curve.append([step, sum(losses) / len(losses), metric, flops_done,
+                              sum(recent) / len(recent) if recent else None])
                 losses.clear()
                 if cfg.target_metric is not None and _reached(task, metric, cfg.target_metric):
                     message = f"reached target_metric {cfg.target_metric} at step {step}"

@@ -1,4 +1,4 @@
-"""``ddl-dyn``: list tasks and models, run an experiment, report a run.
+"""``ddl-dyn``: list tasks and models, run an experiment, report and plot a run.
 
 Exit codes: 0 success, 1 some cells failed or diverged, 2 bad usage (unknown names,
 malformed TOML, missing files), reported as one line on stderr.
@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ._figures import FIGURE_KINDS, make_figures
+from ._html import write_html_report
 from ._model import MODELS
 from ._report import RENDERERS, build_report, render, write_report
 from ._store import load_task_file
@@ -72,6 +74,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    if args.format == "html":  # figures embedded: probes and plots whatever is missing
+        print(f"report: {write_html_report(args.run_dir, args.output)}")
+        return 0
     text = render(build_report(args.run_dir), args.format)
     if args.output:
         Path(args.output).write_text(text)
@@ -101,11 +106,29 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="aggregate a run folder into tables")
     report.add_argument("run_dir", help="the run folder, e.g. runs/quick")
-    report.add_argument("--format", choices=sorted(RENDERERS), default="md")
-    report.add_argument("--output", help="write to this file instead of stdout")
+    report.add_argument("--format", choices=[*sorted(RENDERERS), "html"], default="md",
+                        help="md, csv, json (to stdout) or html (figures embedded, written "
+                             "to RUN_DIR/report.html)")
+    report.add_argument("--output", help="write to this file instead")
     report.set_defaults(func=_report)
-    # further commands (e.g. `plot`) add their sub-parser here
+
+    plot = sub.add_parser("plot", help="draw figures of a run folder into RUN_DIR/figures")
+    plot.add_argument("kind", choices=[*FIGURE_KINDS, "all"])
+    plot.add_argument("run_dir", help="the run folder, e.g. runs/quick")
+    plot.set_defaults(func=_plot)
     return parser
+
+
+def _plot(args: argparse.Namespace) -> int:
+    kinds = FIGURE_KINDS if args.kind == "all" else (args.kind,)
+    paths = make_figures(args.run_dir, kinds)
+    for path in paths:
+        print(path)
+    if not paths:
+        print(f"ddl-dyn: no figures of kind {args.kind!r}: nothing in {args.run_dir} to draw",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

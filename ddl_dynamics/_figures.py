@@ -1,0 +1,146 @@
+"""From a run folder to figures, drawn from the results store and the cached probes only."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from . import _plots as plots
+from ._analysis import contraction, depth_determinant, regime_fractions
+from ._probes import load_probes, probe_run, usable_rows
+from ._report import build_report
+from ._store import RunResult, store_path
+
+#: The figure groups of ``ddl-dyn plot``.
+FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare")
+
+
+def figure_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "figures"
+
+
+def _family(row: RunResult) -> str:
+    return row.config.get("model", row.model)
+
+
+def regime_figures(run_dir: Path) -> list[Path]:
+    """Regime atlas and β histograms per Delta-stack label, the discrepancy check, the
+    depth determinants."""
+    betas: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
+    checks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    for row, arrays in load_probes(run_dir):
+        if "beta" not in arrays:
+            continue
+        betas[row.model][row.task].append(arrays["beta"])
+        if _family(row) == "ddl":
+            ratio = contraction(arrays["e_pre"], arrays["e_post"])
+            checks[row.task].append((np.abs(1 - arrays["beta"]).ravel(), ratio.ravel()))
+    out: list[Path] = []
+    out_dir = figure_dir(run_dir)
+    for label, by_task in sorted(betas.items()):
+        pooled = {task: np.concatenate(b) for task, b in sorted(by_task.items())}
+        fractions = {task: regime_fractions(b) for task, b in pooled.items()}
+        out += plots.save_figure(plots.regime_atlas(fractions), out_dir / f"regime_atlas_{label}")
+        out += plots.save_figure(plots.beta_histograms(pooled), out_dir / f"beta_hist_{label}")
+        dets = {task: depth_determinant(b) for task, b in pooled.items()}
+        out += plots.save_figure(plots.determinant_plot(dets), out_dir / f"determinant_{label}")
+    if checks:
+        points = {
+            task: (np.concatenate([e for e, _ in pairs]), np.concatenate([m for _, m in pairs]))
+            for task, pairs in sorted(checks.items())
+        }
+        out += plots.save_figure(plots.contraction_check(points), out_dir / "discrepancy_check")
+    return out
+
+
+def trajectory_figures(run_dir: Path, samples: int = 3) -> list[Path]:
+    """Phase portraits against the truth (tasks with a 2-D ground-truth trajectory, on the
+    longest split each model ran) and, for every task, the hidden-state norm over depth."""
+    portraits: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = defaultdict(dict)
+    train_steps: dict[str, int] = {}
+    norms: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+    for row, arrays in load_probes(run_dir):  # ordered by seed: keep each model's first seed
+        if row.model in norms[row.task]:
+            continue
+        norms[row.task][row.model] = np.linalg.norm(arrays["test_states"], axis=-1).mean(0)
+        split = max((k[: -len("_truth")] for k in arrays if k.endswith("_truth")),
+                    key=lambda s: arrays[f"{s}_pred"].shape[1], default=None)
+        if split is None or arrays[f"{split}_truth"].shape[-1] < 2:
+            continue
+        truth = arrays[f"{split}_truth"][:samples, 1:]
+        portraits[row.task][row.model] = (arrays[f"{split}_pred"][:samples], truth)
+        train_steps[row.task] = arrays["test_pred"].shape[1]
+    out: list[Path] = []
+    out_dir = figure_dir(run_dir)
+    for task, panels in sorted(portraits.items()):
+        fig = plots.phase_portraits(dict(sorted(panels.items())), train_steps[task])
+        out += plots.save_figure(fig, out_dir / f"trajectories_{task}")
+    if norms:
+        fig = plots.depth_profiles(dict(sorted(norms.items())), "mean ‖hidden state‖")
+        out += plots.save_figure(fig, out_dir / "state_norms")
+    return out
+
+
+def curve_figures(run_dir: Path) -> list[Path]:
+    """Test metric against step and against training FLOPs (seed bands), and ODE NFE."""
+    report = build_report(run_dir)
+    metric = {t.task: t.metric for t in report.tables}
+    by_step: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
+    by_flops: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
+    nfe: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
+    for row in usable_rows(run_dir):
+        curve = np.array(row.curve, dtype=float)
+        if curve.ndim != 2 or len(curve) == 0:
+            continue
+        by_step[row.task][row.model].append(curve[:, [0, 2]])
+        by_flops[row.task][row.model].append(curve[:, [3, 2]])
+        if curve.shape[1] > 4 and np.isfinite(curve[:, 4]).any():
+            nfe[row.task][row.model].append(curve[:, [0, 4]])
+    out: list[Path] = []
+    out_dir = figure_dir(run_dir)
+    if by_step:
+        out += plots.save_figure(plots.training_curves(by_step, metric), out_dir / "curves_step")
+        out += plots.save_figure(plots.training_curves(by_flops, metric, x="FLOPs"),
+                                 out_dir / "curves_flops")
+    if nfe:
+        out += plots.save_figure(plots.nfe_curves(nfe), out_dir / "nfe")
+    return out
+
+
+def compare_figures(run_dir: Path) -> list[Path]:
+    """Per-task bars of the test metric with 95% CIs, from the report's tables."""
+    report = build_report(run_dir)
+    tables = {
+        t.task: {r.model: (r.test.mean, r.test.ci or 0.0) for r in t.rows if r.test.n}
+        for t in report.tables
+        if any(r.test.n for r in t.rows)
+    }
+    if not tables:
+        return []
+    metric = {t.task: t.metric for t in report.tables}
+    return plots.save_figure(plots.comparison_bars(tables, metric),
+                             figure_dir(run_dir) / "compare")
+
+
+_BUILDERS = {
+    "regimes": regime_figures,
+    "trajectories": trajectory_figures,
+    "curves": curve_figures,
+    "compare": compare_figures,
+}
+
+
+def make_figures(run_dir: str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
+                 progress: bool = True) -> list[Path]:
+    """Probe what is missing, then draw the figure groups ``kinds``; returns the files."""
+    run_dir = Path(run_dir)
+    if not store_path(run_dir).is_file():
+        raise FileNotFoundError(f"{run_dir}: no results store (results.sqlite) here")
+    unknown = sorted(set(kinds) - set(FIGURE_KINDS))
+    if unknown:
+        raise ValueError(f"unknown figure kind {unknown[0]!r}; choose from {FIGURE_KINDS}")
+    if set(kinds) & {"regimes", "trajectories"}:
+        probe_run(run_dir, progress=progress)
+    return [path for kind in kinds for path in _BUILDERS[kind](run_dir)]

@@ -1,0 +1,125 @@
+"""A self-contained HTML report: tables from the store, figures embedded, provenance.
+
+One file with no external references, so it can be attached to a review as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._figures import make_figures
+from ._report import (
+    Report,
+    build_report,
+    expectation_cells,
+    regime_cells,
+    table_cells,
+    who,
+)
+
+#: Captions of the figure files, by name prefix.
+CAPTIONS = {
+    "compare": "Test metric per task and model: mean over seeds with 95% CI.",
+    "regime_atlas": "Regime atlas: per layer, the fraction of test samples whose gate β falls "
+                    "in each regime (identity < 0.25 ≤ write < 0.75 ≤ projection ≤ 1.25 < "
+                    "over-relaxed ≤ 1.75 < reflection).",
+    "beta_hist": "Distribution of the gate β per layer (dotted: regime boundaries).",
+    "discrepancy_check": "Measured |e_post|/|e_pre| against |1 − β| for the Delta update; "
+                         "every point must lie on the diagonal (a correctness check).",
+    "determinant": "det Π(I − β_l k_l k_lᵀ) = Π(1 − β_l) per test sample: its sign counts "
+                   "the reflecting layers, its size the volume the shortcuts keep.",
+    "trajectories": "Depth trajectories against the ground truth (first two coordinates), on "
+                    "the longest split each model can run; the dot ends the training horizon.",
+    "state_norms": "Mean norm of the hidden state over depth, per task and model.",
+    "curves_step": "Test metric during training against the step (band: min–max over seeds).",
+    "curves_flops": "Test metric during training against cumulative training FLOPs.",
+    "nfe": "ODE function evaluations per forward pass during training.",
+}
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px;
+       padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: .5em 0 1.5em; font-size: 12.5px; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 13px; }
+.confirmed { color: #00734d; font-weight: 600; } .contradicted { color: #b03000;
+  font-weight: 600; } .mixed, .not-run { color: #7a5a00; font-weight: 600; }
+pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 12px; }
+"""
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], tag_last: bool = False) -> str:
+    """An HTML table; ``tag_last`` gives each row's last cell its own text as CSS class."""
+
+    def cell(c: str, last: bool) -> str:
+        css = f' class="{c.replace(" ", "-")}"' if last and tag_last else ""
+        return f"<td{css}>{html.escape(str(c))}</td>"
+
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(cell(c, i == len(row) - 1) for i, c in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figure(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    caption = next((c for prefix, c in CAPTIONS.items() if path.stem.startswith(prefix)), "")
+    return (f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+            f"<figcaption><b>{html.escape(path.stem)}</b>. {html.escape(caption)}</figcaption>"
+            "</figure>")
+
+
+def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
+    """The report as one HTML page; ``figures`` are PNG files to embed, in order."""
+    exp = report.experiment
+    parts = [f"<h1>Experiment <code>{html.escape(report.name)}</code></h1>"]
+    versions = exp.get("versions", {})
+    machine = exp.get("machine", {})
+    parts.append(_table(["", ""], [
+        ["run folder", report.run_dir],
+        ["cells", ", ".join(f"{n} {s}" for s, n in sorted(report.statuses.items()))],
+        ["software", ", ".join(f"{k} {v}" for k, v in versions.items())],
+        ["machine", ", ".join(f"{k}: {v}" for k, v in machine.items())],
+        ["started / ended", f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"],
+    ]))
+    if report.expectations:
+        parts.append("<h2>Expectations against the measured seeds</h2>")
+        parts.append(_table(*expectation_cells(report), tag_last=True))
+    if report.regimes:
+        parts.append("<h2>Gate regimes used by the trained Delta stacks</h2>")
+        parts.append(_table(*regime_cells(report)))
+    parts.append("<h2>Results per task</h2>")
+    parts.append(f"<p>Mean ± 95% CI over seeds (— : one seed); p: Welch's t-test of the "
+                 f"test metric against <code>{html.escape(report.baseline)}</code>.</p>")
+    for table in report.tables:
+        arrow = "↑" if table.higher_is_better else "↓"
+        parts.append(f"<h3>{html.escape(table.task)} — {html.escape(table.metric)} {arrow}</h3>")
+        parts.append(_table(*table_cells(table, report.baseline)))
+        if table.problems:
+            items = "".join(f"<li>{html.escape(who(p))}: <b>{html.escape(p.status)}</b> — "
+                            f"{html.escape(p.message)}</li>" for p in table.problems)
+            parts.append(f"<ul>{items}</ul>")
+    if figures:
+        parts.append("<h2>Figures</h2>")
+        parts += [_figure(path) for path in figures]
+    parts.append("<h2>Experiment configuration</h2>")
+    parts.append(f"<pre>{html.escape(exp.get('config', ''))}</pre>")
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>ddl_dynamics — {html.escape(report.name)}</title><style>{_CSS}</style>"
+            f"</head><body>\n{body}\n</body></html>\n")
+
+
+def write_html_report(run_dir: str | Path, path: str | Path | None = None) -> Path:
+    """Probe and plot what is missing, then write ``<run_dir>/report.html`` (or ``path``)."""
+    figures = [p for p in make_figures(run_dir) if p.suffix == ".png"]
+    path = Path(path) if path is not None else Path(run_dir) / "report.html"
+    path.write_text(render_html(build_report(run_dir), figures))
+    return path

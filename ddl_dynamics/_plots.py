@@ -1,0 +1,281 @@
+"""Figure builders: plain data in, a matplotlib ``Figure`` out, one house style.
+
+The builders never touch the store or a model (``_figures.py`` gathers the data), so
+each can be tested on hand-made arrays. Colours are the Okabe–Ito colour-blind-safe set.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from ._operator import REGIME_BOUNDS, REGIMES
+
+#: Okabe–Ito palette (colour-blind safe), in a fixed order.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+           "#000000")
+#: One colour per gate regime, identity → reflection.
+REGIME_COLORS = dict(zip(REGIMES, ("#BBBBBB", "#56B4E9", "#009E73", "#E69F00", "#D55E00"),
+                         strict=True))
+
+_STYLE = {
+    "figure.dpi": 110,
+    "savefig.dpi": 150,
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+    "legend.frameon": False,
+}
+
+
+def styled(build: Callable[..., Figure]) -> Callable[..., Figure]:
+    """Build the figure under the house style, without touching global pyplot state."""
+
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs) -> Figure:
+        with matplotlib.rc_context(_STYLE):
+            return build(*args, **kwargs)
+
+    return wrapper
+
+
+def model_colors(models: Sequence[str]) -> dict[str, str]:
+    """A stable colour per model label (sorted, so every figure agrees)."""
+    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(sorted(models))}
+
+
+def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
+    """Write ``stem.png`` and ``stem.svg``; return both paths."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    for path in paths:
+        fig.savefig(path, bbox_inches="tight")
+    return paths
+
+
+def _grid(n: int, width: float = 3.2, height: float = 2.6, cols: int = 4) -> tuple[Figure, list]:
+    cols = max(1, min(cols, n))
+    rows = -(-n // cols)
+    fig = Figure(figsize=(width * cols, height * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+@styled
+def regime_atlas(fractions: Mapping[str, np.ndarray]) -> Figure:
+    """Stacked bars per layer of the fraction of gates in each regime, one panel per task.
+
+    Args:
+        fractions: panel title → ``(L, len(REGIMES))`` fractions (rows sum to 1).
+    """
+    fig, axes = _grid(len(fractions))
+    for ax, (title, frac) in zip(axes, fractions.items(), strict=True):
+        layers = np.arange(1, frac.shape[0] + 1)
+        bottom = np.zeros(frac.shape[0])
+        for r, name in enumerate(REGIMES):
+            ax.bar(layers, frac[:, r], bottom=bottom, color=REGIME_COLORS[name], label=name,
+                   width=0.85)
+            bottom += frac[:, r]
+        ax.set(title=title, xlabel="layer", ylabel="fraction of samples", ylim=(0, 1),
+               xticks=layers)
+        ax.grid(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=len(REGIMES), title="gate regime of β")
+    return fig
+
+
+@styled
+def beta_histograms(betas: Mapping[str, np.ndarray], beta_max: float = 2.0) -> Figure:
+    """Per panel, a layer × β density map with the regime boundaries drawn in.
+
+    Args:
+        betas: panel title → ``(N, L)`` gate values.
+    """
+    fig, axes = _grid(len(betas))
+    edges = np.linspace(0.0, beta_max, 41)
+    for ax, (title, beta) in zip(axes, betas.items(), strict=True):
+        hist = np.stack([np.histogram(layer, bins=edges)[0] for layer in beta.T])
+        hist = hist / max(1, beta.shape[0])
+        im = ax.imshow(hist, aspect="auto", origin="lower", cmap="viridis",
+                       extent=(0, beta_max, 0.5, beta.shape[1] + 0.5), vmin=0, vmax=1)
+        for bound in REGIME_BOUNDS:
+            if bound < beta_max:
+                ax.axvline(bound, color="white", lw=0.8, ls=":")
+        ax.set(title=title, xlabel="gate β", ylabel="layer")
+        ax.grid(False)
+        fig.colorbar(im, ax=ax, label="fraction of samples")
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def contraction_check(points: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
+    """Measured ``|e_post|/|e_pre|`` against ``|1 − β|``; points must sit on the diagonal.
+
+    Args:
+        points: panel title → (``|1 − β|`` values, measured ratios), flat arrays.
+    """
+    fig, axes = _grid(len(points), width=2.8, height=2.8)
+    for ax, (title, (expected, measured)) in zip(axes, points.items(), strict=True):
+        ok = np.isfinite(measured)
+        ax.scatter(expected[ok], measured[ok], s=4, alpha=0.4, color=PALETTE[0],
+                   rasterized=True)
+        top = max(1.0, float(np.nanmax(expected, initial=0)))
+        ax.plot([0, top], [0, top], color="black", lw=0.8, ls="--", label="|1 − β|")
+        err = np.nanmax(np.abs(measured[ok] - expected[ok]), initial=0.0)
+        ax.set(title=f"{title}\nmax deviation {err:.1e}", xlabel="|1 − β|",
+               ylabel="|e_post| / |e_pre|")
+        ax.set_aspect("equal", adjustable="box")
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def determinant_plot(dets: Mapping[str, np.ndarray]) -> Figure:
+    """Distribution of ``log10|Π(1 − β_l)|`` per stack, split by the determinant's sign."""
+    fig = Figure(figsize=(max(4.0, 0.9 * len(dets) + 2), 3.2))
+    ax = fig.subplots()
+    for i, det in enumerate(dets.values()):
+        size = np.log10(np.maximum(np.abs(det), 1e-12))
+        jitter = np.linspace(-0.25, 0.25, len(det)) if len(det) > 1 else np.zeros(1)
+        pos, neg = det >= 0, det < 0
+        ax.scatter(i + jitter[pos], size[pos], s=5, color=PALETTE[0], alpha=0.5,
+                   label="det > 0" if i == 0 else None, rasterized=True)
+        ax.scatter(i + jitter[neg], size[neg], s=5, color=PALETTE[5], alpha=0.5,
+                   label="det < 0 (odd number of reflections)" if i == 0 else None,
+                   rasterized=True)
+    labels = [f"{title}\n{(det < 0).mean():.0%} negative" for title, det in dets.items()]
+    ax.set_xticks(range(len(dets)), labels, rotation=30, ha="right")
+    ax.set(ylabel="log10 |det Π(I − β k kᵀ)|", title="Depth product of the shortcuts")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def phase_portraits(panels: Mapping[str, tuple[np.ndarray, np.ndarray]],
+                    train_steps: int | None = None) -> Figure:
+    """Predicted depth trajectories against the ground truth in the first two coordinates.
+
+    Args:
+        panels: model → (predictions, truth), each ``(S, steps, ≥2)`` for S samples; a
+            model that extrapolates is drawn over its longer split.
+        train_steps: where the training horizon ends (marked; later steps extrapolate).
+    """
+    fig, axes = _grid(len(panels), width=2.8, height=2.8)
+    for ax, (model, (pred, truth)) in zip(axes, panels.items(), strict=True):
+        for s in range(truth.shape[0]):
+            color = PALETTE[s % len(PALETTE)]
+            ax.plot(truth[s, :, 0], truth[s, :, 1], color=color, lw=0.8, ls="--", alpha=0.7)
+            ax.plot(pred[s, :, 0], pred[s, :, 1], color=color, lw=1.2)
+            if train_steps is not None and train_steps < pred.shape[1]:
+                ax.plot(*pred[s, train_steps - 1, :2], "o", color=color, ms=3)
+        ax.set(title=model, xlabel="state 1 (q)", ylabel="state 2 (p)")
+        ax.set_aspect("equal", adjustable="datalim")
+    note = "solid: model, dashed: truth"
+    if train_steps is not None:
+        note += "; dot: end of the training horizon"
+    fig.suptitle(note, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def depth_profiles(profiles: Mapping[str, Mapping[str, np.ndarray]], ylabel: str) -> Figure:
+    """One panel per task: a per-depth quantity (mean over samples) for every model."""
+    fig, axes = _grid(len(profiles))
+    for ax, (task, by_model) in zip(axes, profiles.items(), strict=True):
+        colors = model_colors(list(by_model))
+        for model, values in by_model.items():
+            ax.plot(np.arange(len(values)), values, color=colors[model], label=model, lw=1.2)
+        ax.set(title=task, xlabel="depth step", ylabel=ylabel)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric: Mapping[str, str],
+                    x: str = "step") -> Figure:
+    """Test metric against training step (or cumulative FLOPs), with seed bands.
+
+    Args:
+        curves: task → model → per-seed ``(P, 2)`` arrays of (x, test metric).
+        metric: task → metric name (axis label).
+        x: ``"step"`` or ``"FLOPs"`` (axis label only; the arrays carry the values).
+    """
+    fig, axes = _grid(len(curves))
+    for ax, (task, by_model) in zip(axes, curves.items(), strict=True):
+        colors = model_colors(list(by_model))
+        for model, seeds in by_model.items():
+            n = min(len(c) for c in seeds)
+            stacked = np.stack([c[:n] for c in seeds])  # (seeds, P, 2)
+            xs, ys = stacked[0, :, 0], stacked[:, :, 1]
+            ax.plot(xs, ys.mean(0), color=colors[model], label=model, lw=1.2)
+            if len(seeds) > 1:
+                ax.fill_between(xs, ys.min(0), ys.max(0), color=colors[model], alpha=0.2)
+        ax.set(title=task, xlabel="training step" if x == "step" else "training FLOPs",
+               ylabel=f"test {metric[task]}")
+        if metric[task] == "mse":
+            ax.set_yscale("log")
+        if x != "step":
+            ax.set_xscale("log")
+        ax.legend(fontsize=7)
+    fig.suptitle("line: mean over seeds; band: min–max over seeds", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def comparison_bars(tables: Mapping[str, Mapping[str, tuple[float, float]]],
+                    metric: Mapping[str, str]) -> Figure:
+    """Per task, the test metric of every model as mean with a 95% CI error bar.
+
+    Args:
+        tables: task → model → (mean, CI half-width; 0 for a single seed).
+        metric: task → metric name.
+    """
+    fig, axes = _grid(len(tables))
+    for ax, (task, by_model) in zip(axes, tables.items(), strict=True):
+        colors = model_colors(list(by_model))
+        names = list(by_model)
+        means = np.array([by_model[m][0] for m in names], dtype=float)
+        half = np.array([by_model[m][1] for m in names], dtype=float)
+        ax.bar(range(len(names)), means, yerr=half, capsize=3,
+               color=[colors[m] for m in names])
+        ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
+        ax.set(title=task, ylabel=f"test {metric[task]}")
+        if metric[task] == "mse" and np.all(means[np.isfinite(means)] > 0):
+            ax.set_yscale("log")
+    fig.suptitle("bars: mean over seeds; error bars: 95% CI (none for one seed)", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def nfe_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]]) -> Figure:
+    """ODE function evaluations per forward pass over training, one panel per task."""
+    fig, axes = _grid(len(curves))
+    for ax, (task, by_model) in zip(axes, curves.items(), strict=True):
+        colors = model_colors(list(by_model))
+        for model, seeds in by_model.items():
+            for i, c in enumerate(seeds):
+                ax.plot(c[:, 0], c[:, 1], color=colors[model], lw=1.0,
+                        label=model if i == 0 else None)
+        ax.set(title=task, xlabel="training step", ylabel="NFE per forward pass")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,80 @@
+"""Probes: run each trained model once over its test and OOD splits and cache what it did.
+
+Per layer and sample of a Delta stack: β, ‖k̃‖, the readout kᵀX, the target v, and the
+discrepancy before and after the update; for every family, the hidden depth trajectory
+and the decoded per-step predictions beside the ground truth. Files live in
+``<run>/probes/<key>.npz``, so figures and reports never retrain or rerun a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ._config import COUNTED
+from ._model import DepthModel
+from ._store import ResultStore, RunResult, load_trained, model_path, store_path
+from ._task import Task
+
+PROBE_SAMPLES = 256
+
+
+def probe_path(run_dir: str | Path, key: str) -> Path:
+    return Path(run_dir) / "probes" / f"{key}.npz"
+
+
+def usable_rows(run_dir: Path) -> list[RunResult]:
+    """Cells whose metrics count and whose trained weights are stored."""
+    store = ResultStore(store_path(run_dir))
+    return [r for r in store.rows() if r.status in COUNTED and model_path(run_dir, r.key).is_file()]
+
+
+@torch.no_grad()
+def probe_model(
+    task: Task, model: DepthModel, seed: int, n: int = PROBE_SAMPLES
+) -> dict[str, np.ndarray]:
+    """Arrays of one trained model on ``n`` samples of each split it can run.
+
+    Per split ``s``: ``s_states`` (hidden trajectory), ``s_pred`` (decoded per step),
+    ``s_truth`` (ground-truth trajectory, if the task has one). For Delta stacks, on the
+    test split: ``beta``, ``k_raw_norm``, ``readout``, ``v``, ``e_pre``, ``e_post``.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    for split in task.splits[1:]:  # test and the OOD splits
+        data = task.sample(n, seed, split)
+        if data.steps > model.depth and not model.can_extrapolate:
+            continue
+        states = model.trajectory(data.inputs, data.controls, data.steps)
+        arrays[f"{split}_states"] = states.numpy()
+        arrays[f"{split}_pred"] = model.decode(states[:, 1:]).numpy()
+        if data.trajectory is not None:
+            arrays[f"{split}_truth"] = data.trajectory.numpy()
+        if split == "test" and hasattr(model, "probe"):
+            probe = model.probe(data.inputs, data.controls, data.steps)
+            for name in ("beta", "k_raw_norm", "readout", "v", "e_pre", "e_post"):
+                arrays[name] = getattr(probe, name).float().numpy()
+    return arrays
+
+
+def probe_run(run_dir: str | Path, n: int = PROBE_SAMPLES, progress: bool = True) -> int:
+    """Probe every finished cell that has no probe file yet; returns how many were probed."""
+    run_dir = Path(run_dir)
+    todo = [r for r in usable_rows(run_dir) if not probe_path(run_dir, r.key).is_file()]
+    for row in tqdm(todo, desc="probing", disable=not progress or not todo, leave=False):
+        task, model = load_trained(run_dir, row.key)
+        path = probe_path(run_dir, row.key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path, **probe_model(task, model, row.seed, n))
+    return len(todo)
+
+
+def load_probes(run_dir: Path) -> Iterator[tuple[RunResult, dict[str, np.ndarray]]]:
+    for row in usable_rows(run_dir):
+        path = probe_path(run_dir, row.key)
+        if path.is_file():
+            with np.load(path) as data:
+                yield row, dict(data)
