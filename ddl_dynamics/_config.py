@@ -113,6 +113,8 @@ class ModelEntry:
     label: str
     options: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
+    #: Task labels this entry runs on (empty: every applicable task).
+    tasks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,8 @@ class ExperimentConfig:
                 continue
             for m_index, model in enumerate(self.models):
                 if "model" in only and model.label not in only["model"]:
+                    continue
+                if model.tasks and entry.label not in model.tasks:
                     continue
                 resolved = parser.resolve(self, t_index, m_index)
                 if resolved is None:
@@ -345,10 +349,10 @@ class _Parser:
             raise self.fail("seeds", f"expected a non-empty list of integers ≥ 0, got {seeds!r}")
         defaults = self.table(data.get("defaults", {}), "defaults")
         self.keys(defaults, ("model", "train"), "defaults")
-        models = tuple(self.model_entry(m, f"models[{i}]")
-                       for i, m in enumerate(self.entries(data, "models")))
         tasks = tuple(self.task_entry(t, f"tasks[{i}]")
                       for i, t in enumerate(self.entries(data, "tasks")))
+        models = tuple(self.model_entry(m, f"models[{i}]", tasks)
+                       for i, m in enumerate(self.entries(data, "models")))
         for section, entries in (("tasks", tasks), ("models", models)):
             labels = [e.label for e in entries]
             for i, label in enumerate(labels):
@@ -400,34 +404,38 @@ class _Parser:
         return TaskEntry(name, self.string(data, "label", where, name), spec, model,
                          self.train_table(data.get("train", {}), f"{where}.train"))
 
-    def model_entry(self, data: dict[str, Any], where: str) -> ModelEntry:
+    def model_entry(self, data: dict[str, Any], where: str,
+                    tasks: Sequence[TaskEntry]) -> ModelEntry:
         name = self.string(data, "name", where)
         names = list_models()
         if name not in MODELS:
             raise self.fail(f"{where}.name", f"unknown model {name!r}; models: "
                             f"{', '.join(names)}." + did_you_mean(name, names))
-        options = {k: v for k, v in data.items() if k not in ("name", "label", "train")}
+        options = {k: v for k, v in data.items() if k not in ("name", "label", "train", "tasks")}
         return ModelEntry(
             name, self.string(data, "label", where, name),
             self.model_table(options, where, set(model_options(name))),
             self.train_table(data.get("train", {}), f"{where}.train"),
+            self.known_labels(data.get("tasks", []), f"{where}.tasks", tasks),
         )
+
+    def known_labels(self, value: Any, where: str, entries: Sequence[Any]) -> tuple[str, ...]:
+        """Labels that must each name one of ``entries``."""
+        labels = self.labels(value, where)
+        known = [e.label for e in entries]
+        for label in labels:
+            if label not in known:
+                raise self.fail(where, f"no entry labelled {label!r}; labels: "
+                                f"{', '.join(known)}." + did_you_mean(label, known))
+        return labels
 
     def override(self, data: Any, where: str, tasks: Sequence[TaskEntry],
                  models: Sequence[ModelEntry], option_names: set[str]) -> Override:
         data = self.table(data, where)
         self.keys(data, ("tasks", "models", "model", "train"), where)
-        selected = {}
-        for axis, entries in (("tasks", tasks), ("models", models)):
-            labels = self.labels(data.get(axis, []), f"{where}.{axis}")
-            known = [e.label for e in entries]
-            for label in labels:
-                if label not in known:
-                    raise self.fail(f"{where}.{axis}", f"no entry labelled {label!r}; labels: "
-                                    f"{', '.join(known)}." + did_you_mean(label, known))
-            selected[axis] = labels
         return Override(
-            selected["tasks"], selected["models"],
+            self.known_labels(data.get("tasks", []), f"{where}.tasks", tasks),
+            self.known_labels(data.get("models", []), f"{where}.models", models),
             self.model_table(data.get("model", {}), f"{where}.model", option_names),
             self.train_table(data.get("train", {}), f"{where}.train"),
         )

@@ -46,6 +46,16 @@ def test_cells_cover_tasks_models_seeds_with_resolved_options():
     assert (flip["width"], flip["encoder"], flip["decoder"]) == (1, "identity", "identity")
 
 
+def test_a_model_entry_can_be_limited_to_some_tasks():
+    models = [*BASE["models"], {"name": "ddl", "label": "ddl-tied", "tied": True,
+                                "tasks": ["parity"]}]
+    cells = by_label(config(models=models).cells())
+    assert ("parity", "ddl-tied", 0) in cells and ("sign-flip", "ddl-tied", 0) not in cells
+    assert cells["parity", "ddl-tied", 0].config["tied"] is True
+    with pytest.raises(dd.ConfigError, match=r"models\[3\]\.tasks.*'parit'.*Did you mean"):
+        config(models=[*BASE["models"], {"name": "ddl", "label": "x", "tasks": "parit"}])
+
+
 def test_resolution_order_defaults_task_model_override():
     cells = by_label(config(
         tasks=[{"name": "parity", "model": {"hidden": 4}, "train": {"lr": 0.01},
