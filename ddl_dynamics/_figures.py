@@ -9,9 +9,9 @@ import numpy as np
 
 from . import _plots as plots
 from ._analysis import contraction, depth_determinant, regime_fractions
-from ._probes import load_probes, probe_run, usable_rows
+from ._probes import erases, load_probes, probe_run, usable_rows
 from ._report import build_report
-from ._store import RunResult, store_path
+from ._store import store_path
 
 #: The figure groups of ``ddl-dyn plot``.
 FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare")
@@ -21,22 +21,17 @@ def figure_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "figures"
 
 
-def _family(row: RunResult) -> str:
-    return row.config.get("model", row.model)
-
-
 def regime_figures(run_dir: Path) -> list[Path]:
     """Regime atlas and β histograms per Delta-stack label, the discrepancy check, the
     depth determinants."""
     betas: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     checks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     for row, arrays in load_probes(run_dir):
-        if "beta" not in arrays:
+        if not erases(row):
             continue
         betas[row.model][row.task].append(arrays["beta"])
-        if _family(row) == "ddl":
-            ratio = contraction(arrays["e_pre"], arrays["e_post"])
-            checks[row.task].append((np.abs(1 - arrays["beta"]).ravel(), ratio.ravel()))
+        ratio = contraction(arrays["e_pre"], arrays["e_post"])
+        checks[row.task].append((np.abs(1 - arrays["beta"]).ravel(), ratio.ravel()))
     out: list[Path] = []
     out_dir = figure_dir(run_dir)
     for label, by_task in sorted(betas.items()):

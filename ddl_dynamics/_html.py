@@ -93,10 +93,13 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
         parts.append("<h2>Expectations against the measured seeds</h2>")
         parts.append(_table(*expectation_cells(report), tag_last=True))
     if report.regimes:
-        parts.append("<h2>Gate regimes used by the trained Delta stacks</h2>")
+        parts.append("<h2>Gate regimes used by the trained Delta stacks</h2><p>Share of "
+                     "(sample, layer) gates per regime on the test split, pooled over seeds, "
+                     "for the <code>ddl</code> family (with <code>ddl-write</code>, β only "
+                     "scales a write).</p>")
         parts.append(_table(*regime_cells(report)))
     parts.append("<h2>Results per task</h2>")
-    parts.append(f"<p>Mean ± 95% CI over seeds (— : one seed); p: Welch's t-test of the "
+    parts.append(f"<p>Mean ± 95% CI over seeds (a bare mean: one seed); p: Welch's t-test of the "
                  f"test metric against <code>{html.escape(report.baseline)}</code>.</p>")
     for table in report.tables:
         arrow = "↑" if table.higher_is_better else "↓"

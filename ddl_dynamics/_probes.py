@@ -78,3 +78,10 @@ def load_probes(run_dir: Path) -> Iterator[tuple[RunResult, dict[str, np.ndarray
         if path.is_file():
             with np.load(path) as data:
                 yield row, dict(data)
+
+
+def erases(row: RunResult) -> bool:
+    """Whether the cell's model is a Delta stack with the erase term (family ``ddl``): only
+    there does β set the shortcut's eigenvalue 1 − β, so only there do gate regimes apply
+    (``ddl-write``'s β merely scales its write)."""
+    return row.config.get("model") == "ddl"

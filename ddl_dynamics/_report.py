@@ -29,7 +29,7 @@ from ._analysis import regime_fractions
 from ._config import COUNTED
 from ._expectations import Verdict, check_expectations
 from ._operator import REGIMES
-from ._probes import load_probes
+from ._probes import erases, load_probes
 from ._store import STATUSES, ResultStore, RunResult, store_path
 from ._task import make_task
 
@@ -164,7 +164,7 @@ def _regimes(run_dir: Path) -> list[RegimeRow]:
     betas: dict[tuple[str, str], list[np.ndarray]] = defaultdict(list)
     stated: dict[str, tuple[str, ...]] = {}
     for row, arrays in load_probes(run_dir):
-        if "beta" in arrays:
+        if erases(row):
             betas[row.task, row.model].append(arrays["beta"])
             if row.task not in stated:
                 stated[row.task] = make_task(row.config["task"], **row.config["spec"]).regimes
@@ -246,7 +246,9 @@ def _num(value: float | None, digits: int = 4) -> str:
 
 
 def _est(e: Estimate) -> str:
-    return "—" if e.mean is None else f"{_num(e.mean)} ± {_num(e.ci, 2)}"
+    if e.mean is None:
+        return "—"
+    return _num(e.mean) if e.ci is None else f"{_num(e.mean)} ± {_num(e.ci, 2)}"
 
 
 def _p(value: float | None) -> str:
@@ -324,8 +326,8 @@ def render_markdown(report: Report) -> str:
     if machine:
         lines.append(f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} CPUs"
                      + (f", {machine['cuda']}" if "cuda" in machine else "") + ".")
-    lines += ["", f"Mean ± 95% CI over seeds (— : one seed); p: Welch's t-test of the test "
-              f"metric against `{report.baseline}`; ↑/↓: higher/lower is better.", ""]
+    lines += ["", "Mean ± 95% CI over seeds (a bare mean: one seed); p: Welch's t-test of the "
+              f"test metric against `{report.baseline}`; ↑/↓: higher/lower is better.", ""]
     for table in report.tables:
         arrow = "↑" if table.higher_is_better else "↓"
         lines += [f"## {table.task} — {table.metric} {arrow}", ""]
@@ -339,7 +341,9 @@ def render_markdown(report: Report) -> str:
         lines += ["## Expectations against the measured seeds", ""]
         lines += [*_md_table(*expectation_cells(report)), ""]
     if report.regimes:
-        lines += ["## Gate regimes used by the trained Delta stacks (test split)", ""]
+        lines += ["## Gate regimes used by the trained Delta stacks (test split)", "",
+                  "Share of (sample, layer) gates per regime, pooled over seeds, for the `ddl` "
+                  "family (with `ddl-write`, β only scales a write).", ""]
         lines += [*_md_table(*regime_cells(report)), ""]
     return "\n".join(lines)
 

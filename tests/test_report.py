@@ -86,7 +86,7 @@ def test_renderers(run_dir):
     report = dd.build_report(run_dir)
     md = render(report, "md")
     assert "## parity — accuracy ↑" in md and "p vs resnet" in md
-    assert "0.9267 ± " in md and "0.6 ± —" in md  # n = 1: no interval
+    assert "0.9267 ± " in md and "| 0.6 |" in md  # n = 1: a bare mean, no interval
     assert "**diverged** — loss became nan at step 7" in md and "**failed**" in md
     assert "3 ok, 1 diverged" in md
     rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
