@@ -62,7 +62,7 @@ def trajectory_figures(run_dir: Path, samples: int = 3) -> list[Path]:
         norms[row.task][row.model] = np.linalg.norm(arrays["test_states"], axis=-1).mean(0)
         split = max((k[: -len("_truth")] for k in arrays if k.endswith("_truth")),
                     key=lambda s: arrays[f"{s}_pred"].shape[1], default=None)
-        if split is None or arrays[f"{split}_truth"].shape[-1] < 2:
+        if split is None or arrays[f"{split}_truth"].shape[-1] != 2:  # phase-plane flows only
             continue
         truth = arrays[f"{split}_truth"][:samples, 1:]
         portraits[row.task][row.model] = (arrays[f"{split}_pred"][:samples], truth)
@@ -115,7 +115,7 @@ def compare_figures(run_dir: Path) -> list[Path]:
     if not tables:
         return []
     metric = {t.task: t.metric for t in report.tables}
-    return plots.save_figure(plots.comparison_bars(tables, metric),
+    return plots.save_figure(plots.comparison(tables, metric, report.baseline),
                              figure_dir(run_dir) / "compare")
 
 

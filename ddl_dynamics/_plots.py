@@ -7,7 +7,7 @@ each can be tested on hand-made arrays. Colours are the Okabe–Ito colour-blind
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import matplotlib
@@ -16,9 +16,9 @@ from matplotlib.figure import Figure
 
 from ._operator import REGIME_BOUNDS, REGIMES
 
-#: Okabe–Ito palette (colour-blind safe), in a fixed order.
+#: Okabe–Ito palette (colour-blind safe), then two from Tol's muted set for larger sweeps.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-           "#000000")
+           "#000000", "#882255", "#999999")
 #: One colour per gate regime, identity → reflection.
 REGIME_COLORS = dict(zip(REGIMES, ("#BBBBBB", "#56B4E9", "#009E73", "#E69F00", "#D55E00"),
                          strict=True))
@@ -47,9 +47,10 @@ def styled(build: Callable[..., Figure]) -> Callable[..., Figure]:
     return wrapper
 
 
-def model_colors(models: Sequence[str]) -> dict[str, str]:
-    """A stable colour per model label (sorted, so every figure agrees)."""
-    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(sorted(models))}
+def model_colors(panels: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
+    """One colour per model label across all panels of a figure (sorted labels)."""
+    models = sorted({m for by_model in panels.values() for m in by_model})
+    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(models)}
 
 
 def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
@@ -197,8 +198,8 @@ def phase_portraits(panels: Mapping[str, tuple[np.ndarray, np.ndarray]],
 def depth_profiles(profiles: Mapping[str, Mapping[str, np.ndarray]], ylabel: str) -> Figure:
     """One panel per task: a per-depth quantity (mean over samples) for every model."""
     fig, axes = _grid(len(profiles))
+    colors = model_colors(profiles)
     for ax, (task, by_model) in zip(axes, profiles.items(), strict=True):
-        colors = model_colors(list(by_model))
         for model, values in by_model.items():
             ax.plot(np.arange(len(values)), values, color=colors[model], label=model, lw=1.2)
         ax.set(title=task, xlabel="depth step", ylabel=ylabel)
@@ -218,8 +219,8 @@ def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric
         x: ``"step"`` or ``"FLOPs"`` (axis label only; the arrays carry the values).
     """
     fig, axes = _grid(len(curves))
+    colors = model_colors(curves)
     for ax, (task, by_model) in zip(axes, curves.items(), strict=True):
-        colors = model_colors(list(by_model))
         for model, seeds in by_model.items():
             n = min(len(c) for c in seeds)
             stacked = np.stack([c[:n] for c in seeds])  # (seeds, P, 2)
@@ -240,27 +241,33 @@ def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric
 
 
 @styled
-def comparison_bars(tables: Mapping[str, Mapping[str, tuple[float, float]]],
-                    metric: Mapping[str, str]) -> Figure:
-    """Per task, the test metric of every model as mean with a 95% CI error bar.
+def comparison(tables: Mapping[str, Mapping[str, tuple[float, float]]],
+               metric: Mapping[str, str], baseline: str = "resnet") -> Figure:
+    """Per task, every model's test metric: mean over seeds with its 95% CI.
+
+    Points, not bars, so that a log axis (MSE) does not exaggerate; a dashed line marks
+    the additive baseline's mean.
 
     Args:
         tables: task → model → (mean, CI half-width; 0 for a single seed).
         metric: task → metric name.
     """
     fig, axes = _grid(len(tables))
+    colors = model_colors(tables)
     for ax, (task, by_model) in zip(axes, tables.items(), strict=True):
-        colors = model_colors(list(by_model))
         names = list(by_model)
-        means = np.array([by_model[m][0] for m in names], dtype=float)
-        half = np.array([by_model[m][1] for m in names], dtype=float)
-        ax.bar(range(len(names)), means, yerr=half, capsize=3,
-               color=[colors[m] for m in names])
+        for x, name in enumerate(names):
+            mean, half = by_model[name]
+            ax.errorbar(x, mean, yerr=half, fmt="o", ms=6, capsize=3, color=colors[name])
+        if baseline in by_model:
+            ax.axhline(by_model[baseline][0], color="0.4", lw=0.8, ls="--")
         ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
         ax.set(title=task, ylabel=f"test {metric[task]}")
+        means = np.array([by_model[m][0] for m in names], dtype=float)
         if metric[task] == "mse" and np.all(means[np.isfinite(means)] > 0):
             ax.set_yscale("log")
-    fig.suptitle("bars: mean over seeds; error bars: 95% CI (none for one seed)", fontsize=8)
+    fig.suptitle(f"points: mean over seeds; bars: 95% CI (none for one seed); dashed: "
+                 f"{baseline}", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -269,8 +276,8 @@ def comparison_bars(tables: Mapping[str, Mapping[str, tuple[float, float]]],
 def nfe_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]]) -> Figure:
     """ODE function evaluations per forward pass over training, one panel per task."""
     fig, axes = _grid(len(curves))
+    colors = model_colors(curves)
     for ax, (task, by_model) in zip(axes, curves.items(), strict=True):
-        colors = model_colors(list(by_model))
         for model, seeds in by_model.items():
             for i, c in enumerate(seeds):
                 ax.plot(c[:, 0], c[:, 1], color=colors[model], lw=1.0,
