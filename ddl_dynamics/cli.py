@@ -7,6 +7,7 @@ malformed TOML, missing files), reported as one line on stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -143,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as err:  # ConfigError is a ValueError
         print(f"ddl-dyn: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("ddl-dyn: interrupted; finished cells are stored, rerun to resume",
               file=sys.stderr)
