@@ -8,6 +8,7 @@ The β regime thresholds live here and nowhere else.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -54,6 +55,79 @@ def _check_shapes(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> bool:
     return matrix
 
 
+def _readout(k: Tensor, X: Tensor) -> Tensor:
+    """``kᵀX`` for ``X (..., d, d_v)``, ``(..., d_v)``, accumulated in at least float32."""
+    acc = torch.promote_types(X.dtype, torch.float32)
+    k, X = k.to(acc), X.to(acc)
+    if X.shape[-1] == 1:  # one dot per sample: multiply-and-sum beats a batch of 1×d matmuls
+        return (k * X.squeeze(-1)).sum(-1, keepdim=True)
+    return (k.unsqueeze(-2) @ X).squeeze(-2)
+
+
+def _contract(X: Tensor, c: Tensor, into: Tensor | None = None) -> Tensor:
+    """``X c`` over the value channels, ``(..., d)``, in ≥ float32; or ``into − X c`` in place."""
+    acc = torch.promote_types(X.dtype, torch.float32)
+    X, c = X.to(acc), c.to(acc)
+    if X.shape[-1] == 1:
+        X = X.squeeze(-1)
+        return X * c if into is None else into.addcmul_(X, c, value=-1)
+    # Against Xᵀ the matmul runs along rows of length d rather than d_v: several times faster.
+    Xc = (c.unsqueeze(-2) @ X.mT).squeeze(-2)
+    return Xc if into is None else into.sub_(Xc)
+
+
+def _rank_one(X: Tensor, k: Tensor, c: Tensor) -> Tensor:
+    """``X + k cᵀ`` in the dtype of ``X``."""
+    return torch.addcmul(X, k.unsqueeze(-1), c.to(X.dtype).unsqueeze(-2))
+
+
+def _residual(X: Tensor, k: Tensor, v: Tensor, erase: bool) -> Tensor:
+    """``v − kᵀX`` (delta rule) or ``v`` (write only), in at least float32."""
+    v = v.to(torch.promote_types(X.dtype, torch.float32))
+    return v - _readout(k, X) if erase else v
+
+
+class _RankOneUpdate(torch.autograd.Function):
+    """``Y = X + k cᵀ``, ``c = β e``, ``e = v − kᵀX`` (delta rule) or ``e = v`` (write only).
+
+    Autograd through the composite makes a pass over the state for every op it records;
+    the closed form needs about half as many. With upstream gradient ``G`` and ``g = kᵀG``:
+    ``dX = G − β k gᵀ``, ``dk = G c − β X g``, ``dv = β g``, ``dβ = eᵀg``, where the
+    ``β k gᵀ`` and ``β X g`` terms come from the erasure. The backward is made of
+    differentiable ops, so it can itself be differentiated.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool) -> Tensor:
+        e = _residual(X, k, v, erase)
+        ctx.erase = erase
+        ctx.save_for_backward(X, k, v, beta, e)
+        return _rank_one(X, k, beta.to(e.dtype).unsqueeze(-1) * e)
+
+    @staticmethod
+    def backward(ctx: Any, G: Tensor) -> tuple[Tensor | None, ...]:
+        X, k, v, beta, e = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward: e must be differentiable in X, k and v
+            e = _residual(X, k, v, ctx.erase)
+        g = _readout(k, G)
+        beta = beta.to(g.dtype).unsqueeze(-1)
+        dX = dk = None
+        if ctx.needs_input_grad[0]:
+            dX = _rank_one(G, k, -beta * g) if ctx.erase else G
+        if ctx.needs_input_grad[1]:
+            dk = _contract(G, beta * e)
+            if ctx.erase:
+                dk = _contract(X, beta * g, into=dk)
+        return dX, dk, beta * g, (e * g).sum(-1), None
+
+
+def _update(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool) -> Tensor:
+    """Validate, view a vector state as one value channel, and apply :class:`_RankOneUpdate`."""
+    if _check_shapes(X, k, v, beta):
+        return _RankOneUpdate.apply(X, k, v, beta, erase)
+    return _RankOneUpdate.apply(X.unsqueeze(-1), k, v.unsqueeze(-1), beta, erase).squeeze(-1)
+
+
 def delta_update(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tensor:
     """``X + β k (vᵀ − kᵀX)``: erase the readout along ``k``, then write ``v`` there.
 
@@ -66,23 +140,12 @@ def delta_update(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tensor:
     The readout ``kᵀX`` is accumulated in at least float32, so bfloat16 states keep
     the identity ``e_post = (1 − β) e_pre`` to float32 rounding of the reduction.
     """
-    matrix = _check_shapes(X, k, v, beta)
-    acc = torch.promote_types(X.dtype, torch.float32)
-    if matrix:
-        readout = torch.einsum("...d,...dv->...v", k.to(acc), X.to(acc))  # (..., d_v)
-        coef = beta.to(acc).unsqueeze(-1) * (v.to(acc) - readout)  # (..., d_v)
-        return torch.addcmul(X, k.unsqueeze(-1), coef.to(X.dtype).unsqueeze(-2))
-    readout = torch.linalg.vecdot(k.to(acc), X.to(acc))  # (...,)
-    coef = beta.to(acc) * (v.to(acc) - readout)
-    return torch.addcmul(X, k, coef.to(X.dtype).unsqueeze(-1))
+    return _update(X, k, v, beta, erase=True)
 
 
 def write_update(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tensor:
     """``X + β k vᵀ``: the write-only control, the delta rule without its erase term."""
-    matrix = _check_shapes(X, k, v, beta)
-    if matrix:
-        return torch.addcmul(X, k.unsqueeze(-1), (beta.unsqueeze(-1) * v).unsqueeze(-2))
-    return torch.addcmul(X, k, (beta * v).unsqueeze(-1))
+    return _update(X, k, v, beta, erase=False)
 
 
 def shortcut_matrix(k: Tensor, beta: Tensor) -> Tensor:

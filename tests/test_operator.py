@@ -24,14 +24,13 @@ def readout(X, k):
     return (k.unsqueeze(-1) * (X if X.dim() > k.dim() else X.unsqueeze(-1))).sum(-2)
 
 
-def dense_delta(X, k, v, beta):
-    """Independent reference: A X + β k vᵀ with the materialised A = I − βkkᵀ."""
+def dense_update(X, k, v, beta, erase=True):
+    """Independent reference: A X + β k vᵀ, A = I − βkkᵀ materialised (A = I: write only)."""
     col = X.dim() == k.dim()
     Xm = X.unsqueeze(-1) if col else X
     vm = v.unsqueeze(-1) if col else v
-    out = dd.shortcut_matrix(k, beta) @ Xm + beta[..., None, None] * k.unsqueeze(-1) * vm.unsqueeze(
-        -2
-    )
+    A = dd.shortcut_matrix(k, beta if erase else torch.zeros_like(beta))
+    out = A @ Xm + beta[..., None, None] * k.unsqueeze(-1) * vm.unsqueeze(-2)
     return out.squeeze(-1) if col else out
 
 
@@ -64,7 +63,7 @@ shapes = st.tuples(
 def test_delta_update_matches_dense_reference(case):
     batch, d, d_v, seed = case
     X, k, v, beta = random_case(tuple(batch), d, d_v, seed)
-    torch.testing.assert_close(dd.delta_update(X, k, v, beta), dense_delta(X, k, v, beta))
+    torch.testing.assert_close(dd.delta_update(X, k, v, beta), dense_update(X, k, v, beta))
 
 
 @settings(max_examples=40, deadline=None)
@@ -131,6 +130,23 @@ def test_gradcheck_float64(update, d_v):
     assert torch.autograd.gradgradcheck(update, inputs)
 
 
+@pytest.mark.parametrize(("update", "erase"), [(dd.delta_update, True), (dd.write_update, False)])
+@settings(max_examples=30, deadline=None)
+@given(shapes, st.lists(st.booleans(), min_size=4, max_size=4))
+def test_gradients_match_autograd_through_the_dense_reference(update, erase, case, needs):
+    batch, d, d_v, seed = case
+    needs[seed % 4] = True  # at least one input asks for a gradient
+    tensors = random_case(tuple(batch), d, d_v, seed)
+    inputs = [t.requires_grad_(n) for t, n in zip(tensors, needs, strict=True)]
+    wanted = [t for t in inputs if t.requires_grad]
+    out, ref = update(*inputs), dense_update(*inputs, erase=erase)
+    upstream = torch.randn_like(out)
+    got = torch.autograd.grad(out, wanted, upstream)
+    expected = torch.autograd.grad(ref, wanted, upstream)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)
+
+
 def test_gradcheck_through_normalisation_and_gate():
     g = torch.Generator().manual_seed(1)
     X, k_raw, v, logit = (
@@ -159,11 +175,13 @@ class LargestTensor(TorchDispatchMode):
         return out
 
 
-def test_no_d_by_d_matrix_at_d_16384():
-    batch, d, d_v = 2, 16384, 4
+@pytest.mark.parametrize("d_v", [1, 4])
+@pytest.mark.parametrize("update", [dd.delta_update, dd.write_update])
+def test_no_d_by_d_matrix_at_d_16384(update, d_v):
+    batch, d = 2, 16384
     X, k, v, beta = (t.float().requires_grad_() for t in random_case((batch,), d, d_v))
     with LargestTensor() as mode:
-        out = dd.delta_update(X, k, v, beta)
+        out = update(X, k, v, beta)
         out.square().sum().backward()
     assert out.shape == (batch, d, d_v) and torch.isfinite(X.grad).all()
     assert mode.largest <= batch * d * d_v  # a d×d operator would be 4096× larger
@@ -175,6 +193,22 @@ def test_bfloat16_state_keeps_fp32_readout():
     assert out16.dtype == torch.bfloat16
     ref = dd.delta_update(*(t.bfloat16().float() for t in (X, k, v, beta)))
     torch.testing.assert_close(out16.float(), ref, atol=0.05, rtol=0.02)
+
+
+@pytest.mark.parametrize("update", [dd.delta_update, dd.write_update])
+def test_bfloat16_gradients_come_back_in_the_input_dtypes(update):
+    inputs = [t.bfloat16().requires_grad_() for t in random_case((8,), 64, 2)]
+    out = update(*inputs)
+    upstream = torch.randn_like(out)
+    out.backward(upstream)
+    ref_inputs = [t.detach().float().requires_grad_() for t in inputs]
+    update(*ref_inputs).backward(upstream.float())
+    for t, ref in zip(inputs, ref_inputs, strict=True):
+        assert t.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(t.grad.float(), ref.grad, atol=0.05, rtol=0.02)
+    # A float32 gate, as dd.gate returns, does not promote a bfloat16 state.
+    X, k, v, beta = (t.detach() for t in inputs)
+    assert update(X, k, v, beta.float()).dtype == torch.bfloat16
 
 
 def test_normalize_direction():
