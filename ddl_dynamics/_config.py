@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import json
 import tomllib
 import types
@@ -33,6 +32,7 @@ from typing import Any, Literal
 import torch
 
 from ._model import MODELS, list_models, make_model
+from ._model import model_options as _model_options
 from ._registry import did_you_mean
 from ._task import TASKS, Task, list_tasks, make_task
 
@@ -274,34 +274,8 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
 
 
 def model_options(name: str) -> dict[str, tuple[Any, Any]]:
-    """``option → (default, type hint)`` for a registered model, dims excluded.
-
-    Follows ``**kwargs`` up a class's bases so that options a family passes on to
-    :class:`DepthModel` are found too.
-    """
-    factory = MODELS.get(name)
-    options: dict[str, tuple[Any, Any]] = {}
-    targets = ([c.__init__ for c in factory.__mro__ if "__init__" in vars(c)]
-               if inspect.isclass(factory) else [factory])
-    for target in targets:
-        try:
-            params = inspect.signature(target).parameters.values()
-        except (TypeError, ValueError):
-            continue
-        try:
-            hints = typing.get_type_hints(target)
-        except (NameError, TypeError):
-            hints = {}
-        for p in params:
-            if p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name == "self":
-                continue
-            default = None if p.default is p.empty else p.default
-            options.setdefault(p.name, (default, hints.get(p.name)))
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    for dim in _TASK_DIMS:
-        options.pop(dim, None)
-    return options
+    """``option → (default, type hint)`` an experiment may set (the task fixes the dims)."""
+    return {k: v for k, v in _model_options(name).items() if k not in _TASK_DIMS}
 
 
 class _Parser:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import typing
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -222,39 +223,45 @@ def register_model(name: str, model: Callable[..., DepthModel] | None = None) ->
     return MODELS.register(name, model)
 
 
-def _options(factory: Callable[..., Any]) -> set[str] | None:
-    """The keyword options ``factory`` accepts, following ``**options`` pass-through up the
-    class chain; ``None`` when it accepts any keyword."""
-    inits = (
+def model_options(name: str) -> dict[str, tuple[Any, Any]]:
+    """``option → (default, type hint)`` of a registered model.
+
+    Follows ``**options`` pass-through up a class's bases, so that options a family hands
+    on to :class:`DepthModel` are found too. A model declares its options by name: a
+    keyword it only swallows through ``**kwargs`` is not one.
+    """
+    factory = MODELS.get(name)
+    targets = (
         [c.__init__ for c in factory.__mro__ if "__init__" in vars(c)]
         if isinstance(factory, type)
         else [factory]
     )
-    names: set[str] = set()
-    for init in inits:
-        params = list(inspect.signature(init).parameters.values())
-        names |= {
-            p.name
-            for p in params
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"
-        }
+    options: dict[str, tuple[Any, Any]] = {}
+    for target in targets:
+        params = list(inspect.signature(target).parameters.values())
+        try:
+            hints = typing.get_type_hints(target)
+        except (NameError, TypeError):
+            hints = {}
+        for p in params:
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self":
+                default = None if p.default is p.empty else p.default
+                options.setdefault(p.name, (default, hints.get(p.name)))
         if all(p.kind is not p.VAR_KEYWORD for p in params):
-            return names
-    return None
+            break
+    return options
 
 
 def make_model(name: str, **config: Any) -> DepthModel:
     """Build a registered model; unknown options fail with the list of valid ones."""
-    factory = MODELS.get(name)
-    options = _options(factory)
-    unknown = sorted(set(config) - options) if options is not None else []
+    options = sorted(model_options(name))
+    unknown = sorted(set(config) - set(options))
     if unknown:
-        valid = sorted(options or ())
         raise ValueError(
-            f"model {name!r} has no option {unknown[0]!r}; options: {', '.join(valid)}."
-            + did_you_mean(unknown[0], valid)
+            f"model {name!r} has no option {unknown[0]!r}; options: {', '.join(options)}."
+            + did_you_mean(unknown[0], options)
         )
-    return factory(**config)
+    return MODELS.get(name)(**config)
 
 
 def list_models() -> list[str]:
