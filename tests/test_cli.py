@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_train import infinite_loss
 
 import ddl_dynamics as dd
 from ddl_dynamics.cli import main
@@ -86,8 +85,8 @@ def test_run_resume_and_report(write, tmp_path, capsys):
     assert csv_path.read_text().startswith("task,model,")
 
 
-def test_diverged_cells_exit_1(write, tmp_path, capsys, monkeypatch):
-    infinite_loss(monkeypatch, dd.make_task("overwrite"))
+def test_diverged_cells_exit_1(write, tmp_path, capsys, infinite_loss):
+    infinite_loss(dd.make_task("overwrite"))
     assert main(["run", write(), "--run-dir", str(tmp_path / "r")]) == 1
     assert "2 diverged" in capsys.readouterr().out
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 import torch
-from test_train import infinite_loss
 
 import ddl_dynamics as dd
 from ddl_dynamics._train import stamp
@@ -51,9 +50,9 @@ def test_failed_cells_rerun(tmp_path):
     assert summary.ran == 1 and summary.counts == {"ok": 1}
 
 
-def test_diverged_cell_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch):
+def test_diverged_cell_is_recorded_and_the_suite_goes_on(tmp_path, infinite_loss):
     cfg = experiment(["oscillator", "overwrite"], models=["resnet"])
-    infinite_loss(monkeypatch, dd.make_task("oscillator"))
+    infinite_loss(dd.make_task("oscillator"))
     summary = dd.run_experiment(cfg, tmp_path, progress=False)
     assert summary.counts == {"ok": 1, "diverged": 1} and not summary.ok
     rows = {r.task: r for r in dd.ResultStore(tmp_path / "results.sqlite").rows()}
