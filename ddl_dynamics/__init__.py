@@ -1,10 +1,15 @@
 """ddl_dynamics: where does the Delta operator beat additive residual stacks and neural ODEs?
 
-The public API, in one screen. Implementation lives in private ``_``-modules.
+The public API, in one screen. The implementation is in three wings whose imports run one
+way, ``analysis`` → ``experiment`` → task interface → ``models`` → registry:
+
+- ``models/``: the Delta operator and the depth-model families;
+- ``experiment/``: experiment files, the trainer, the runner and the results store;
+- ``analysis/``: report, expectations, probes, regime analysis, figures and HTML.
 """
 
 # --- the Delta operator
-from ._operator import (
+from .models.operator import (
     REGIME_BOUNDS,
     REGIMES,
     delta_update,
@@ -19,11 +24,6 @@ from ._operator import (
 
 # --- depth models (importing the family modules registers them)
 # isort: split
-from . import _delta, _ode, _residual  # noqa: F401
-from ._delta import DeltaProbe
-from ._model import DepthModel, check_model, list_models, make_model, register_model
-from ._params import count_parameters, match_hidden
-
 # --- tasks
 from ._registry import load_file
 from ._task import (
@@ -36,20 +36,24 @@ from ._task import (
     register_task,
     split_generator,
 )
+from .models import delta, ode, residual  # noqa: F401
+from .models.base import DepthModel, check_model, list_models, make_model, register_model
+from .models.delta import DeltaProbe
+from .models.params import count_parameters, match_hidden
 
 # --- experiments, training and results
 # isort: split
-from ._config import Cell, ConfigError, ExperimentConfig, TrainConfig, load_experiment
-from ._report import build_report
-from ._store import ResultStore, RunResult, load_trained
-from ._suite import run_experiment
-from ._train import train
+from .experiment.config import Cell, ConfigError, ExperimentConfig, TrainConfig, load_experiment
+from .experiment.runner import run_experiment
+from .experiment.store import ResultStore, RunResult, load_trained
+from .experiment.train import train
 
 # --- analysis and figures
 # isort: split
-from ._figures import make_figures
-from ._html import write_html_report
-from ._probes import probe_run
+from .analysis.figures import make_figures
+from .analysis.html import write_html_report
+from .analysis.probes import probe_run
+from .analysis.report import build_report
 
 __all__ = [
     "REGIMES",

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._operator import REGIMES
 from ._registry import Registry
+from .models.operator import REGIMES
 
 TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks")
 

@@ -12,13 +12,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ._figures import FIGURE_KINDS, make_figures
-from ._html import write_html_report
-from ._model import MODELS
-from ._report import RENDERERS, build_report, render, write_report
-from ._store import load_task_file
-from ._suite import run_experiment
 from ._task import TASKS, list_tasks
+from .analysis.figures import FIGURE_KINDS, make_figures
+from .analysis.html import write_html_report
+from .analysis.report import RENDERERS, build_report, render, write_report
+from .experiment.runner import run_experiment
+from .experiment.store import load_task_file
+from .models.base import MODELS
 
 Command = Callable[[argparse.Namespace], int]
 

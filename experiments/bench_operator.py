@@ -1,6 +1,6 @@
 """Benchmark: cost of one Delta update (forward + backward) against a plain residual add.
 
-DESIGN §6 target: within 1.5× of ``X + F`` at d = 256, d_v ∈ {1, 4}, and linear in d
+The target: within 1.5× of ``X + F`` at d = 256, d_v ∈ {1, 4}, and linear in d
 (a materialised d×d operator would be d times more work). Prints measured ratios:
 the library's ``delta_update`` and ``write_update``, the same delta rule as unfused torch
 ops under autograd, and the dense ``A X`` alternative; then the cost per state element

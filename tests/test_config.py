@@ -5,7 +5,7 @@ import copy
 import pytest
 
 import ddl_dynamics as dd
-from ddl_dynamics._config import model_options
+from ddl_dynamics.experiment.config import model_options
 
 BASE = {
     "name": "t",

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics._analysis import contraction, depth_determinant, regime_fractions
-from ddl_dynamics._figures import FIGURE_KINDS
-from ddl_dynamics._probes import probe_model
-from ddl_dynamics._report import render
+from ddl_dynamics.analysis.figures import FIGURE_KINDS
+from ddl_dynamics.analysis.probes import probe_model
+from ddl_dynamics.analysis.regimes import contraction, depth_determinant, regime_fractions
+from ddl_dynamics.analysis.report import render
 from ddl_dynamics.cli import main
 
 PLANTED = (2.0, 1.0, 0.0, 1.5)  # reflection, projection, identity, over-relaxed

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import ddl_dynamics as dd
-from ddl_dynamics._report import mean_ci, render, welch_p
+from ddl_dynamics.analysis.report import mean_ci, render, welch_p
 
 samples = st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=8).filter(
     lambda xs: max(xs) - min(xs) > 1e-3)

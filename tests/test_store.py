@@ -7,7 +7,7 @@ import threading
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics._train import run_cell
+from ddl_dynamics.experiment.train import run_cell
 
 
 def result(key, status="ok", task="parity", model="ddl", seed=0, test=0.5):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics._train import stamp
+from ddl_dynamics.experiment.train import stamp
 
 
 def experiment(tasks, models=("resnet", "ddl"), steps=10, **defaults):
@@ -134,18 +134,18 @@ class FakeRay:
 
 
 def test_ray_backend_runs_cells_as_tasks_and_records_lost_ones(tmp_path, monkeypatch):
-    from ddl_dynamics import _suite
+    from ddl_dynamics.experiment import runner
 
     cfg = experiment(["overwrite"])
     monkeypatch.setitem(sys.modules, "ray", FakeRay())
-    work = _suite._work
+    work = runner._work
 
     def lose_ddl(cell, run_dir, progress=False):
         if cell.label == "ddl":
             raise RuntimeError("worker node lost")
         return work(cell, run_dir, progress)
 
-    monkeypatch.setattr(_suite, "_work", lose_ddl)
+    monkeypatch.setattr(runner, "_work", lose_ddl)
     summary = dd.run_experiment(cfg, tmp_path, backend="ray", progress=False)
     assert summary.counts == {"ok": 1, "failed": 1} and sys.modules["ray"].started
     lost = dd.ResultStore(tmp_path / "results.sqlite").rows(model="ddl")[0]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics._train import _lr_factor, run_cell
+from ddl_dynamics.experiment.train import _lr_factor, run_cell
 
 TINY = {"width": 8, "depth": 3, "hidden": 8}
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _plots as plots
-from ._analysis import contraction, depth_determinant, regime_fractions
-from ._probes import erases, load_probes, probe_run, usable_rows
-from ._report import build_report
-from ._store import store_path
+from ..experiment.store import store_path
+from . import plots
+from .probes import erases, load_probes, probe_run, usable_rows
+from .regimes import contraction, depth_determinant, regime_fractions
+from .report import build_report
 
 #: The figure groups of ``ddl-dyn plot``.
 FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare")

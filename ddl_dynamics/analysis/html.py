@@ -10,8 +10,8 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._figures import make_figures
-from ._report import (
+from .figures import make_figures
+from .report import (
     Report,
     build_report,
     expectation_cells,

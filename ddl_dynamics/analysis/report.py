@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ._analysis import regime_fractions
-from ._config import COUNTED
-from ._expectations import Verdict, check_expectations
-from ._operator import REGIMES
-from ._probes import erases, load_probes
-from ._store import STATUSES, ResultStore, RunResult, store_path
-from ._task import make_task
+from .._task import make_task
+from ..experiment.config import COUNTED
+from ..experiment.store import STATUSES, ResultStore, RunResult, store_path
+from ..models.operator import REGIMES
+from .expectations import Verdict, check_expectations
+from .probes import erases, load_probes
+from .regimes import regime_fractions
 
 
 def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float | None]:

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._model import DepthModel, join, register_model
+from .base import DepthModel, join, register_model
 
 
 @register_model("resnet")

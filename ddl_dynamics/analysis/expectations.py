@@ -11,9 +11,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._config import COUNTED
-from ._store import RunResult
-from ._task import Expectation, make_task
+from .._task import Expectation, make_task
+from ..experiment.config import COUNTED
+from ..experiment.store import RunResult
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ._registry import Registry, did_you_mean
+from .._registry import Registry, did_you_mean
 
 MODELS: Registry[DepthModel] = Registry("model", entry_point_group="ddl_dynamics.models")
 

@@ -2,7 +2,7 @@
 
 Each step reads its direction ``k̃``, target ``v`` and gate logit from the context
 ``[x; u_l]`` and updates the state, viewed as ``X ∈ R^{d×d_v}``, with the operator of
-:mod:`ddl_dynamics._operator` at ``O(d·d_v)`` cost per sample.
+:mod:`ddl_dynamics.models.operator` at ``O(d·d_v)`` cost per sample.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._model import Branch, DepthModel, check_choice, check_int, join, register_model
-from ._operator import delta_update, gate, gate_logit, normalize_direction, write_update
+from .base import Branch, DepthModel, check_choice, check_int, join, register_model
+from .operator import delta_update, gate, gate_logit, normalize_direction, write_update
 
 VALUE_SOURCES = ("branch", "input")
 

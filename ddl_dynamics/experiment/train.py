@@ -25,10 +25,10 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
-from ._config import Cell, TrainConfig
-from ._params import count_parameters
-from ._store import RunResult, model_path
-from ._task import Task, TaskData
+from .._task import Task, TaskData
+from ..models.params import count_parameters
+from .config import Cell, TrainConfig
+from .store import RunResult, model_path
 
 
 class _Capped(Exception):

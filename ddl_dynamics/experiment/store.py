@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from ._config import FINISHED, Cell
-from ._registry import load_file
-from ._task import Task
+from .._registry import load_file
+from .._task import Task
+from .config import FINISHED, Cell
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (

@@ -14,7 +14,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ._operator import REGIME_BOUNDS, REGIMES
+from ..models.operator import REGIME_BOUNDS, REGIMES
 
 #: Okabe–Ito palette (colour-blind safe), then two from Tol's muted set for larger sweeps.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",

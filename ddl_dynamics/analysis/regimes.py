@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._operator import REGIMES, regime_index
+from ..models.operator import REGIMES, regime_index
 
 
 def regime_fractions(beta: np.ndarray) -> np.ndarray:

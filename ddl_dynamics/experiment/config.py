@@ -31,10 +31,10 @@ from typing import Any, Literal
 
 import torch
 
-from ._model import MODELS, list_models, make_model
-from ._model import model_options as _model_options
-from ._registry import did_you_mean
-from ._task import TASKS, Task, list_tasks, make_task
+from .._registry import did_you_mean
+from .._task import TASKS, Task, list_tasks, make_task
+from ..models.base import MODELS, list_models, make_model
+from ..models.base import model_options as _model_options
 
 #: Model arguments a task fixes; an experiment may not set them.
 _TASK_DIMS = ("in_dim", "out_dim", "control_dim")

@@ -171,7 +171,7 @@ def gate_logit(beta0: float, beta_max: float = 2.0) -> float:
 def regime(beta: Tensor | float) -> list[str] | str:
     """Regime label(s) of gate value(s): identity, write, projection, over-relaxed, reflection.
 
-    Thresholds (DESIGN §1): identity β < 0.25; write 0.25 ≤ β < 0.75; projection
+    Thresholds: identity β < 0.25; write 0.25 ≤ β < 0.75; projection
     0.75 ≤ β ≤ 1.25; over-relaxed 1.25 < β ≤ 1.75; reflection β > 1.75.
     """
     if isinstance(beta, (int, float)):

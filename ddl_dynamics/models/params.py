@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._model import check_int, make_model
+from .base import check_int, make_model
 
 
 def count_parameters(model: nn.Module) -> int:

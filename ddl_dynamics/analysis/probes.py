@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ._config import COUNTED
-from ._model import DepthModel
-from ._store import ResultStore, RunResult, load_trained, model_path, store_path
-from ._task import Task
+from .._task import Task
+from ..experiment.config import COUNTED
+from ..experiment.store import ResultStore, RunResult, load_trained, model_path, store_path
+from ..models.base import DepthModel
 
 PROBE_SAMPLES = 256
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ._config import Cell, ExperimentConfig, load_experiment
-from ._model import MODELS
-from ._store import STATUSES, ResultStore, RunResult, load_task_file, store_path
-from ._train import run_cell, stamp
+from ..models.base import MODELS
+from .config import Cell, ExperimentConfig, load_experiment
+from .store import STATUSES, ResultStore, RunResult, load_task_file, store_path
+from .train import run_cell, stamp
 
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"
 

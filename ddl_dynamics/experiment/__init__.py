@@ -1,0 +1,1 @@
+"""Running experiments: TOML configs, the trainer, the runner and the results store."""
