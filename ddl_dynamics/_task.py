@@ -10,9 +10,10 @@ gate regime of the Delta operator it probes. Built-in tasks live in the top-leve
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -29,6 +30,12 @@ Loss = Literal["mse", "bce"]
 Metric = Literal["mse", "accuracy"]
 #: The ``"long"`` OOD split runs this many times the training depth (length extrapolation).
 LONG_FACTOR = 4
+#: The splits drawn from the training distribution; OOD splits follow them.
+IN_DISTRIBUTION = ("train", "val", "test")
+#: Shares of a finite content space that :func:`held_out` keeps for val and for test.
+HELD_OUT = {"val": 0.1, "test": 0.2}
+#: The largest share of val or test examples whose content may also occur in train.
+MAX_OVERLAP = 0.01
 
 
 @dataclass(frozen=True)
@@ -90,8 +97,62 @@ class Expectation:
 
 def split_generator(seed: int, split: str) -> torch.Generator:
     """A CPU generator for ``(seed, split)``: the same stream on any machine, and distinct
-    (hence disjoint in practice) streams for different splits. Never touches global RNG."""
+    streams for different splits. Never touches global RNG. Distinct streams keep splits of
+    a continuous input space apart; a finite one also needs :func:`held_out`."""
     return torch.Generator().manual_seed(zlib.crc32(f"{split}/{seed}".encode()))
+
+
+def content_split(rows: Tensor) -> list[str]:
+    """The in-distribution split that owns each row's content: ``"val"`` or ``"test"`` for
+    the :data:`HELD_OUT` shares of all possible contents, else ``"train"``; a fixed hash of
+    the row's bytes decides, the same for every seed and machine."""
+    owners = []
+    for row in rows.flatten(1):
+        digest = hashlib.blake2b(row.cpu().numpy().tobytes(), digest_size=8).digest()
+        position, bound = int.from_bytes(digest, "big") / 2**64, 0.0
+        for split, share in HELD_OUT.items():
+            bound += share
+            if position < bound:
+                owners.append(split)
+                break
+        else:
+            owners.append("train")
+    return owners
+
+
+def held_out(draw: Callable[[int], Tensor], n: int, split: str, rounds: int = 100) -> Tensor:
+    """``n`` rows of ``draw(m)`` (``m`` candidate rows from a seeded generator) whose content
+    belongs to ``split`` (:func:`content_split`), in the order drawn.
+
+    A task with a finite input space samples through this, so that no val or test input
+    ever occurs in train; OOD splits (new by construction, e.g. longer) keep every row.
+    """
+    if split not in IN_DISTRIBUTION:
+        return draw(n)
+    kept, found = [], 0
+    for _ in range(rounds):
+        rows = draw(max(2 * n, 256))
+        mine = rows[torch.tensor([owner == split for owner in content_split(rows)])]
+        kept.append(mine)
+        found += len(mine)
+        if found >= n:
+            return torch.cat(kept)[:n]
+    raise ValueError(f"found {found} of {n} {split} examples in {rounds} rounds of draws: the "
+                     "input space is too small to hold out a share for every split")
+
+
+def content_overlap(task: Task, split: str, n: int = 256, seed: int = 0) -> float:
+    """The share of ``n`` examples of ``split`` whose content (inputs and controls) also
+    occurs among ``n`` training examples of the same seed."""
+
+    def contents(name: str) -> list[bytes]:
+        data = task.sample(n, seed, name)
+        parts = [data.inputs] + ([] if data.controls is None else [data.controls])
+        rows = torch.cat([p.flatten(1) for p in parts], dim=1)
+        return [row.cpu().numpy().tobytes() for row in rows]
+
+    train = set(contents("train"))
+    return sum(row in train for row in contents(split)) / n
 
 
 @dataclass(frozen=True)
@@ -99,8 +160,10 @@ class Task(ABC):
     """Base class of every task: subclass as a frozen dataclass and register it.
 
     Class attributes describe the task; dataclass fields are its tunable spec (overridable
-    from experiment files). ``depth`` is the number of depth steps of the train and test
-    splits; out-of-distribution splits (``ood_splits``) may use more.
+    from experiment files). ``depth`` is the number of depth steps of the train, val and
+    test splits; out-of-distribution splits (``ood_splits``) may use more. Train, val and
+    test are disjoint by content: a task with a finite input space samples through
+    :func:`held_out`.
     """
 
     depth: int = 8
@@ -135,7 +198,7 @@ class Task(ABC):
 
     @property
     def splits(self) -> tuple[str, ...]:
-        return ("train", "test", *self.ood_splits)
+        return (*IN_DISTRIBUTION, *self.ood_splits)
 
     @abstractmethod
     def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
@@ -202,11 +265,13 @@ def _load_builtin_tasks() -> None:
     import ddl_dynamics.tasks  # noqa: F401  (registers the built-ins)
 
 
-def check_task(task: Task, n: int = 8, seed: int = 0) -> None:
+def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> None:
     """Validate a task against the interface; raises ``AssertionError`` naming the problem.
 
     Run it on your own task before a sweep. It checks shapes, dtypes, finiteness,
-    determinism, split disjointness and that loss and metric accept the targets.
+    determinism, that loss and metric accept the targets, and that val and test are held
+    out: at most :data:`MAX_OVERLAP` of ``n_overlap`` of their examples may have content
+    that also occurs among ``n_overlap`` training examples.
     """
     name = type(task).__name__
     unknown = sorted(set(task.regimes) - set(REGIMES))
@@ -247,5 +312,9 @@ def check_task(task: Task, n: int = 8, seed: int = 0) -> None:
         loss = task.loss(data.targets.clone(), data.targets) if task.loss_name == "mse" else None
         assert loss is None or loss.item() == 0.0, f"{name}: loss of a perfect prediction != 0"
         task.metric(torch.zeros_like(data.targets), data.targets)
-    train, test = task.sample(n, seed, "train"), task.sample(n, seed, "test")
-    assert not torch.equal(train.inputs, test.inputs), f"{name}: train and test splits coincide"
+    for split in IN_DISTRIBUTION[1:]:
+        overlap = content_overlap(task, split, n_overlap, seed)
+        assert overlap <= MAX_OVERLAP, (
+            f"{name}: {overlap:.0%} of {split} examples also occur in train (at most "
+            f"{MAX_OVERLAP:.0%} allowed); hold whole inputs out, e.g. with held_out()"
+        )

@@ -6,8 +6,17 @@ import torch
 from scipy.integrate import solve_ivp
 from torchdiffeq import odeint
 
-from ddl_dynamics import Task, TaskData, check_task, list_tasks, make_model, make_task
-from ddl_dynamics._task import LONG_FACTOR
+from ddl_dynamics import (
+    Task,
+    TaskData,
+    check_task,
+    content_overlap,
+    list_tasks,
+    make_model,
+    make_task,
+    split_generator,
+)
+from ddl_dynamics._task import LONG_FACTOR, MAX_OVERLAP
 
 NAMES = list_tasks()
 N = 64
@@ -225,6 +234,49 @@ def test_overwrite_target_replays_the_writes(per_step: bool) -> None:
         want = torch.tensor(history if per_step else history[-1])
         assert torch.equal(data.targets[i], want)
     assert task.supervise == ("trajectory" if per_step else "final")
+
+
+def test_every_split_is_held_out_from_train_by_content(task: Task) -> None:
+    for split in ("val", "test"):
+        assert content_overlap(task, split, n=512) <= MAX_OVERLAP
+
+
+def test_parity_holds_whole_sequences_out_even_when_train_sees_every_one() -> None:
+    task = make_task("parity")  # depth 8: 2⁹ = 512 sequences
+    assert task.splits[:3] == ("train", "val", "test")
+    train = task.sample(4096, 0, "train")
+    assert len(torch.cat([train.inputs, train.controls[..., 0]], 1).unique(dim=0)) < 512 * 0.8
+    for split in ("val", "test"):
+        assert content_overlap(task, split, n=4096) == 0.0
+        for seed in (1, 2):  # a content's split is the same for every seed
+            assert content_overlap(task, split, n=1024, seed=seed) == 0.0
+    assert 0.3 < task.sample(1024, 0, "test").targets[:, -1].mean() < 0.7  # both labels
+    long = task.sample(256, 0, "long")
+    assert long.steps == 8 * LONG_FACTOR  # new by length, drawn from every sequence
+
+
+class AllSequencesParity(type(make_task("parity"))):
+    """Parity as it was sampled before content was held out: any sequence in any split."""
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        steps = self.split_steps(split)
+        bits = torch.randint(0, 2, (n, steps + 1, 1), generator=split_generator(seed, split))
+        parity = (bits.cumsum(dim=1) % 2).float()
+        return TaskData(inputs=bits[:, 0].float(), targets=parity[:, 1:], steps=steps,
+                        controls=bits[:, 1:].float())
+
+
+def test_check_task_catches_test_examples_seen_in_training() -> None:
+    leaky = AllSequencesParity()
+    assert content_overlap(leaky, "test", n=4096) == 1.0  # 4096 draws cover all 512
+    with pytest.raises(AssertionError, match=r"of val examples also occur in train"):
+        check_task(leaky)
+    check_task(AllSequencesParity(depth=40))  # a space too large to repeat itself
+
+
+def test_held_out_fails_clearly_when_the_space_is_too_small() -> None:
+    with pytest.raises(ValueError, match="too small to hold out"):
+        make_task("parity", depth=1).sample(8, 0, "val")
 
 
 def test_parity_target_is_the_running_xor_and_the_metric_scores_the_last_bit() -> None:
