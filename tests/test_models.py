@@ -26,6 +26,8 @@ VARIANTS = [
     ("ddl", {"value_channels": 4}),
     ("ddl", {"value_source": "input", "beta_max": 1.0, "control_dim": 1}),
     ("ddl-write", {"value_channels": 2, "value_source": "input"}),
+    ("ddl", {"context": "control", "tied": True, "control_dim": 2}),
+    ("ddl-write", {"context": "control", "value_source": "input", "control_dim": 1}),
     ("node", {"adjoint": True}),
     ("node", {"method": "rk4"}),
     ("anode", {"augment_dim": 3, "decoder": "identity"}),
@@ -210,10 +212,34 @@ def test_ddl_write_has_no_erase_term():
     torch.testing.assert_close(delta.step(2, state, None), expected - erase.flatten(-2))
 
 
+@pytest.mark.parametrize("name", ["ddl", "ddl-write"])
+@pytest.mark.parametrize("value_source", ["branch", "input"])
+def test_control_context_makes_the_transition_independent_of_the_state(name, value_source):
+    """Under context="control" a step is X ← (I − βkkᵀ)X + βkvᵀ with k, v, β functions of u_l
+    alone: perturbing the state leaves the generators unchanged (they change under "state")."""
+    u = torch.randn(6, 2)
+    state, other = torch.randn(6, 8), 10 * torch.randn(6, 8)
+    for context in ("control", "state"):
+        m = model(name, context=context, control_dim=2, value_source=value_source,
+                  value_channels=2)
+        randomize_gates(m)
+        same = [torch.equal(a, b) for a, b in zip(m.generators(1, state, u),
+                                                  m.generators(1, other, u), strict=True)]
+        assert all(same) if context == "control" else not any(same)
+    # so a step is affine in the state: f(x + y) − f(0) = (f(x) − f(0)) + (f(y) − f(0))
+    stack = model(name, context="control", control_dim=2, value_channels=2)
+    f = {key: stack.step(1, x, u) for key, x in
+         (("x", state), ("y", other), ("x+y", state + other), ("0", torch.zeros_like(state)))}
+    torch.testing.assert_close(f["x+y"] - f["0"], (f["x"] - f["0"]) + (f["y"] - f["0"]),
+                               atol=1e-4, rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("name", "options", "message"),
     [
         ("ddl", {"value_channels": 0}, "value_channels"),
+        ("ddl", {"context": "states"}, "Did you mean 'state'"),
+        ("ddl", {"context": "control"}, "control_dim=0"),
         ("ddl", {"beta_max": 2.5}, "beta_max"),
         ("ddl", {"beta_max": 0.0}, "beta_max"),
         ("ddl", {"beta_init": 2.0}, "initial gate"),

@@ -2,7 +2,9 @@
 
 Each step reads its direction ``k̃``, target ``v`` and gate logit from the context
 ``[x; u_l]`` and updates the state, viewed as ``X ∈ R^{d×d_v}``, with the operator of
-:mod:`ddl_dynamics.models.operator` at ``O(d·d_v)`` cost per sample.
+:mod:`ddl_dynamics.models.operator` at ``O(d·d_v)`` cost per sample. With
+``context = "control"`` the generators read the control ``u_l`` alone, which makes the stack
+a recurrence linear in its state (DeltaNet's, run over depth).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from .base import Branch, DepthModel, check_choice, check_int, join, register_mo
 from .operator import delta_update, gate, gate_logit, normalize_direction, write_update
 
 VALUE_SOURCES = ("branch", "input")
+#: What the generators read: ``[x; u_l]``, or the step's control ``u_l`` alone.
+CONTEXTS = ("state", "control")
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class DeltaProbe:
 
 
 class _Generators(nn.Module):
-    """One layer's ``(k̃, v, gate logit)`` from the context ``z = [x; u_l]``.
+    """One layer's ``(k̃, v, gate logit)`` from the context ``z`` (``[x; u_l]`` or ``u_l``).
 
     The gate row of the branch starts at zero weight and bias ``gate_logit(beta_init)``, so
     every sample starts at ``β = beta_init`` exactly.
@@ -57,7 +61,7 @@ class _Generators(nn.Module):
         self.d = d
         from_branch = value_source == "branch"
         self.branch = branch(context, d + 1 + (d_v if from_branch else 0))
-        # v = W_v RMSNorm([x; u]): the paper's c_l = RMSNorm(x_in); a norm gain would be
+        # v = W_v RMSNorm(z): the paper's c_l = RMSNorm(x_in); a norm gain would be
         # redundant with W_v.
         self.value = None if from_branch else nn.Linear(context, d_v, bias=False)
         with torch.no_grad():
@@ -79,7 +83,13 @@ class _DeltaStack(DepthModel):
         value_channels: ``d_v ≥ 1``; the state is viewed as ``(state_dim // d_v, d_v)``.
         beta_max: gate ceiling in ``(0, 2]`` (2 allows reflections, 1 does not).
         beta_init: initial gate, in ``(0, beta_max)``.
-        value_source: ``"branch"`` (v from the branch) or ``"input"`` (``v = W_v RMSNorm([x; u])``).
+        value_source: ``"branch"`` (v from the branch) or ``"input"`` (``v = W_v RMSNorm(z)``).
+        context: what the generators read, ``z``. ``"state"``: ``[x; u_l]``. ``"control"``:
+            ``u_l`` only (and the branch's learned biases), so a step is
+            ``X ← (I − βkkᵀ)X + βkvᵀ`` with a transition independent of the state: the
+            recurrence, linear in the state, for which β > 1 (negative eigenvalues) is
+            provably needed to track parity (Grazzi et al., ICLR 2025). Tied, it is a
+            delta-rule RNN over the control sequence.
     """
 
     update: ClassVar[Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]]
@@ -91,6 +101,7 @@ class _DeltaStack(DepthModel):
         beta_max: float = 2.0,
         beta_init: float = 0.5,
         value_source: str = "branch",
+        context: str = "state",
         **common: Any,
     ) -> None:
         super().__init__(**common)
@@ -104,20 +115,23 @@ class _DeltaStack(DepthModel):
         self.beta_max = float(beta_max)
         self.beta_init = float(beta_init)
         self.value_source = check_choice("value_source", value_source, VALUE_SOURCES)
+        self.context = check_choice("context", context, CONTEXTS)
+        if context == "control" and not self.control_dim:
+            raise ValueError("context='control' reads only the per-step controls u_l, and "
+                             "this model has none (control_dim=0)")
         self.d = self.state_dim // value_channels
         logit0 = gate_logit(self.beta_init, self.beta_max)
-        context = self.state_dim + self.control_dim
+        reads = self.control_dim + (self.state_dim if context == "state" else 0)
         self.layers = self.per_layer(
-            lambda: _Generators(
-                self.branch, context, self.d, value_channels, value_source, logit0
-            )
+            lambda: _Generators(self.branch, reads, self.d, value_channels, value_source, logit0)
         )
 
     def generators(
         self, i: int, state: Tensor, u_i: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Layer ``i``'s raw direction ``k̃ (B, d)``, target ``v (B, d_v)`` and gate ``β (B,)``."""
-        k_raw, v, logit = self.layer(i)(join(state, u_i))
+        z = join(state, u_i) if self.context == "state" else u_i
+        k_raw, v, logit = self.layer(i)(z)
         return k_raw, v, gate(logit, self.beta_max).to(state.dtype)
 
     def matrix(self, state: Tensor) -> Tensor:
