@@ -41,7 +41,7 @@ from ._task import (
 from .models import delta, ode, residual  # noqa: F401
 from .models.base import DepthModel, check_model, list_models, make_model, register_model
 from .models.delta import DeltaProbe
-from .models.params import count_parameters, match_hidden
+from .models.params import count_parameters, match_hidden, parameter_count
 
 # --- experiments, training and results
 # isort: split
@@ -90,6 +90,7 @@ __all__ = [
     "make_task",
     "match_hidden",
     "normalize_direction",
+    "parameter_count",
     "probe_run",
     "regime",
     "regime_index",

@@ -163,3 +163,105 @@ def test_load_experiment_reads_toml_and_rejects_malformed(tmp_path):
         dd.load_experiment(bad)
     with pytest.raises(dd.ConfigError, match="no such file"):
         dd.load_experiment(tmp_path / "missing.toml")
+
+
+# --- matched parameters and baselines
+
+FAMILIES = ["resnet", "gated", "node", "anode", "ddl", "ddl-write"]
+MATCHED = {"name": "m", "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}},
+           "tasks": [{"name": "parity"}, {"name": "sign-flip", "spec": {"variant": "1d"}}]}
+
+
+def matched(models, **changes):
+    return dd.ExperimentConfig.from_dict({**copy.deepcopy(MATCHED), "models": models, **changes},
+                                         source="exp.toml")
+
+
+def built_params(cell):
+    return dd.count_parameters(cell.build()[1])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_match_params_by_label_and_by_number_for_every_family(family):
+    cells = by_label(matched([
+        {"name": "resnet", "label": "ref", "hidden": 24},
+        {"name": family, "label": "by-label", "match_params": "ref"},
+        {"name": family, "label": "by-number", "match_params": 3000},
+    ]).cells())
+    for task in ("parity", "sign-flip"):
+        reference = built_params(cells[task, "ref", 0])
+        by_name, by_count = cells[task, "by-label", 0], cells[task, "by-number", 0]
+        assert by_name.params_target == reference and by_name.match_params == "ref"
+        assert abs(built_params(by_name) - reference) <= 0.1 * reference
+        assert by_count.params_target == 3000 and by_count.match_params == 3000
+        assert abs(built_params(by_count) - 3000) <= 300
+        assert "match_params" not in by_name.config  # a cell's key, not a model option
+        assert by_name.to_dict()["params_target"] == reference
+
+
+def test_match_params_from_defaults_task_and_override_and_recorded_hidden():
+    cells = by_label(matched(
+        [{"name": "resnet"}, {"name": "gated"}, {"name": "node", "match_params": "gated"},
+         {"name": "ddl"}],
+        defaults={"model": {"width": 8, "depth": 3, "hidden": 8, "match_params": "resnet"}},
+        tasks=[{"name": "parity", "model": {"hidden": 16}}],
+        overrides=[{"models": ["ddl"], "model": {"match_params": 5000}}],
+    ).cells())
+    resnet, gated = cells["parity", "resnet", 0], cells["parity", "gated", 0]
+    assert resnet.config["hidden"] == 16 and resnet.params_target == built_params(resnet)
+    assert gated.params_target == built_params(resnet) and gated.config["hidden"] != 16
+    assert cells["parity", "node", 0].params_target == built_params(gated)  # a chain
+    assert cells["parity", "ddl", 0].params_target == 5000
+    assert all(c.match_params is None for c in config().cells())
+
+
+@pytest.mark.parametrize(
+    ("models", "fragment"),
+    [
+        ([{"name": "ddl", "match_params": "resnt"}], "models[0].match_params: no entry labelled "
+                                                       "'resnt'"),
+        ([{"name": "ddl", "match_params": 0}], "expected a model label or a parameter count"),
+        ([{"name": "ddl", "match_params": 2.5}], "expected a model label or a parameter count"),
+        ([{"name": "ddl", "match_params": "node"}, {"name": "node", "match_params": "ddl"}],
+         "refers back to itself"),
+        ([{"name": "ddl", "match_params": 10}], "task 'parity' × model 'ddl': match_params = 10"),
+        ([{"name": "ddl", "baseline": "resnet"}], "models[0].baseline: no entry labelled"),
+        ([{"name": "ddl", "baseline": "ddl"}], "a row cannot be its own baseline"),
+        ([{"name": "ddl", "baseline": 3}], "models[0].baseline: expected a string"),
+        ([{"name": "resnet", "tasks": ["parity"]}, {"name": "ddl", "baseline": "resnet"}],
+         "'resnet' does not run on task 'sign-flip'"),
+    ],
+)
+def test_bad_references_fail_at_load_time(models, fragment):
+    with pytest.raises(dd.ConfigError) as err:
+        matched(models)
+    assert fragment in str(err.value)
+
+
+def test_baselines_default_to_resnet_explicit_ones_win_and_heads_have_none():
+    cells = by_label(matched([
+        {"name": "resnet"}, {"name": "ddl"},
+        {"name": "resnet", "label": "resnet-tied", "tied": True},
+        {"name": "ddl", "label": "ddl-tied", "tied": True, "baseline": "resnet-tied"},
+        {"name": "node", "baseline": "resnet-tied"},
+        {"name": "anode", "baseline": "node"},
+    ]).cells())
+    baselines = {label: cells["parity", label, 0].baseline for _, label, _ in cells}
+    assert baselines == {"resnet": None, "ddl": "resnet", "resnet-tied": None,
+                         "ddl-tied": "resnet-tied", "node": "resnet-tied", "anode": "node"}
+    assert cells["parity", "ddl", 0].to_dict()["baseline"] == "resnet"
+
+
+def test_top_level_baseline_and_no_default_without_resnet():
+    cells = by_label(matched([{"name": "gated"}, {"name": "ddl"}]).cells())
+    assert {c.baseline for c in cells.values()} == {None}
+    cells = by_label(matched([{"name": "gated"}, {"name": "ddl"}], baseline="gated").cells())
+    assert cells["parity", "ddl", 0].baseline == "gated"
+    assert cells["parity", "gated", 0].baseline is None
+    # a default baseline that does not run on a task leaves that task's rows without one
+    cells = by_label(matched([{"name": "gated", "tasks": ["parity"]}, {"name": "ddl"}],
+                             baseline="gated").cells())
+    assert cells["parity", "ddl", 0].baseline == "gated"
+    assert cells["sign-flip", "ddl", 0].baseline is None
+    with pytest.raises(dd.ConfigError, match=r"exp\.toml: baseline: no entry labelled 'gatd'"):
+        matched([{"name": "gated"}], baseline="gatd")

@@ -14,6 +14,14 @@ A model's options resolve from generic to specific::
 and train options likewise (``TrainConfig`` defaults < ``[defaults.train]`` < task entry
 < model entry < overrides). A cell's task always runs at its model's ``depth``; a task
 entry's ``spec.depth`` is a shorthand for its ``model.depth``.
+
+Two keys configure a cell rather than its model. ``match_params`` (in any model table:
+``[defaults.model]``, a task entry's ``model``, a model entry, an override) sizes ``hidden``
+so that the model has, on the same task, the parameter count of another model label of the
+file or a given number, within ±10% (:func:`~ddl_dynamics.models.params.match_hidden`).
+``baseline`` (a model entry's, or the file's default at the top level; default: the label
+``resnet`` if there is one) names the row a model is compared with; a row that is some row's
+baseline heads its family and takes no default baseline itself.
 """
 
 from __future__ import annotations
@@ -35,13 +43,17 @@ from .._registry import did_you_mean
 from .._task import TASKS, Task, list_tasks, make_task
 from ..models.base import MODELS, list_models, make_model
 from ..models.base import model_options as _model_options
+from ..models.params import match_hidden, parameter_count
 
 #: Model arguments a task fixes; an experiment may not set them.
 _TASK_DIMS = ("in_dim", "out_dim", "control_dim")
 #: Statuses of a finished cell (a resumed run skips them); "failed" cells rerun.
 FINISHED = ("ok", "diverged", "capped")
-#: Statuses whose metrics enter statistics, figures and expectation checks.
-COUNTED = ("ok", "capped")
+#: Statuses whose metrics enter statistics, figures and expectation checks. A capped,
+#: diverged or failed cell is a failure of that model on that seed, never a result.
+COUNTED = ("ok",)
+#: The baseline of every row that names none, when the file has a model of this label.
+DEFAULT_BASELINE = "resnet"
 
 
 class ConfigError(ValueError):
@@ -58,11 +70,13 @@ class TrainConfig:
 
     ``n_train`` examples are sampled once per seed and reshuffled every epoch: a fixed
     training set is cheaper than fresh batches, deterministic, and gives a meaningful
-    train metric. ``warmup`` is a fraction of ``steps`` when below 1, else a step count.
-    ``max_seconds`` caps a cell's training time and ``ode_max_steps`` an ODE solver's
-    steps per solve; a cell stopped by either is recorded as ``"capped"`` with what it
-    reached. ``target_metric`` stops training early once the test metric reaches it.
-    ``bf16`` turns on bfloat16 autocast on CUDA (ignored on CPU).
+    train metric. ``n_val`` (default ``n_test``) validation examples score the training
+    curve and ``target_metric``, which stops training early once the val metric reaches
+    it; the ``n_test`` test examples are scored once, at the end. ``warmup`` is a fraction
+    of ``steps`` when below 1, else a step count. A cell's budget is work: ``steps``, and
+    for ODE models ``ode_max_steps`` solver steps per solve. ``max_seconds`` is a safety
+    net only; a cell stopped by it or by the solver cap is recorded as ``"capped"``, a
+    failure. ``bf16`` turns on bfloat16 autocast on CUDA (ignored on CPU).
     """
 
     steps: int = 1000
@@ -74,6 +88,7 @@ class TrainConfig:
     eval_every: int = 100
     n_train: int = 4096
     n_test: int = 1024
+    n_val: int | None = None
     target_metric: float | None = None
     max_seconds: float | None = None
     ode_max_steps: int | None = None
@@ -81,7 +96,9 @@ class TrainConfig:
     bf16: bool = False
 
     def __post_init__(self) -> None:
-        positive = ("steps", "batch_size", "lr", "eval_every", "n_train", "n_test",
+        if self.n_val is None:
+            object.__setattr__(self, "n_val", self.n_test)
+        positive = ("steps", "batch_size", "lr", "eval_every", "n_train", "n_test", "n_val",
                     "max_seconds", "ode_max_steps")
         for name in positive:
             value = getattr(self, name)
@@ -115,6 +132,8 @@ class ModelEntry:
     train: dict[str, Any] = field(default_factory=dict)
     #: Task labels this entry runs on (empty: every applicable task).
     tasks: tuple[str, ...] = ()
+    #: The label of the row this one is compared with (None: the file's default).
+    baseline: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +154,7 @@ class Cell:
     """One unit of work: a task, a model, a train config and a seed, all fully resolved.
 
     ``key`` hashes everything here, so a result row is found again exactly when the
-    same configuration is asked for again.
+    same configuration is asked for again (changing a row's baseline reruns it).
     """
 
     task: str
@@ -146,6 +165,13 @@ class Cell:
     config: dict[str, Any]
     train: TrainConfig
     seed: int
+    #: The label of the row this one is compared with; None for a row that has none.
+    baseline: str | None = None
+    #: What ``match_params`` asked for (a model label or a count), and the parameter count
+    #: it resolved to (``config["hidden"]`` is sized for it; :attr:`RunResult.params` is
+    #: the count measured).
+    match_params: str | int | None = None
+    params_target: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "train": dataclasses.asdict(self.train)}
@@ -182,6 +208,8 @@ class ExperimentConfig:
     model_defaults: dict[str, Any] = field(default_factory=dict)
     train_defaults: dict[str, Any] = field(default_factory=dict)
     overrides: tuple[Override, ...] = ()
+    #: The default baseline label as the file gives it (None: ``resnet`` if present).
+    baseline: str | None = None
     description: str = ""
     source: str = "<dict>"
     text: str = ""
@@ -224,19 +252,44 @@ class ExperimentConfig:
             for m_index, model in enumerate(self.models):
                 if "model" in only and model.label not in only["model"]:
                     continue
-                if model.tasks and entry.label not in model.tasks:
+                if not self.runs(t_index, m_index):
                     continue
-                resolved = parser.resolve(self, t_index, m_index)
-                if resolved is None:
-                    continue
-                spec, config, train = resolved
-                if device is not None:
-                    train = dataclasses.replace(train, device=device)
+                pair = parser.resolve(self, t_index, m_index)
+                train = pair.train if device is None else dataclasses.replace(pair.train,
+                                                                              device=device)
                 cells.extend(
-                    Cell(entry.name, entry.label, spec, model.name, model.label, config, train, s)
+                    Cell(entry.name, entry.label, pair.spec, model.name, model.label,
+                         pair.config, train, s, baseline=self.baseline_on(t_index, m_index),
+                         match_params=pair.match_params, params_target=pair.params_target)
                     for s in (self.seeds if seeds is None else seeds)
                 )
         return cells
+
+    def runs(self, t_index: int, m_index: int) -> bool:
+        """Whether model entry ``m_index`` runs on task entry ``t_index``."""
+        entry, model = self.tasks[t_index], self.models[m_index]
+        return (not model.tasks or entry.label in model.tasks) and _same_kind(entry, model)
+
+    def baseline_on(self, t_index: int, m_index: int) -> str | None:
+        """The baseline label of a row on a task: its own, else the file's default (which
+        is dropped where it does not run); None for a row that is some row's baseline."""
+        model = self.models[m_index]
+        labels = [m.label for m in self.models]
+        if model.baseline is not None:
+            if not self.runs(t_index, labels.index(model.baseline)):
+                raise ConfigError(
+                    self.source, f"models[{m_index}].baseline",
+                    f"{model.baseline!r} does not run on task {self.tasks[t_index].label!r}, "
+                    f"which {model.label!r} runs on; add the task to its tasks or name another "
+                    "baseline",
+                )
+            return model.baseline
+        default = self.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in labels else None)
+        heads = {default, *(m.baseline for m in self.models)}
+        if default is None or model.label in heads or not self.runs(t_index,
+                                                                    labels.index(default)):
+            return None
+        return default
 
     def check(self) -> None:
         """Resolve and build every task × model pair once, so that bad options and values
@@ -316,7 +369,7 @@ class _Parser:
     def experiment(self, data: Mapping[str, Any], text: str) -> ExperimentConfig:
         data = self.table(data, "")
         self.keys(data, ("name", "description", "seeds", "defaults", "tasks", "models",
-                         "overrides"), "")
+                         "overrides", "baseline"), "")
         seeds = data.get("seeds", [0])
         if (not isinstance(seeds, list) or not seeds
                 or not all(type(s) is int and s >= 0 for s in seeds)):
@@ -343,12 +396,38 @@ class _Parser:
             self.override(o, f"overrides[{i}]", tasks, models, option_names)
             for i, o in enumerate(data.get("overrides", []))
         )
-        return ExperimentConfig(
+        config = ExperimentConfig(
             name=self.string(data, "name", "", "experiment"),
             description=self.string(data, "description", "", ""),
             seeds=tuple(seeds), tasks=tasks, models=models, model_defaults=model_defaults,
-            train_defaults=train_defaults, overrides=overrides, source=self.source, text=text,
+            train_defaults=train_defaults, overrides=overrides,
+            baseline=self.string(data, "baseline", "") if "baseline" in data else None,
+            source=self.source, text=text,
         )
+        self.references(config)
+        return config
+
+    def references(self, config: ExperimentConfig) -> None:
+        """Every ``match_params`` is a model label of the file or a count ≥ 1, and every
+        ``baseline`` a model label of the file other than the row's own."""
+        tables = [("defaults.model", config.model_defaults),
+                  *((f"tasks[{i}].model", t.model) for i, t in enumerate(config.tasks)),
+                  *((f"models[{i}]", m.options) for i, m in enumerate(config.models)),
+                  *((f"overrides[{i}].model", o.model) for i, o in enumerate(config.overrides))]
+        for where, table in tables:
+            value = table.get("match_params")
+            if isinstance(value, str):
+                self.known_labels(value, f"{where}.match_params", config.models)
+            elif value is not None and (type(value) is not int or value < 1):
+                raise self.fail(f"{where}.match_params",
+                                f"expected a model label or a parameter count ≥ 1, got {value!r}")
+        if config.baseline is not None:
+            self.known_labels(config.baseline, "baseline", config.models)
+        for i, model in enumerate(config.models):
+            if model.baseline is not None:
+                self.known_labels(model.baseline, f"models[{i}].baseline", config.models)
+                if model.baseline == model.label:
+                    raise self.fail(f"models[{i}].baseline", "a row cannot be its own baseline")
 
     def entries(self, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
         value = data.get(key)
@@ -385,12 +464,14 @@ class _Parser:
         if name not in MODELS:
             raise self.fail(f"{where}.name", f"unknown model {name!r}; models: "
                             f"{', '.join(names)}." + did_you_mean(name, names))
-        options = {k: v for k, v in data.items() if k not in ("name", "label", "train", "tasks")}
+        entry_keys = ("name", "label", "train", "tasks", "baseline")
+        options = {k: v for k, v in data.items() if k not in entry_keys}
         return ModelEntry(
             name, self.string(data, "label", where, name),
             self.model_table(options, where, set(model_options(name))),
             self.train_table(data.get("train", {}), f"{where}.train"),
             self.known_labels(data.get("tasks", []), f"{where}.tasks", tasks),
+            self.string(data, "baseline", where) if "baseline" in data else None,
         )
 
     def known_labels(self, value: Any, where: str, entries: Sequence[Any]) -> tuple[str, ...]:
@@ -415,12 +496,13 @@ class _Parser:
         )
 
     def model_table(self, data: Any, where: str, option_names: set[str]) -> dict[str, Any]:
-        """Keys are checked here against every model in play; types per model on resolve."""
+        """Keys are checked here against every model in play (and ``match_params``); types
+        per model on resolve, ``match_params`` values once every label is known."""
         data = self.table(data, where)
         for key in data:
             if key in _TASK_DIMS:
                 raise self.fail(f"{where}.{key}", "set by the task; it cannot be configured")
-            if key not in option_names:
+            if key not in option_names and key != "match_params":
                 raise self.fail(
                     f"{where}.{key}",
                     f"unknown model option; options: {', '.join(sorted(option_names))}."
@@ -451,13 +533,11 @@ class _Parser:
         raise self.fail(where, f"expected {names}, got {type(value).__name__} {value!r}")
 
     def resolve(
-        self, config: ExperimentConfig, t_index: int, m_index: int
-    ) -> tuple[dict[str, Any], dict[str, Any], TrainConfig] | None:
-        """The (task spec, model config, train config) of one pair; None if not applicable."""
+        self, config: ExperimentConfig, t_index: int, m_index: int, chain: tuple[str, ...] = ()
+    ) -> _Pair:
+        """Task spec, model config and train config of one pair of entries of the same kind
+        (``chain``: the labels whose ``match_params`` led here, to catch cycles)."""
         entry, model = config.tasks[t_index], config.models[m_index]
-        cls = TASKS.get(entry.name)
-        if getattr(MODELS.get(model.name), "kind", "vector") != cls.kind:
-            return None
         where = f"task {entry.label!r} × model {model.label!r}"
         overrides = [o for o in config.overrides if o.matches(entry.label, model.label)]
         train_layers = [config.train_defaults, entry.train, model.train,
@@ -474,14 +554,66 @@ class _Parser:
             *(o.model for o in overrides),
         ]
         resolved = {name: default for name, (default, _) in options.items()}
+        match = None
         for layer in layers:
             for key, value in layer.items():
                 if key in options:
                     resolved[key] = self.coerce(value, *options[key], f"{where}: {key}")
+                elif key == "match_params":
+                    match = value
         spec = dataclasses.asdict(task)
         if "depth" in resolved:
             spec["depth"] = resolved["depth"]
-        return spec, resolved, train
+        target = None
+        if match is not None:
+            dims = {"in_dim": task.in_dim, "out_dim": task.out_dim,
+                    "control_dim": task.control_dim}
+            target = self.match(config, t_index, m_index, match, dims, resolved, chain)
+        return _Pair(spec, resolved, train, match, target)
+
+    def match(self, config: ExperimentConfig, t_index: int, m_index: int, match: str | int,
+              dims: dict[str, int], resolved: dict[str, Any], chain: tuple[str, ...]) -> int:
+        """Size ``resolved["hidden"]`` for the parameter count ``match`` asks for on this
+        task, and return that count (a row that names itself keeps its size)."""
+        entry, model = config.tasks[t_index], config.models[m_index]
+        where = f"task {entry.label!r} × model {model.label!r}"
+        if match in chain:
+            cycle = " → ".join((*chain, model.label, match))
+            raise self.fail(where, f"match_params refers back to itself: {cycle}")
+        try:
+            if match == model.label:
+                return parameter_count(model.name, **dims, **resolved)
+            if isinstance(match, str):
+                index = [m.label for m in config.models].index(match)
+                if not _same_kind(entry, config.models[index]):
+                    raise self.fail(where, f"match_params: model {match!r} cannot run task "
+                                           f"{entry.label!r}, so it has no parameter count there")
+                reference = self.resolve(config, t_index, index, (*chain, model.label))
+                target = parameter_count(config.models[index].name, **dims, **reference.config)
+            else:
+                target = match
+            others = {k: v for k, v in resolved.items() if k != "hidden"}
+            resolved["hidden"] = match_hidden(model.name, target, **dims, **others)
+        except ConfigError:
+            raise
+        except (ValueError, TypeError) as err:
+            raise self.fail(where, f"match_params = {match!r}: {err}") from err
+        return target
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """One task entry × model entry, resolved (see :meth:`_Parser.resolve`)."""
+
+    spec: dict[str, Any]
+    config: dict[str, Any]
+    train: TrainConfig
+    match_params: str | int | None
+    params_target: int | None
+
+
+def _same_kind(entry: TaskEntry, model: ModelEntry) -> bool:
+    return getattr(MODELS.get(model.name), "kind", "vector") == TASKS.get(entry.name).kind
 
 
 def _allowed(default: Any, hint: Any) -> tuple[tuple[type, ...] | None, tuple[Any, ...] | None]:
