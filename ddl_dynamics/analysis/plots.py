@@ -211,10 +211,10 @@ def depth_profiles(profiles: Mapping[str, Mapping[str, np.ndarray]], ylabel: str
 @styled
 def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric: Mapping[str, str],
                     x: str = "step") -> Figure:
-    """Test metric against training step (or cumulative FLOPs), with seed bands.
+    """Val metric against training step (or cumulative FLOPs), with seed bands.
 
     Args:
-        curves: task → model → per-seed ``(P, 2)`` arrays of (x, test metric).
+        curves: task → model → per-seed ``(P, 2)`` arrays of (x, val metric).
         metric: task → metric name (axis label).
         x: ``"step"`` or ``"FLOPs"`` (axis label only; the arrays carry the values).
     """
@@ -229,7 +229,7 @@ def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric
             if len(seeds) > 1:
                 ax.fill_between(xs, ys.min(0), ys.max(0), color=colors[model], alpha=0.2)
         ax.set(title=task, xlabel="training step" if x == "step" else "training FLOPs",
-               ylabel=f"test {metric[task]}")
+               ylabel=f"val {metric[task]}")
         if metric[task] == "mse":
             ax.set_yscale("log")
         if x != "step":

@@ -68,21 +68,29 @@ class RunResult:
     """The record of one trained cell, as stored.
 
     Attributes:
-        status: ``"ok"``, ``"capped"`` (a time or solver cap stopped it; partial results
-            kept), ``"diverged"`` (non-finite loss) or ``"failed"`` (an exception).
+        status: ``"ok"``; or a failure of the model on this seed, which never enters a
+            mean (``config.COUNTED``): ``"capped"`` (a time or solver cap stopped training or
+            the final evaluation; what was reached is kept), ``"diverged"`` (non-finite
+            loss; scored as it stands) or ``"failed"`` (an exception; no metrics).
         metrics: ``metric``/``higher_is_better`` (how to read the numbers), ``train``,
-            ``test``, ``ood`` (split → value, None when the model cannot run it) with
+            ``val``, ``test`` (scored once, after training; None only where the model could
+            not be scored), ``ood`` (split → value, None when the model cannot run it) with
             ``skipped`` (split → reason), ``extra`` (task extras; ``"split/name"`` for OOD
-            splits), ``steps`` trained, and for ODE models ``nfe_test`` and
-            ``reconstruction_error``.
-        curve: ``[step, mean train loss since last point, test metric, cumulative FLOPs,
+            splits), ``steps`` trained, ``peak_mem_measure`` (what ``peak_mem`` measured),
+            and for ODE models ``nfe_test``, ``reconstruction_error``,
+            ``reconstruction_tolerance`` and ``reconstruction_flag`` (True when the error
+            exceeds the tolerance: the solver, not the vector field alone, shaped the result).
+        curve: ``[step, mean train loss since last point, val metric, cumulative FLOPs,
             mean forward NFE since last point (None for discrete models)]``.
         flops: forward FLOPs per sample (matmul-class ops, as counted by torch).
         nfe_forward, nfe_backward: ODE function evaluations per training batch, averaged.
-        peak_mem: bytes (CUDA: peak allocated; CPU: the process's peak RSS).
+        peak_mem: bytes, the peak during this cell (CUDA: memory allocated; CPU: resident set
+            size, where the platform can reset its high-water mark, else the worker
+            process's peak so far; ``metrics["peak_mem_measure"]`` says which).
         config: the fully resolved cell (:meth:`Cell.to_dict`), every model option with
             its default filled in: the gate's ``beta_init``/``value_source``, an ODE's
-            ``method``, ``rtol``, ``atol`` and ``max_steps``.
+            ``method``, ``rtol``, ``atol`` and ``max_steps``; and the row's ``baseline``,
+            ``match_params`` and ``params_target``.
     """
 
     status: str

@@ -1,8 +1,9 @@
 """Training one cell, identically for every model family.
 
 Same optimiser (AdamW, linear warmup then cosine decay, gradient clipping), same fixed
-step budget, same data per seed: only the depth dynamics differ between rows. Besides
-metrics, a run records what a fair comparison needs: parameters, FLOPs, function
+step budget, same data per seed: only the depth dynamics differ between rows. The training
+curve and early stopping read the val split; the test split is scored once, at the end.
+Besides metrics, a run records what a fair comparison needs: parameters, FLOPs, function
 evaluations, time and memory, and how it ended.
 """
 
@@ -12,6 +13,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import resource
 import sys
 import time
@@ -40,20 +42,21 @@ def train(
 ) -> RunResult:
     """Train ``model`` on ``task`` for ``cfg.steps`` steps and evaluate it.
 
-    The training set (``cfg.n_train`` samples) and test set come from the task's own
-    seeded sampler, minibatch order from a generator seeded with ``seed``; with the model
-    initialised under ``torch.manual_seed(seed)`` a CPU run is reproducible. A non-finite
-    loss stops the run as ``"diverged"``, a time or solver cap as ``"capped"``; both keep
-    what was reached. Exceptions propagate (:func:`run_cell` records them as failed).
+    The train, val and test sets (``cfg.n_train``, ``n_val``, ``n_test`` samples) come from
+    the task's own seeded sampler, minibatch order from a generator seeded with ``seed``;
+    with the model initialised under ``torch.manual_seed(seed)`` a CPU run is reproducible.
+    The curve and ``target_metric`` read val; test is scored once, after training. A
+    non-finite loss stops the run as ``"diverged"``, a time or solver cap (in training or
+    in the final evaluation) as ``"capped"``: both are failures, scored where possible.
+    Exceptions propagate (:func:`run_cell` records them as failed).
     """
     start = time.perf_counter()
     device = torch.device(cfg.device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    memory = _reset_peak_memory(device)
     model = model.to(device).train()
     ode = hasattr(model, "reset_nfe")
     data = _to(task.sample(cfg.n_train, seed, "train"), device)
-    test = _to(task.sample(cfg.n_test, seed, "test"), device)
+    val = _to(task.sample(cfg.n_val, seed, "val"), device)
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                 if cfg.bf16 and device.type == "cuda" else contextlib.nullcontext())
 
@@ -102,13 +105,13 @@ def train(
             losses.append(loss.item())
             bar.update()
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                metric = _evaluate(model, task, test, predict)
+                metric = _evaluate(model, task, val, predict)
                 recent = [f for f, _ in nfe[-len(losses):]]
                 curve.append([step, sum(losses) / len(losses), metric, flops_done,
                               sum(recent) / len(recent) if recent else None])
                 losses.clear()
                 if cfg.target_metric is not None and _reached(task, metric, cfg.target_metric):
-                    message = f"reached target_metric {cfg.target_metric} at step {step}"
+                    message = f"val metric reached target_metric {cfg.target_metric} at step {step}"
                     break
             elapsed = time.perf_counter() - start
             if cfg.max_seconds is not None and elapsed > cfg.max_seconds and step < cfg.steps:
@@ -118,22 +121,23 @@ def train(
         status, message = "capped", str(cap)
     finally:
         bar.close()
-    metrics, cap_note = _final_metrics(model, task, cfg, seed, data, test, predict, ode)
+    metrics, cap_note = _final_metrics(model, task, cfg, seed, data, val, predict, ode)
     metrics["steps"] = done
     if cap_note and status == "ok":
-        status, message = "capped", cap_note
+        status, message = "capped", f"cap during the final evaluation: {cap_note}"
     mean_nfe = [sum(column) / len(column) for column in zip(*nfe, strict=True)] if nfe else []
+    peak_mem, metrics["peak_mem_measure"] = _peak_memory(device, memory)
     return RunResult(
         status=status,
         message=message,
         metrics=metrics,
         curve=curve,
         params=count_parameters(model),
-        flops=_forward_flops(model, test.subset(slice(0, cfg.batch_size)), predict),
+        flops=_forward_flops(model, val.subset(slice(0, cfg.batch_size)), predict),
         nfe_forward=mean_nfe[0] if mean_nfe else None,
         nfe_backward=mean_nfe[1] if mean_nfe else None,
         wall_time=time.perf_counter() - start,
-        peak_mem=_peak_memory(device),
+        peak_mem=peak_mem,
     )
 
 
@@ -221,15 +225,17 @@ def _reached(task: Task, metric: float, target: float) -> bool:
 
 
 def _final_metrics(
-    model: nn.Module, task: Task, cfg: TrainConfig, seed: int, data: TaskData, test: TaskData,
+    model: nn.Module, task: Task, cfg: TrainConfig, seed: int, data: TaskData, val: TaskData,
     predict: Callable[[TaskData], Tensor], ode: bool,
 ) -> tuple[dict[str, Any], str]:
-    """Train/test/OOD metrics, task extras and ODE checks; a solver cap hit here leaves
-    the affected figures ``None`` and is returned as a note."""
+    """Train/val/test/OOD metrics, task extras and ODE checks: the only time the test
+    split is sampled and scored. A solver cap hit here leaves the affected figures
+    ``None`` and is returned as a note."""
     metrics: dict[str, Any] = {"metric": task.metric_name,
-                               "higher_is_better": task.higher_is_better,
-                               "train": None, "test": None, "ood": {}, "skipped": {}, "extra": {}}
+                               "higher_is_better": task.higher_is_better, "train": None,
+                               "val": None, "test": None, "ood": {}, "skipped": {}, "extra": {}}
     notes = []
+    test = _to(task.sample(cfg.n_test, seed, "test"), val.inputs.device)
 
     @torch.no_grad()
     def score(split: str, split_data: TaskData, extras: bool = True) -> float | None:
@@ -247,19 +253,23 @@ def _final_metrics(
             metrics["extra"][prefix + name] = value
         return task.metric(pred, split_data.targets)
 
-    metrics["train"] = score("train", data.subset(slice(0, cfg.n_test)), extras=False)
+    metrics["train"] = score("train", data.subset(slice(0, cfg.n_val)), extras=False)
+    metrics["val"] = score("val", val, extras=False)
     if ode:
         model.reset_nfe()
     metrics["test"] = score("test", test)
     if ode:
         metrics["nfe_test"] = float(model.nfe_forward)
+        metrics["reconstruction_tolerance"] = model.reconstruction_tolerance
         try:
             with _solver_cap(), torch.no_grad():
-                metrics["reconstruction_error"] = float(
-                    model.reconstruction_error(test.inputs, test.controls))
+                error = float(model.reconstruction_error(test.inputs, test.controls))
         except _Capped as cap:
-            metrics["reconstruction_error"] = None
+            error = None
             notes.append(f"reconstruction: {cap}")
+        metrics["reconstruction_error"] = error
+        metrics["reconstruction_flag"] = (None if error is None
+                                          else not error <= model.reconstruction_tolerance)
     depth = getattr(model, "depth", None)
     for split in task.ood_splits:
         split_data = _to(task.sample(cfg.n_test, seed, split), test.inputs.device)
@@ -288,11 +298,40 @@ def _forward_flops(model: nn.Module, batch: TaskData,
     return counter.get_total_flops() / len(batch)
 
 
-def _peak_memory(device: torch.device) -> int:
+#: Linux: writing "5" here resets the process's resident-set high-water mark, ``VmHWM``.
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+#: What ``peak_mem`` measured, by how the peak could be reset.
+PEAK_MEMORY_MEASURES = {
+    "cuda": "CUDA memory allocated, peak during this cell",
+    "cell": "resident set size, peak during this cell (VmHWM reset at its start)",
+    "process": "resident set size, peak of the worker process since it started "
+               "(not reset per cell: includes earlier cells in the same process)",
+}
+
+
+def _reset_peak_memory(device: torch.device) -> str:
+    """Start measuring this cell's peak memory; returns the key of what will be measured."""
     if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, else KiB
+        torch.cuda.reset_peak_memory_stats(device)
+        return "cuda"
+    try:
+        _CLEAR_REFS.write_text("5")
+        return "cell" if "VmHWM" in _STATUS.read_text() else "process"
+    except OSError:
+        return "process"
+
+
+def _peak_memory(device: torch.device, measure: str) -> tuple[int, str]:
+    """Peak memory in bytes since :func:`_reset_peak_memory`, and what it measured."""
+    if measure == "cuda":
+        peak = int(torch.cuda.max_memory_allocated(device))
+    elif measure == "cell":
+        peak = int(re.search(r"VmHWM:\s*(\d+) kB", _STATUS.read_text())[1]) * 1024
+    else:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, else KiB
+    return peak, PEAK_MEMORY_MEASURES[measure]
 
 
 def _save(model: nn.Module, path: Path) -> None:

@@ -135,6 +135,20 @@ class NeuralODE(DepthModel):
         with self._count_as("forward"):
             return self._integrate(z0, self._times(steps, z0), u).transpose(0, 1)
 
+    @property
+    def reconstruction_tolerance(self) -> float:
+        """The largest :meth:`reconstruction_error` of a solve that can be trusted,
+        ``2·depth·(rtol + atol)``.
+
+        An accepted adaptive step keeps its local error below ``atol + rtol·|z|``, about
+        ``rtol + atol`` relative to an O(1) state. A round trip crosses ``2·depth`` depth
+        intervals; were each to add one such error, the total would stay below this bound.
+        A larger error means the solve amplified or under-resolved its errors, so the
+        solver, not the vector field alone, shaped the result. Fixed-grid methods ignore
+        ``rtol``/``atol`` but are held to the accuracy they state.
+        """
+        return 2 * self.depth * (self.rtol + self.atol)
+
     @torch.no_grad()
     def reconstruction_error(self, x: Tensor, u: Tensor | None = None) -> float:
         """``‖z0 − ẑ0‖ / ‖z0‖`` after integrating ``0 → T → 0`` (not counted in NFE).
