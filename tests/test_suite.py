@@ -61,6 +61,12 @@ def test_diverged_cell_is_recorded_and_the_suite_goes_on(tmp_path, infinite_loss
     assert rows["overwrite"].status == "ok"
 
 
+def test_capped_cells_are_failures_of_the_run(tmp_path):
+    summary = dd.run_experiment(experiment(["overwrite"], models=["resnet"], max_seconds=1e-9),
+                                tmp_path, progress=False)
+    assert summary.counts == {"capped": 1} and not summary.ok
+
+
 def test_killed_run_resumes_without_losing_finished_cells(tmp_path):
     config = tmp_path / "exp.toml"
     config.write_text(

@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..models.base import MODELS
-from .config import Cell, ExperimentConfig, load_experiment
+from .config import COUNTED, Cell, ExperimentConfig, load_experiment
 from .store import STATUSES, ResultStore, RunResult, load_task_file, store_path
 from .train import run_cell, stamp
 
@@ -45,7 +45,8 @@ class SuiteSummary:
 
     @property
     def ok(self) -> bool:
-        return not (self.counts.get("failed") or self.counts.get("diverged"))
+        """Whether every cell counts: a capped, diverged or failed one is a failure."""
+        return all(status in COUNTED for status in self.counts)
 
 
 def run_experiment(
