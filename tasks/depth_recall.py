@@ -5,6 +5,8 @@ orthonormal keys (a random rotation per example) and every depth step writes a v
 ``v ∈ R^{d_v}`` under one of them, keys drawn with replacement. A rewritten key must
 *replace* its old value: the delta update ``M ← M + β k (vᵀ − kᵀM)`` with β = 1 does this
 exactly, whereas a write-only memory returns the sum. ``trajectory`` holds that ideal memory.
+The hypothesis: ``ddl`` with ``value_channels = value_dim`` beats ``resnet`` and the
+write-only ``ddl-write``, its gates near β = 1.
 
 ``read="memory"`` (default) asks for ``M_L`` itself: the answer ``qᵀM_L`` to every query at
 once through a fixed linear read-out. ``read="query"`` spends the last step on one query
@@ -58,7 +60,8 @@ class DepthRecall(Task):
     value_dim: int = 2
     read: str = "memory"
 
-    regime: ClassVar = "delta rule over depth (d_v > 1): a rewritten key replaces its value"
+    regime: ClassVar = ("hypothesis: ddl with d_v = value_dim replaces a rewritten key's value "
+                        "(β ≈ 1); ddl-write sums them")
     regimes: ClassVar = ("projection",)
 
     def __post_init__(self) -> None:

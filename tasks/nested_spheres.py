@@ -35,7 +35,8 @@ class NestedSpheres(Task):
     depth: int = 8
     dim: int = 2
 
-    regime: ClassVar = "control: NODE limitation, a flow cannot pull the ball out of the shell"
+    regime: ClassVar = ("control; hypothesis: a node flow cannot pull the ball out of the "
+                        "shell, an anode or a discrete stack can")
     loss_name: ClassVar = "bce"
     metric_name: ClassVar = "accuracy"
     expectations: ClassVar = (

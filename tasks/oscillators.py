@@ -3,10 +3,12 @@
 ``oscillator`` probes rotation. The exact step of ``q'' = −ω²q`` rotates the phase plane
 (in ``(ωq, p)`` coordinates) and a rotation is the product of two Householder reflections,
 so two Delta layers at β ≈ 2 can step it without energy drift, whereas an explicit Euler step
-grows the energy by ``1 + ω²h²``. ``damped-oscillator`` (a contracting spiral) and
-``van-der-pol`` (a limit cycle) are controls: smooth flows where additive and ODE models
-should do well. Depth step ``l`` is time ``t_l = l·T/depth``; the ``long`` split runs 4× the
-steps at the same step length, so only models that can extrapolate are scored on it.
+grows the energy by ``1 + ω²h²``. That is a hypothesis about ``ddl`` stacks (a tied one for the
+4× horizon), not a proof that they find this solution: they may write and project instead.
+``damped-oscillator`` (a contracting spiral) and ``van-der-pol`` (a limit cycle) are
+controls: smooth flows where, we expect, additive and ODE models do well. Depth step ``l``
+is time ``t_l = l·T/depth``; the ``long`` split runs 4× the steps at the same step length, so
+only models that can extrapolate are scored on it.
 
 Example (oscillator, depth 3, horizon 3, so ``t_l = l``)::
 
@@ -119,7 +121,8 @@ class Oscillator(PhaseFlow):
     ``extra_metrics`` reports the energy drift of the predicted final state.
     """
 
-    regime: ClassVar = "rotation = two reflections (β ≈ 2); energy-conserving steps"
+    regime: ClassVar = ("hypothesis: ddl steps a rotation as two reflections (β ≈ 2) without the "
+                        "energy drift of an Euler resnet")
     regimes: ClassVar = ("reflection",)
     param_ranges: ClassVar = {"omega": (0.5, 1.5)}
 
@@ -140,7 +143,8 @@ class Oscillator(PhaseFlow):
 class DampedOscillator(PhaseFlow):
     """Damped oscillator q'' = −ω²q − 2ζωq', per-sample (ω, ζ): a contracting spiral."""
 
-    regime: ClassVar = "control: a smooth contracting flow, additive/ODE models should do well"
+    regime: ClassVar = ("control; hypothesis: resnet and node fit a smooth contracting flow "
+                        "well")
     param_ranges: ClassVar = {"omega": (0.5, 1.5), "zeta": (0.05, 0.3)}
     expectations: ClassVar = smooth_flow_expectations(0.02)  # ≈ 10% of predicting zero
 
@@ -157,7 +161,7 @@ class VanDerPol(PhaseFlow):
     ``solve_ivp`` (DOP853, rtol = atol = 1e-10).
     """
 
-    regime: ClassVar = "control: a limit cycle, a smooth nonlinear flow"
+    regime: ClassVar = "control; hypothesis: resnet and node fit a limit cycle, a smooth flow"
     param_ranges: ClassVar = {"mu": (0.5, 1.5)}
     radius: ClassVar = (0.5, 2.5)
     expectations: ClassVar = smooth_flow_expectations(0.15)  # ≈ 10% of predicting zero

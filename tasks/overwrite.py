@@ -4,6 +4,8 @@ A register file of ``R`` slots starts at the input values; depth step ``l`` writ
 ``c_l`` into slot ``s_l``. The delta update with ``k = e_s``, ``v = c_l`` and β = 1 is exactly
 this write: the readout error becomes ``(1 − β)e = 0``, so nothing of the old value survives.
 An additive step has to compute the old value and subtract it; a write-only step cannot erase.
+The hypothesis is therefore that ``ddl`` beats ``resnet`` and its write-only control
+``ddl-write`` (same generators, no erase term) here, and that its gates sit near β = 1.
 
 Example (R = 3, depth 2)::
 
@@ -37,7 +39,8 @@ class Overwrite(Task):
     slots: int = 4
     per_step: bool = False
 
-    regime: ClassVar = "projection (β ≈ 1): exact overwrite, the old value is erased"
+    regime: ClassVar = ("hypothesis: a ddl step overwrites a slot exactly (β ≈ 1), which resnet "
+                        "must compute and ddl-write cannot erase")
     regimes: ClassVar = ("projection",)
     expectations: ClassVar = (
         Expectation(

@@ -7,6 +7,11 @@ dimension (ANODE) or a discrete reflection removes the obstruction. ``reflect`` 
 ``x ∈ R^d`` along a unit direction ``n`` given in the input; ``conditional`` flips ``x`` only
 when a flag input is 1 (a data-dependent direction ``k = x/‖x‖`` with β = 2 does it).
 
+Hypotheses, with the model each holds for: a ``node`` cannot fit ``1d`` (a theorem about
+flows on the line); an ``anode`` and a ``ddl`` stack can. The ``ddl`` claim is that a stack
+*can* reflect, not that it needs β > 1: its ``k, v, β`` read the state, so β = 1 with
+``v = −kᵀX`` is a reflection too, and ``beta_max = 1`` does not rule reflections out.
+
 Example (dim 2)::
 
     variant      inputs                    target
@@ -46,7 +51,8 @@ class SignFlip(Task):
     variant: str = "1d"
     dim: int = 4
 
-    regime: ClassVar = "reflection (β ≈ 2): a sign flip, which no flow on the line can do"
+    regime: ClassVar = ("hypothesis: a ddl stack can reflect x to −x (β = 2, v = 0); no node "
+                        "flow on the line can")
     regimes: ClassVar = ("reflection",)
 
     def __post_init__(self) -> None:
