@@ -28,6 +28,7 @@ from .models.operator import (
 from ._registry import load_file
 from ._task import (
     Expectation,
+    Subject,
     Task,
     TaskData,
     check_task,
@@ -68,6 +69,7 @@ __all__ = [
     "ExperimentConfig",
     "ResultStore",
     "RunResult",
+    "Subject",
     "Task",
     "TaskData",
     "TrainConfig",

@@ -76,23 +76,52 @@ class TaskData:
 
 
 @dataclass(frozen=True)
-class Expectation:
-    """A claim about one model's metric on a task, with the reason it should hold.
+class Subject:
+    """A model a claim is about: a registered family and the option values that single it
+    out among a run's entries (e.g. ``Subject("ddl", {"tied": True, "beta_max": 1.0})``).
 
-    ``model`` is a registered model name, ``overrides`` its config changes (e.g.
-    ``{"beta_max": 1.0}``); the claim is ``metric < value`` or ``metric > value`` on
-    ``split`` (``"test"``, or an OOD split such as ``"long"`` for extrapolation claims).
+    Options left unstated are the family's defaults wherever a run's entries of the family
+    differ; sizes (``width``, ``depth``, ``hidden``) are the experiment's and never count.
     """
 
-    model: str
-    comparison: Literal["<", ">"]
-    value: float
-    reason: str
-    overrides: Mapping[str, Any] = field(default_factory=dict)
-    split: str = "test"
+    family: str
+    options: Mapping[str, Any] = field(default_factory=dict)
 
-    def holds(self, metric: float) -> bool:
-        return metric < self.value if self.comparison == "<" else metric > self.value
+    def __str__(self) -> str:
+        options = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{self.family} ({options})" if options else self.family
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A claim that ``model`` is ``relation`` (better or worse) than ``control`` on a split's
+    metric, with the reason it should hold (cite the literature it rests on in prose).
+
+    ``control`` is another model, compared paired over the seeds both finished, or a number:
+    an analytic bound (e.g. the best MSE an order-preserving map can reach), compared with
+    the one-sample test. Either way the verdict needs at least 3 paired finished seeds and
+    p < 0.05. A claim on an out-of-distribution split must state ``requires``: the test
+    metric the model has to reach on every finished seed (it must succeed in distribution
+    before its extrapolation means anything). A family name stands for a :class:`Subject`
+    without options.
+    """
+
+    model: Subject | str
+    relation: Literal["better", "worse"]
+    control: Subject | str | float
+    reason: str
+    split: str = "test"
+    requires: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model", "control"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, Subject(getattr(self, name)))
+        if self.relation not in ("better", "worse"):
+            raise ValueError(f"relation must be 'better' or 'worse', got {self.relation!r}")
+        if self.split != "test" and self.requires is None:
+            raise ValueError(f"a claim on split {self.split!r} must state `requires`, the test "
+                             "metric the model has to reach in distribution first")
 
 
 def split_generator(seed: int, split: str) -> torch.Generator:

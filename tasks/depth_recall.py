@@ -95,9 +95,17 @@ class DepthRecall(Task):
             return ()
         return (
             Expectation(
-                "ddl", "<", 0.3,
-                "with d_v = value_dim one delta step (β = 1, k the key, v the value) is one "
-                "exact write, erasing the old value",
+                "ddl", "better", "ddl-write",
+                "the erase term matters: a rewritten key must replace its value. With d_v = "
+                "value_dim one delta step (β = 1, k the key, v the value) is that write, while "
+                "a write-only memory returns the sum of the values written under the key (the "
+                "capacity problem the delta rule solves in fast weight programmers: Schlag, "
+                "Irie & Schmidhuber, ICML 2021)",
+            ),
+            Expectation(
+                "ddl", "better", "resnet",
+                "an additive step has no read-out of the old value to erase: its branch must "
+                "learn kᵀM and subtract it, which the delta update does by construction",
             ),
         )
 

@@ -41,8 +41,10 @@ class NestedSpheres(Task):
     metric_name: ClassVar = "accuracy"
     expectations: ClassVar = (
         Expectation(
-            "anode", ">", 0.9,
-            "an augmented dimension lets the ball pass the shell (Dupont et al. 2019)",
+            "anode", "better", "node",
+            "a NODE's flow is a homeomorphism of the plane, so the shell's image still "
+            "surrounds the ball's; an augmented dimension lets the ball pass the shell "
+            "(Dupont et al., NeurIPS 2019)",
         ),
     )
 

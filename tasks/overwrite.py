@@ -44,9 +44,16 @@ class Overwrite(Task):
     regimes: ClassVar = ("projection",)
     expectations: ClassVar = (
         Expectation(
-            "ddl", "<", 0.25,
-            "β = 1 with k along the slot and v = c_l is the write itself: the old value is "
-            "erased exactly",
+            "ddl", "better", "ddl-write",
+            "the erase term matters: with β = 1, k along the slot and v = c_l one delta step "
+            "is the write itself, the old value erased exactly; the write-only step X + βkvᵀ "
+            "adds to the old value unless its branch computes and cancels it",
+        ),
+        Expectation(
+            "ddl", "better", "resnet",
+            "an additive step must compute the old value and subtract it through its branch; "
+            "the delta rule's erase term does it in the operator (the delta rule of fast "
+            "weight programmers: Schlag, Irie & Schmidhuber, ICML 2021)",
         ),
     )
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from matplotlib.colors import to_rgb
 
 import ddl_dynamics as dd
+from ddl_dynamics.analysis import plots
 from ddl_dynamics.analysis.figures import FIGURE_KINDS
 from ddl_dynamics.analysis.probes import probe_model
 from ddl_dynamics.analysis.regimes import contraction, depth_determinant, regime_fractions
@@ -132,14 +134,15 @@ def test_probes_are_cached_and_plotting_never_retrains(tiny_run):
     assert [p.stat().st_mtime_ns for p in probes] == stamps
 
 
-def test_report_checks_expectations_and_audits_regimes(tiny_run):
+def test_report_judges_expectations_and_audits_regimes(tiny_run):
     report = dd.build_report(tiny_run)
+    verdicts = {(v.task, v.claim): v for v in report.expectations}
+    # Two seeds confirm nothing; the linear recurrence of parity's claim was not run.
+    oscillator = verdicts["oscillator", "ddl worse than resnet on test"]
+    assert (oscillator.model, oscillator.control) == ("ddl", "resnet")  # not ddl-bmax1
+    assert oscillator.verdict == "insufficient evidence" and oscillator.paired.n == 2
     (parity,) = [v for v in report.expectations if v.task == "parity"]
-    assert parity.models == ("ddl-bmax1",)  # matched by its overrides, not by its label
-    held = [parity.expectation.holds(v) for v in parity.values]
-    assert len(held) == 2
-    assert parity.verdict == ("confirmed" if all(held) else "mixed" if any(held)
-                              else "contradicted")
+    assert parity.verdict == "insufficient evidence" and parity.note.startswith("no cell of")
     rows = {(r.task, r.model): r for r in report.regimes}
     assert set(rows) == {(t, m) for t in ("oscillator", "parity") for m in ("ddl", "ddl-bmax1")}
     for row in rows.values():
@@ -150,7 +153,21 @@ def test_report_checks_expectations_and_audits_regimes(tiny_run):
     bmax1 = rows["parity", "ddl-bmax1"].fractions
     assert bmax1["over-relaxed"] == bmax1["reflection"] == 0.0
     text = render(report, "md")
-    assert "## Expectations against the measured seeds" in text and parity.verdict in text
+    assert "## Expectations against the measured seeds" in text
+    assert "| insufficient evidence | 2 paired finished seeds, fewer than 3 |" in text
+
+
+def test_verdict_matrix_colours_each_mark():
+    cells = {"overwrite": {"ddl": ("win", "-0.4 ± 0.1"), "ddl-write": ("loss", "+0.2 ± 0.1")},
+             "parity": {"ddl": ("tie", "+0.01 ± 0.3"), "node": ("n < 3", "+0.1")}}
+    fig = plots.verdict_matrix(cells)
+    ax = fig.axes[0]
+    drawn = {tuple(round(c, 3) for c in p.get_facecolor()[:3]) for p in ax.patches}
+    expected = {tuple(round(c, 3) for c in to_rgb(color)) for color in plots.MARK_COLORS.values()}
+    assert drawn == expected and len(ax.patches) == 4  # (overwrite, node) stays blank
+    texts = {t.get_text() for t in ax.texts}
+    assert "win\n-0.4 ± 0.1" in texts and "n < 3\n+0.1" in texts
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["overwrite", "parity"]
 
 
 def test_html_report_is_self_contained(tiny_run):
@@ -160,6 +177,12 @@ def test_html_report_is_self_contained(tiny_run):
     assert "http://" not in page and "https://" not in page
     for section in ("Expectations", "Gate regimes", "oscillator", "parity", "torch"):
         assert section in page
+    # The verdicts open the report: their table and matrix come before every other section.
+    order = [page.index(s) for s in ("<h2>Verdicts", 'alt="verdicts"', "<h2>Expectations",
+                                     "<h2>Results per task", "<h2>Figures")]
+    assert order == sorted(order) and page.count('alt="verdicts"') == 1
+    assert (tiny_run / "figures" / "verdicts.png").is_file()
+    assert "probe_consistency" in page and "not evidence about training" in page
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None,

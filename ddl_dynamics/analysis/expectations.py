@@ -1,58 +1,152 @@
-"""Tasks' stated expectations, checked against the measured seeds.
+"""Tasks' stated expectations, judged against the measured seeds.
 
-A task may claim, with a reason, how one model should fare (see :class:`Expectation`).
-The report states for each claim whether the run confirmed or contradicted it, plainly
-either way: a contradicted expectation is a finding, not an error.
+A task claims, with a reason, that one model is better or worse than a control (another
+model, or an analytic bound) on a split's metric (see :class:`Expectation`). A claim is
+judged on the paired per-seed differences (:class:`Paired`) and reads
+
+- ``confirmed``: at least 3 paired finished seeds and p < 0.05 in the claimed direction;
+- ``contradicted``: the same evidence in the opposite direction;
+- ``insufficient evidence``: anything less — too few seeds, no significant difference, a
+  model that did not first succeed in distribution (claims on OOD splits), or a model or
+  control that is not in the run. The note says which.
+
+Plainly either way: a contradicted expectation is a finding, not an error.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .._task import Expectation, make_task
+from .._task import Expectation, Subject, make_task
 from ..experiment.config import COUNTED
 from ..experiment.store import RunResult
+from ..models.base import MODELS, model_options
+from .stats import MIN_PAIRS, Paired
+
+CONFIRMED, CONTRADICTED, INSUFFICIENT = "confirmed", "contradicted", "insufficient evidence"
+#: Options that size a model: the experiment sets (and matches) them, a claim never does.
+SIZES = ("width", "depth", "hidden")
 
 
 @dataclass(frozen=True)
 class Verdict:
     """One expectation of one task, judged on the cells that match it.
 
-    ``verdict`` is ``"confirmed"`` (holds on every seed), ``"contradicted"`` (on none),
-    ``"mixed"`` or ``"not run"`` (no matching cell finished).
+    ``model`` and ``control`` are the matched labels (``control`` None for a bound, either
+    None when nothing matched); ``paired`` holds n, the mean difference model − control
+    with its CI, and p; ``note`` says what limits the verdict (empty when nothing does).
     """
 
     task: str
     expectation: Expectation
-    models: tuple[str, ...]
-    values: tuple[float, ...]
+    higher_is_better: bool
+    model: str | None
+    control: str | None
+    paired: Paired | None
     verdict: str
+    note: str = ""
 
     @property
     def claim(self) -> str:
         e = self.expectation
-        options = ", ".join(f"{k}={v}" for k, v in e.overrides.items())
-        who = f"{e.model} ({options})" if options else e.model
-        return f"{who}: {e.split} metric {e.comparison} {e.value:.4g}"
+        control = e.control if isinstance(e.control, Subject) else f"{e.control:.4g}"
+        return f"{e.model} {e.relation} than {control} on {e.split}"
 
 
-def matches(row: RunResult, expectation: Expectation) -> bool:
-    """A cell matches when its family and the expectation's option overrides agree; an
-    expectation without overrides is about the family's plain entry (label = name)."""
-    if row.config.get("model") != expectation.model:
-        return False
-    if not expectation.overrides:
-        return row.model == expectation.model
+def _option(row: RunResult, name: str) -> object:
+    """A resolved model option of a cell; a row stored before the option existed has the
+    family's default."""
     options = row.config.get("config", {})
-    return all(options.get(k) == v for k, v in expectation.overrides.items())
+    if name in options:
+        return options[name]
+    return model_options(row.config["model"]).get(name, (None, None))[0]
 
 
-def _value(row: RunResult, split: str) -> float | None:
-    metrics = row.metrics
-    value = metrics.get("test") if split == "test" else metrics.get("ood", {}).get(split)
-    return None if value is None else float(value)
+def match(subject: Subject, rows: Sequence[RunResult]) -> list[str]:
+    """The labels among ``rows`` (one task) that ``subject`` names: the family's entries
+    with the stated options, narrowed to those at the family's defaults on every other
+    option where the entries differ (sizes aside)."""
+    if subject.family not in MODELS:
+        return []
+    found = {r.model: r for r in rows if r.config.get("model") == subject.family
+             and all(_option(r, k) == v for k, v in subject.options.items())}
+    if len(found) < 2:
+        return sorted(found)
+    defaults = {k: d for k, (d, _) in model_options(subject.family).items()}
+    names = {k for r in found.values() for k in r.config.get("config", {})}
+    varied = {k for k in names - set(SIZES) - set(subject.options)
+              if len({repr(_option(r, k)) for r in found.values()}) > 1}
+    return sorted(label for label, r in found.items()
+                  if all(_option(r, k) == defaults.get(k) for k in varied))
+
+
+def seed_values(rows: Sequence[RunResult], split: str = "test") -> dict[int, float]:
+    """Seed → metric on ``split`` of the cells that finished with a finite value there."""
+    found = {}
+    for r in rows:
+        value = r.metrics.get(split) if split in ("train", "val", "test") else r.metrics.get(
+            "ood", {}).get(split)
+        if r.status in COUNTED and isinstance(value, int | float) and math.isfinite(value):
+            found[r.seed] = float(value)
+    return found
+
+
+def _failures(rows: Sequence[RunResult], label: str) -> str:
+    """``"ddl: 2 of 5 seeds failed (1 capped, 1 diverged)"``, or empty."""
+    statuses = Counter(r.status for r in rows if r.model == label)
+    failed = {s: n for s, n in statuses.items() if s not in COUNTED}
+    if not failed:
+        return ""
+    kinds = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))
+    return f"{label}: {sum(failed.values())} of {statuses.total()} seeds failed ({kinds})"
+
+
+def judge(task: str, expectation: Expectation, rows: Sequence[RunResult],
+          higher_is_better: bool) -> Verdict:
+    """The verdict on one expectation, from one task's rows."""
+    e = expectation
+
+    def verdict(model: str | None, control: str | None, paired: Paired | None, result: str,
+                *notes: str) -> Verdict:
+        return Verdict(task, e, higher_is_better, model, control, paired, result,
+                       "; ".join(n for n in notes if n))
+
+    def values(label: str, split: str) -> dict[int, float]:
+        return seed_values([r for r in rows if r.model == label], split)
+
+    subjects = [("model", e.model)] + ([("control", e.control)]
+                                       if isinstance(e.control, Subject) else [])
+    labels: dict[str, str] = {}
+    for role, subject in subjects:
+        found = match(subject, rows)
+        if len(found) != 1:
+            why = (f"several entries match the {role} {subject}: {', '.join(found)}" if found
+                   else f"no cell of the {role} {subject} in this run")
+            return verdict(None, None, None, INSUFFICIENT, why)
+        labels[role] = found[0]
+    model, control = labels["model"], labels.get("control")
+    failures = [_failures(rows, label) for label in (model, control) if label]
+    if e.requires is not None:
+        test = values(model, "test").values()
+        solved = sum((v >= e.requires) if higher_is_better else (v <= e.requires) for v in test)
+        if not test or solved < len(test):
+            sign = "≥" if higher_is_better else "≤"
+            return verdict(model, control, None, INSUFFICIENT,
+                           f"precondition failed: {model} reached test {sign} {e.requires:.4g} "
+                           f"on {solved} of {len(test)} finished seeds", *failures)
+    paired = Paired.of(values(model, e.split), values(control, e.split) if control else e.control)
+    outcome = paired.outcome(higher_is_better)
+    if outcome == "too few seeds":
+        return verdict(model, control, paired, INSUFFICIENT,
+                       f"{paired.n} paired finished seeds, fewer than {MIN_PAIRS}", *failures)
+    if outcome == "no difference":
+        return verdict(model, control, paired, INSUFFICIENT, "no significant difference",
+                       *failures)
+    result = CONFIRMED if outcome == e.relation else CONTRADICTED
+    return verdict(model, control, paired, result, *failures)
 
 
 def check_expectations(rows: Sequence[RunResult]) -> list[Verdict]:
@@ -66,23 +160,6 @@ def check_expectations(rows: Sequence[RunResult]) -> list[Verdict]:
         if "task" not in first:  # a row stored without its resolved config
             continue
         task = make_task(first["task"], **first.get("spec", {}))
-        for expectation in task.expectations:
-            hits = [r for r in task_rows if r.status in COUNTED and matches(r, expectation)]
-            pairs = [(r.model, v) for r in hits if (v := _value(r, expectation.split)) is not None]
-            held = [expectation.holds(v) for _, v in pairs]
-            if not held:
-                verdict = "not run"
-            elif all(held):
-                verdict = "confirmed"
-            elif not any(held):
-                verdict = "contradicted"
-            else:
-                verdict = "mixed"
-            verdicts.append(Verdict(
-                task=label,
-                expectation=expectation,
-                models=tuple(sorted({m for m, _ in pairs})),
-                values=tuple(v for _, v in pairs),
-                verdict=verdict,
-            ))
+        verdicts += [judge(label, e, task_rows, task.higher_is_better)
+                     for e in task.expectations]
     return verdicts

@@ -11,7 +11,7 @@ from ..experiment.store import store_path
 from . import plots
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
-from .report import build_report
+from .report import build_report, signed
 
 #: The figure groups of ``ddl-dyn plot``.
 FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare")
@@ -22,8 +22,8 @@ def figure_dir(run_dir: str | Path) -> Path:
 
 
 def regime_figures(run_dir: Path) -> list[Path]:
-    """Regime atlas and β histograms per Delta-stack label, the discrepancy check, the
-    depth determinants."""
+    """Regime atlas and β histograms per Delta-stack label, the probe-consistency check,
+    the depth determinants."""
     betas: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     checks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     for row, arrays in load_probes(run_dir):
@@ -46,7 +46,7 @@ def regime_figures(run_dir: Path) -> list[Path]:
             task: (np.concatenate([e for e, _ in pairs]), np.concatenate([m for _, m in pairs]))
             for task, pairs in sorted(checks.items())
         }
-        out += plots.save_figure(plots.contraction_check(points), out_dir / "discrepancy_check")
+        out += plots.save_figure(plots.probe_consistency(points), out_dir / "probe_consistency")
     return out
 
 
@@ -79,7 +79,7 @@ def trajectory_figures(run_dir: Path, samples: int = 3) -> list[Path]:
 
 
 def curve_figures(run_dir: Path) -> list[Path]:
-    """Val metric against step and against training FLOPs (seed bands), and ODE NFE."""
+    """Validation metric against step and against training FLOPs (seed bands), and ODE NFE."""
     report = build_report(run_dir)
     metric = {t.task: t.metric for t in report.tables}
     by_step: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
@@ -105,18 +105,27 @@ def curve_figures(run_dir: Path) -> list[Path]:
 
 
 def compare_figures(run_dir: Path) -> list[Path]:
-    """Per-task bars of the test metric with 95% CIs, from the report's tables."""
+    """The verdict matrix (each model against its baseline) and, per task, every model's
+    test metric per seed with the mean and 95% CI, from the report."""
     report = build_report(run_dir)
+    out: list[Path] = []
+    cells: dict[str, dict[str, tuple[str, str]]] = defaultdict(dict)
+    for c in report.comparisons:
+        task = f"{c.task}\n{c.metric} {'↑' if c.higher_is_better else '↓'}"
+        cells[task][c.model] = (c.mark, f"{signed(c.paired)}\nn={c.paired.n} vs {c.baseline}")
+    if cells:
+        out += plots.save_figure(plots.verdict_matrix(cells), figure_dir(run_dir) / "verdicts")
     tables = {
-        t.task: {r.model: (r.test.mean, r.test.ci or 0.0) for r in t.rows if r.test.n}
+        t.task: {r.model: (r.test.mean, r.test.ci or 0.0,
+                           [v for v in r.per_seed.values() if not isinstance(v, str)])
+                 for r in t.rows if r.test.n}
         for t in report.tables
         if any(r.test.n for r in t.rows)
     }
-    if not tables:
-        return []
-    metric = {t.task: t.metric for t in report.tables}
-    return plots.save_figure(plots.comparison(tables, metric, report.baseline),
-                             figure_dir(run_dir) / "compare")
+    if tables:
+        metric = {t.task: t.metric for t in report.tables}
+        out += plots.save_figure(plots.comparison(tables, metric), figure_dir(run_dir) / "compare")
+    return out
 
 
 _BUILDERS = {

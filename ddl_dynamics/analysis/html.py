@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from .figures import make_figures
 from .report import (
+    COMPARISON_NOTE,
+    EXPECTATION_NOTE,
     Report,
     build_report,
+    comparison_cells,
     expectation_cells,
+    flag_notes,
     regime_cells,
     table_cells,
     who,
@@ -22,20 +27,29 @@ from .report import (
 
 #: Captions of the figure files, by name prefix.
 CAPTIONS = {
-    "compare": "Test metric per task and model: mean over seeds with 95% CI.",
+    "verdicts": "Verdicts: per task and model, the paired difference of the test metric "
+                "against the model's baseline (mean ± 95% CI over the seeds both finished, "
+                "n pairs); colour: win / tie / loss, hatched: fewer than 3 pairs; blank: no "
+                "comparison (the baseline itself, or not run there).",
+    "compare": "Test metric per task and model: each finished seed (hollow) and their mean "
+               "with its 95% CI (filled).",
     "regime_atlas": "Regime atlas: per layer, the fraction of test samples whose gate β falls "
                     "in each regime (identity < 0.25 ≤ write < 0.75 ≤ projection ≤ 1.25 < "
                     "over-relaxed ≤ 1.75 < reflection).",
     "beta_hist": "Distribution of the gate β per layer (dotted: regime boundaries).",
-    "discrepancy_check": "Measured |e_post|/|e_pre| against |1 − β| for the Delta update; "
-                         "every point must lie on the diagonal (a correctness check).",
+    "probe_consistency": "Probe consistency: measured |e_post|/|e_pre| against |1 − β| at "
+                         "every probed gate. e_post = (1 − β) e_pre holds by construction for "
+                         "every Delta update, trained or not, so points on the diagonal show "
+                         "only that the probe and the operator agree: they are not evidence "
+                         "about training.",
     "determinant": "det Π(I − β_l k_l k_lᵀ) = Π(1 − β_l) per test sample: its sign counts "
                    "the reflecting layers, its size the volume the shortcuts keep.",
     "trajectories": "Depth trajectories against the ground truth (first two coordinates), on "
                     "the longest split each model can run; the dot ends the training horizon.",
     "state_norms": "Mean norm of the hidden state over depth, per task and model.",
-    "curves_step": "Val metric during training against the step (band: min–max over seeds).",
-    "curves_flops": "Val metric during training against cumulative training FLOPs.",
+    "curves_step": "Validation metric during training against the step (band: min–max over "
+                   "seeds).",
+    "curves_flops": "Validation metric during training against cumulative training FLOPs.",
     "nfe": "ODE function evaluations per forward pass during training.",
 }
 
@@ -47,24 +61,23 @@ th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-al
 th { background: #f2f2f2; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 13px; }
-.confirmed { color: #00734d; font-weight: 600; } .contradicted { color: #b03000;
-  font-weight: 600; } .mixed, .not-run { color: #7a5a00; font-weight: 600; }
+.confirmed, .win { color: #00734d; font-weight: 600; }
+.contradicted, .loss { color: #b03000; font-weight: 600; }
+.insufficient-evidence, .tie, .n-3 { color: #7a5a00; font-weight: 600; }
 pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 12px; }
 """
 
 
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]], tag_last: bool = False) -> str:
-    """An HTML table; ``tag_last`` gives each row's last cell its own text as CSS class."""
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], tag: int | None = None) -> str:
+    """An HTML table; column ``tag``, if given, also gives each cell its text as CSS class."""
 
-    def cell(c: str, last: bool) -> str:
-        css = f' class="{c.replace(" ", "-")}"' if last and tag_last else ""
+    def cell(c: str, column: int) -> str:
+        css = f' class="{re.sub("[^a-z0-9]+", "-", c)}"' if column == tag else ""
         return f"<td{css}>{html.escape(str(c))}</td>"
 
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join(
-        "<tr>" + "".join(cell(c, i == len(row) - 1) for i, c in enumerate(row)) + "</tr>"
-        for row in rows
-    )
+    body = "".join("<tr>" + "".join(cell(c, i) for i, c in enumerate(row)) + "</tr>"
+                   for row in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -89,26 +102,37 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
         ["machine", ", ".join(f"{k}: {v}" for k, v in machine.items())],
         ["started / ended", f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"],
     ]))
+    head, rows = comparison_cells(report)
+    parts.append("<h2>Verdicts against each model's baseline</h2>")
+    parts.append(f"<p>{html.escape(COMPARISON_NOTE)}</p>")
+    parts.append(_table(head, rows, tag=head.index("verdict")))
+    matrix = [path for path in figures if path.stem == "verdicts"]
+    parts += [_figure(path) for path in matrix]
     if report.expectations:
+        head, rows = expectation_cells(report)
         parts.append("<h2>Expectations against the measured seeds</h2>")
-        parts.append(_table(*expectation_cells(report), tag_last=True))
+        parts.append(f"<p>{html.escape(EXPECTATION_NOTE)}</p>")
+        parts.append(_table(head, rows, tag=head.index("verdict")))
+    parts.append("<h2>Results per task</h2>")
+    parts.append("<p>n: seeds that finished / seeds run; mean ± 95% CI over the finished "
+                 "seeds (a bare mean: one seed), every seed's value beside it; params × "
+                 "baseline: the ratio to the baseline's parameter count.</p>")
+    for table in report.tables:
+        arrow = "↑" if table.higher_is_better else "↓"
+        parts.append(f"<h3>{html.escape(table.task)} — {html.escape(table.metric)} {arrow}</h3>")
+        parts.append(_table(*table_cells(table)))
+        parts += [f"<p>{html.escape(note)}</p>" for note in flag_notes(table)]
+        if table.problems:
+            items = "".join(f"<li>{html.escape(who(p))}: <b>{html.escape(p.status)}</b> — "
+                            f"{html.escape(p.message)}</li>" for p in table.problems)
+            parts.append(f"<ul>{items}</ul>")
     if report.regimes:
         parts.append("<h2>Gate regimes used by the trained Delta stacks</h2><p>Share of "
                      "(sample, layer) gates per regime on the test split, pooled over seeds, "
                      "for the <code>ddl</code> family (with <code>ddl-write</code>, β only "
                      "scales a write).</p>")
         parts.append(_table(*regime_cells(report)))
-    parts.append("<h2>Results per task</h2>")
-    parts.append(f"<p>Mean ± 95% CI over seeds (a bare mean: one seed); p: Welch's t-test of the "
-                 f"test metric against <code>{html.escape(report.baseline)}</code>.</p>")
-    for table in report.tables:
-        arrow = "↑" if table.higher_is_better else "↓"
-        parts.append(f"<h3>{html.escape(table.task)} — {html.escape(table.metric)} {arrow}</h3>")
-        parts.append(_table(*table_cells(table, report.baseline)))
-        if table.problems:
-            items = "".join(f"<li>{html.escape(who(p))}: <b>{html.escape(p.status)}</b> — "
-                            f"{html.escape(p.message)}</li>" for p in table.problems)
-            parts.append(f"<ul>{items}</ul>")
+    figures = [path for path in figures if path not in matrix]
     if figures:
         parts.append("<h2>Figures</h2>")
         parts += [_figure(path) for path in figures]

@@ -1,18 +1,19 @@
 """Figure builders: plain data in, a matplotlib ``Figure`` out, one house style.
 
-The builders never touch the store or a model (``_figures.py`` gathers the data), so
+The builders never touch the store or a model (``figures.py`` gathers the data), so
 each can be tested on hand-made arrays. Colours are the Okabe–Ito colour-blind-safe set.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
 
 from ..models.operator import REGIME_BOUNDS, REGIMES
 
@@ -123,8 +124,11 @@ def beta_histograms(betas: Mapping[str, np.ndarray], beta_max: float = 2.0) -> F
 
 
 @styled
-def contraction_check(points: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
-    """Measured ``|e_post|/|e_pre|`` against ``|1 − β|``; points must sit on the diagonal.
+def probe_consistency(points: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
+    """Measured ``|e_post|/|e_pre|`` against ``|1 − β|``: a check that the probe and the
+    operator agree. ``e_post = (1 − β) e_pre`` holds by construction for every Delta
+    update, trained or not, so the points sit on the diagonal whatever training did; a point
+    off it means the probe misreads the operator, not that training went wrong.
 
     Args:
         points: panel title → (``|1 − β|`` values, measured ratios), flat arrays.
@@ -140,6 +144,8 @@ def contraction_check(points: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Fi
         ax.set(title=f"{title}\nmax deviation {err:.1e}", xlabel="|1 − β|",
                ylabel="|e_post| / |e_pre|")
         ax.set_aspect("equal", adjustable="box")
+    fig.suptitle("probe against operator: on the diagonal by construction (not evidence about "
+                 "training)", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -211,7 +217,7 @@ def depth_profiles(profiles: Mapping[str, Mapping[str, np.ndarray]], ylabel: str
 @styled
 def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric: Mapping[str, str],
                     x: str = "step") -> Figure:
-    """Val metric against training step (or cumulative FLOPs), with seed bands.
+    """Validation metric against training step (or cumulative FLOPs), with seed bands.
 
     Args:
         curves: task → model → per-seed ``(P, 2)`` arrays of (x, val metric).
@@ -241,15 +247,15 @@ def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric
 
 
 @styled
-def comparison(tables: Mapping[str, Mapping[str, tuple[float, float]]],
-               metric: Mapping[str, str], baseline: str = "resnet") -> Figure:
-    """Per task, every model's test metric: mean over seeds with its 95% CI.
+def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[float]]]],
+               metric: Mapping[str, str]) -> Figure:
+    """Per task, every model's test metric: each finished seed, and their mean with its
+    95% CI, so that a bimodal result (two seeds solved, one not) shows as such.
 
-    Points, not bars, so that a log axis (MSE) does not exaggerate; a dashed line marks
-    the additive baseline's mean.
+    Points, not bars, so that a log axis (MSE) does not exaggerate.
 
     Args:
-        tables: task → model → (mean, CI half-width; 0 for a single seed).
+        tables: task → model → (mean, CI half-width; 0 for a single seed, per-seed values).
         metric: task → metric name.
     """
     fig, axes = _grid(len(tables))
@@ -257,17 +263,58 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float]]],
     for ax, (task, by_model) in zip(axes, tables.items(), strict=True):
         names = list(by_model)
         for x, name in enumerate(names):
-            mean, half = by_model[name]
+            mean, half, seeds = by_model[name]
+            ax.scatter(np.full(len(seeds), x + 0.18), seeds, s=12, facecolors="none",
+                       edgecolors=colors[name], linewidths=0.9)
             ax.errorbar(x, mean, yerr=half, fmt="o", ms=6, capsize=3, color=colors[name])
-        if baseline in by_model:
-            ax.axhline(by_model[baseline][0], color="0.4", lw=0.8, ls="--")
         ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
         ax.set(title=task, ylabel=f"test {metric[task]}")
-        means = np.array([by_model[m][0] for m in names], dtype=float)
-        if metric[task] == "mse" and np.all(means[np.isfinite(means)] > 0):
+        values = np.array([v for m in names for v in by_model[m][2]], dtype=float)
+        if metric[task] == "mse" and np.all(values[np.isfinite(values)] > 0):
             ax.set_yscale("log")
-    fig.suptitle(f"points: mean over seeds; bars: 95% CI (none for one seed); dashed: "
-                 f"{baseline}", fontsize=8)
+    fig.suptitle("filled: mean over finished seeds with 95% CI (none for one seed); "
+                 "hollow: each seed", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+#: Cell colour of each verdict mark (Okabe–Ito green and vermillion; "n < 3" is hatched).
+MARK_COLORS = {"win": "#009E73", "tie": "#DDDDDD", "loss": "#D55E00", "n < 3": "#FFFFFF"}
+
+
+@styled
+def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure:
+    """Task × model grid of every model's verdict against its baseline.
+
+    Args:
+        cells: task → model → (mark, text): the mark (a key of :data:`MARK_COLORS`) colours
+            the cell and the text (the paired difference) is written in it; a model with no
+            comparison on a task (its baseline, or not run there) leaves the cell blank.
+    """
+    tasks = list(cells)
+    models = sorted({m for row in cells.values() for m in row})
+    fig = Figure(figsize=(max(4.0, 1.3 * len(models) + 2.0), 0.75 * len(tasks) + 1.6))
+    ax = fig.subplots()
+    for i, task in enumerate(tasks):
+        for j, model in enumerate(models):
+            if model in cells[task]:
+                mark, text = cells[task][model]
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=MARK_COLORS[mark],
+                                       edgecolor="0.8", hatch="///" if mark == "n < 3" else None,
+                                       lw=0.6))
+                ax.text(j, i, f"{mark}\n{text}", ha="center", va="center", fontsize=6.5,
+                        color="white" if mark in ("win", "loss") else "black")
+    ax.set(xlim=(-0.5, len(models) - 0.5), ylim=(len(tasks) - 0.5, -0.5))
+    ax.set_xticks(range(len(models)), models, rotation=35, ha="right")
+    ax.set_yticks(range(len(tasks)), tasks)
+    ax.grid(False)
+    ax.spines[:].set_visible(False)
+    handles = [Patch(facecolor=c, edgecolor="0.6", hatch="///" if m == "n < 3" else None,
+                     label=m) for m, c in MARK_COLORS.items()]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7,
+               bbox_to_anchor=(0.5, 1.0))
+    fig.suptitle("test metric, model − baseline over paired seeds: mean ± 95% CI; win/loss: "
+                 "paired t p < 0.05 on ≥ 3 seeds", fontsize=8, y=1.06)
     fig.tight_layout()
     return fig
 

@@ -1,11 +1,23 @@
-"""The report: per task, one row per model, aggregated over seeds.
+"""The report: the verdicts first, then the evidence they rest on.
 
-:func:`build_report` turns a run folder's store into structured tables; renderers in
-:data:`RENDERERS` turn those into text (``md``, ``csv``, ``json``). Numbers are
-mean ± the half-width of a 95% t-interval over seeds; the p-value is Welch's t-test of a
-model's test metric against the additive baseline (``resnet``). Statistics use the
-cells that finished ``ok`` or ``capped``; failed and diverged cells are counted in the
-status column and listed under their task, never dropped silently.
+:func:`build_report` turns a run folder's store into
+
+- **comparisons**: per task, every model against its baseline (the label its cells name in
+  ``config["baseline"]``; cells stored without one: ``resnet``, where the task has it). The
+  test metric is compared *paired*, model − baseline per seed over the seeds both finished,
+  with the mean difference, its 95% CI, the paired t-test p and, from 6 pairs, the Wilcoxon
+  signed-rank p (see :mod:`.stats`); the mark is ``win`` / ``loss`` (p < 0.05 on at least
+  3 pairs, direction by the metric), ``tie`` or ``n < 3``;
+- **expectations**: the tasks' claims, judged (see :mod:`.expectations`);
+- **tables**: per task, one row per model: n = finished seeds / seeds run, the per-seed test
+  values beside their mean ± 95% CI, params and their ratio to the baseline's, and the ODE
+  reconstruction flag;
+- **regimes**: the gate regimes the trained Delta stacks use.
+
+Only cells that finished ``ok`` count (:data:`COUNTED`): a capped, diverged or failed cell
+is a failure of that model on that seed, shown in n and in the per-seed values and listed
+under its task, never averaged. Renderers in :data:`RENDERERS` turn a report into text
+(``md``, ``csv``, ``json``), each opening with the comparisons.
 """
 
 from __future__ import annotations
@@ -15,7 +27,6 @@ import dataclasses
 import io
 import json
 import math
-import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,37 +34,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from .._task import make_task
 from ..experiment.config import COUNTED
 from ..experiment.store import STATUSES, ResultStore, RunResult, store_path
 from ..models.operator import REGIMES
-from .expectations import Verdict, check_expectations
+from .expectations import Verdict, check_expectations, seed_values
 from .probes import erases, load_probes
 from .regimes import regime_fractions
+from .stats import WILCOXON_MIN_PAIRS, Outcome, Paired, mean_ci
 
-
-def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float | None]:
-    """Mean and the half-width of its two-sided t confidence interval (None when n < 2)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, None
-    sem = statistics.stdev(values) / math.sqrt(len(values))
-    return mean, float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1)) * sem
-
-
-def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Two-sided p-value of Welch's unequal-variance t-test; None below 2 samples each
-    or when both samples are constant."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:
-        return None
-    t = (statistics.fmean(a) - statistics.fmean(b)) / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    return float(2 * stats.t.sf(abs(t), df))
+#: The baseline of cells stored without ``config["baseline"]``, where their task has it.
+DEFAULT_BASELINE = "resnet"
+#: A comparison's mark by the outcome of its paired test.
+MARKS: dict[Outcome, str] = {"better": "win", "worse": "loss", "no difference": "tie",
+                             "too few seeds": "n < 3"}
 
 
 @dataclass(frozen=True)
@@ -66,24 +61,59 @@ class Estimate:
 
     @classmethod
     def of(cls, values: Sequence[float | None]) -> Estimate:
-        finite = [v for v in values if v is not None and math.isfinite(v)]
+        finite = [v for v in values if _finite(v)]
         return cls(*mean_ci(finite), len(finite)) if finite else cls()
 
 
 @dataclass(frozen=True)
 class ModelRow:
+    """One model on one task, over its seeds.
+
+    ``per_seed`` maps every seed run to its test value, or to its status when the cell
+    did not finish; ``flagged`` lists the seeds whose ODE reconstruction error exceeded its
+    tolerance (the solver, not only the model, shaped the result).
+    """
+
     model: str
+    baseline: str | None
     statuses: dict[str, int]
+    per_seed: dict[int, float | str]
     test: Estimate
+    val: Estimate
     train: Estimate
     ood: dict[str, Estimate]
     extra: dict[str, Estimate]
-    p_value: float | None
     params: float | None
+    params_ratio: float | None
     flops: float | None
     nfe_forward: float | None
     nfe_backward: float | None
     wall_time: float | None
+    flagged: tuple[int, ...] = ()
+
+    @property
+    def finished(self) -> int:
+        return sum(self.statuses.get(s, 0) for s in COUNTED)
+
+    @property
+    def run(self) -> int:
+        return sum(self.statuses.values())
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One model against its baseline on one task: the paired test-metric difference
+    (model − baseline) and its mark; ``finished`` / ``run`` count the model's seeds."""
+
+    task: str
+    model: str
+    baseline: str
+    metric: str
+    higher_is_better: bool
+    finished: int
+    run: int
+    paired: Paired
+    mark: str
 
 
 @dataclass(frozen=True)
@@ -107,6 +137,10 @@ class TaskTable:
     rows: list[ModelRow]
     problems: list[Problem] = field(default_factory=list)
 
+    @property
+    def has_val(self) -> bool:
+        return any(r.val.n for r in self.rows)
+
 
 @dataclass(frozen=True)
 class RegimeRow:
@@ -127,12 +161,14 @@ class RegimeRow:
 
 @dataclass(frozen=True)
 class Report:
+    """A run's report, in reading order: comparisons, expectations, tables, regimes."""
+
     name: str
     run_dir: str
-    baseline: str
     experiment: dict[str, Any]
+    comparisons: list[Comparison]
+    expectations: list[Verdict]
     tables: list[TaskTable]
-    expectations: list[Verdict] = field(default_factory=list)
     regimes: list[RegimeRow] = field(default_factory=list)
 
     @property
@@ -140,8 +176,8 @@ class Report:
         return sum((Counter(r.statuses) for t in self.tables for r in t.rows), Counter())
 
 
-def build_report(run_dir: str | Path, baseline: str = "resnet") -> Report:
-    """Aggregate a run folder's results into one table per task."""
+def build_report(run_dir: str | Path) -> Report:
+    """Aggregate a run folder's results: comparisons, expectations, tables, regimes."""
     path = store_path(run_dir)
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no results store (results.sqlite) here")
@@ -153,10 +189,44 @@ def build_report(run_dir: str | Path, baseline: str = "resnet") -> Report:
     for (task, model, _), row in latest.items():
         by_task[task][model].append(row)
     experiment = store.experiment() or {}
-    tables = [_table(task, models, baseline) for task, models in sorted(by_task.items())]
+    tables = [_table(task, models) for task, models in sorted(by_task.items())]
     name = experiment.get("name") or Path(run_dir).name
-    return Report(name, str(run_dir), baseline, experiment, tables,
-                  check_expectations(list(latest.values())), _regimes(Path(run_dir)))
+    return Report(name, str(run_dir), experiment,
+                  [c for task, models in sorted(by_task.items())
+                   for c in _comparisons(task, models)],
+                  check_expectations(list(latest.values())), tables, _regimes(Path(run_dir)))
+
+
+def baseline_of(label: str, rows: Sequence[RunResult], labels: Sequence[str]) -> str | None:
+    """The baseline label of a model's cells: as stored, else :data:`DEFAULT_BASELINE`
+    when the task has it (and the model is not it)."""
+    stored = [r.config["baseline"] for r in rows if "baseline" in r.config]
+    if stored:
+        return stored[-1]
+    return DEFAULT_BASELINE if DEFAULT_BASELINE in labels and label != DEFAULT_BASELINE else None
+
+
+def _comparisons(task: str, models: dict[str, list[RunResult]]) -> list[Comparison]:
+    metrics = _described(models)
+    higher = bool(metrics.get("higher_is_better", False))
+    found = []
+    for label in sorted(models):
+        rows = models[label]
+        baseline = baseline_of(label, rows, list(models))
+        if baseline is None:
+            continue
+        paired = Paired.of(seed_values(rows), seed_values(models.get(baseline, [])))
+        found.append(Comparison(
+            task, label, baseline, metrics.get("metric", "metric"), higher,
+            sum(r.status in COUNTED for r in rows), len(rows), paired,
+            MARKS[paired.outcome(higher)]))
+    return found
+
+
+def _described(models: dict[str, list[RunResult]]) -> dict[str, Any]:
+    """How the task's numbers read (metric name, direction), from any row that says."""
+    every = (r for rows in models.values() for r in rows)
+    return next((r.metrics for r in every if "metric" in r.metrics), {})
 
 
 def _regimes(run_dir: Path) -> list[RegimeRow]:
@@ -176,38 +246,39 @@ def _regimes(run_dir: Path) -> list[RegimeRow]:
     return rows
 
 
-def _table(task: str, models: dict[str, list[RunResult]], baseline: str) -> TaskTable:
-    def counted(rows: list[RunResult]) -> list[RunResult]:
-        return [r for r in rows if r.status in COUNTED]
-
-    def test_values(rows: list[RunResult]) -> list[float]:
-        return [v for r in counted(rows) if _finite(v := r.metrics.get("test"))]
-
+def _table(task: str, models: dict[str, list[RunResult]]) -> TaskTable:
     every = [r for rows in models.values() for r in rows]
-    described = next((r.metrics for r in every if "metric" in r.metrics), {})
+    described = _described(models)
     splits = sorted({s for r in every for s in r.metrics.get("ood", {})})
     extras = sorted({e for r in every for e in _extras(r)},
                     key=lambda e: (e in _ODE_EXTRAS.values(), e))
-    reference = test_values(models.get(baseline, []))
-    order = sorted(models, key=lambda m: (m != baseline, m))
+    baselines = {label: baseline_of(label, rows, list(models)) for label, rows in models.items()}
+    order = sorted(models, key=lambda m: (m not in baselines.values(), m))
     rows, problems = [], []
     skipped: dict[tuple[str, str], list[str]] = defaultdict(list)
     for model in order:
         group = sorted(models[model], key=lambda r: r.seed)
-        ok = counted(group)
+        ok = [r for r in group if r.status in COUNTED]
+        params = Estimate.of([r.params for r in group]).mean
+        reference = Estimate.of([r.params for r in models.get(baselines[model] or "", [])]).mean
         rows.append(ModelRow(
             model=model,
+            baseline=baselines[model],
             statuses=dict(Counter(r.status for r in group)),
+            per_seed={r.seed: (r.metrics.get("test", math.nan) if r.status in COUNTED
+                               else r.status) for r in group},
             test=Estimate.of([r.metrics.get("test") for r in ok]),
+            val=Estimate.of([r.metrics.get("val") for r in ok]),
             train=Estimate.of([r.metrics.get("train") for r in ok]),
             ood={s: Estimate.of([r.metrics.get("ood", {}).get(s) for r in ok]) for s in splits},
             extra={e: Estimate.of([_extras(r).get(e) for r in ok]) for e in extras},
-            p_value=None if model == baseline else welch_p(test_values(group), reference),
-            params=Estimate.of([r.params for r in group]).mean,
+            params=params,
+            params_ratio=params / reference if params and reference else None,
             flops=Estimate.of([r.flops for r in ok]).mean,
             nfe_forward=Estimate.of([r.nfe_forward for r in ok]).mean,
             nfe_backward=Estimate.of([r.nfe_backward for r in ok]).mean,
             wall_time=Estimate.of([r.wall_time for r in group]).mean,
+            flagged=tuple(r.seed for r in ok if r.metrics.get("reconstruction_flag")),
         ))
         for r in group:
             if r.status != "ok":
@@ -251,12 +322,35 @@ def _est(e: Estimate) -> str:
     return _num(e.mean) if e.ci is None else f"{_num(e.mean)} ± {_num(e.ci, 2)}"
 
 
+def signed(p: Paired) -> str:
+    """A paired mean difference, signed, with its CI half-width: ``"-0.41 ± 0.12"``."""
+    if p.mean is None:
+        return "—"
+    mean = f"{p.mean:+.3g}"
+    return mean if p.ci is None else f"{mean} ± {_num(p.ci, 2)}"
+
+
 def _p(value: float | None) -> str:
     return "—" if value is None else ("<0.001" if value < 0.001 else f"{value:.3f}")
 
 
 def _status(counts: dict[str, int]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts.get(s))
+
+
+def _finished(finished: int, run: int) -> str:
+    """``"3/3"``, or with the success rate when seeds failed: ``"3/5 (60%)"``."""
+    return f"{finished}/{run}" if finished == run else f"{finished}/{run} ({finished / run:.0%})"
+
+
+def _per_seed(values: dict[int, float | str]) -> str:
+    """Every seed's value in seed order, a failed seed by its status: ``"1, 1, diverged"``."""
+    return ", ".join(v if isinstance(v, str) else _num(v, 3)
+                     for _, v in sorted(values.items()))
+
+
+def _direction(higher_is_better: bool) -> str:
+    return "↑" if higher_is_better else "↓"
 
 
 def who(problem: Problem, code: Callable[[str], str] = str) -> str:
@@ -269,31 +363,76 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def table_cells(table: TaskTable, baseline: str) -> tuple[list[str], list[list[str]]]:
+#: How to read the comparisons, for every renderer that shows them.
+COMPARISON_NOTE = (
+    "Each model against its baseline on the test metric: model − baseline per seed, over "
+    "the seeds both finished (same data and initial weights per seed): mean ± 95% CI, n "
+    f"pairs, paired t-test p, Wilcoxon signed-rank p from {WILCOXON_MIN_PAIRS} pairs. "
+    "win / loss: p < 0.05 on at least 3 pairs, in the metric's better direction (↑ higher, "
+    "↓ lower is better); tie: no significant difference; n < 3: too few pairs to say. "
+    "finished: seeds that ended ok / seeds run; a capped, diverged or failed seed is a "
+    "failure of that model, never averaged.")
+#: How to read the expectations.
+EXPECTATION_NOTE = (
+    "Each claim is judged on model − control per finished seed (against a number: the "
+    "one-sample test): confirmed or contradicted only with at least 3 paired seeds and "
+    "p < 0.05; otherwise insufficient evidence, with the reason. A claim on an "
+    "out-of-distribution split is judged only if the model first reached the stated test "
+    "metric on every finished seed.")
+
+
+def comparison_cells(report: Report) -> tuple[list[str], list[list[str]]]:
+    """One row per task × model with a baseline: the paired difference and its mark."""
+    head = ["task", "model", "baseline", "finished", "Δ test (model − baseline)", "n",
+            "p (paired t)", "p (Wilcoxon)", "verdict"]
+    rows = [[f"{c.task} ({c.metric} {_direction(c.higher_is_better)})", c.model, c.baseline,
+             _finished(c.finished, c.run), signed(c.paired), str(c.paired.n), _p(c.paired.p),
+             _p(c.paired.wilcoxon), c.mark]
+            for c in report.comparisons]
+    return head, rows
+
+
+def table_cells(table: TaskTable) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one task's table, shared by the text and HTML renderers."""
-    arrow = "↑" if table.higher_is_better else "↓"
-    head = ["model", f"test {arrow}", f"train {arrow}",
+    arrow = _direction(table.higher_is_better)
+    head = ["model", "n", f"test {arrow}", "test per seed",
+            *([f"val {arrow}"] if table.has_val else []), f"train {arrow}",
             *(f"{s} {arrow}" for s in table.ood_splits), *table.extras,
-            f"p vs {baseline}", "params", "FLOPs/sample", "NFE fwd/bwd", "time (s)", "status"]
+            "params (× baseline)", "FLOPs/sample", "NFE fwd/bwd", "time (s)", "status"]
     rows = []
     for r in table.rows:
         nfe = ("—" if r.nfe_forward is None
                else f"{_num(r.nfe_forward, 3)}/{_num(r.nfe_backward, 3)}")
-        rows.append([r.model, _est(r.test), _est(r.train),
-                     *(_est(r.ood[s]) for s in table.ood_splits),
+        params = _num(r.params, 6)
+        if r.params_ratio is not None:
+            params += f" ({r.params_ratio:.2f}×)"
+        rows.append([r.model + (" ⚑" if r.flagged else ""), _finished(r.finished, r.run),
+                     _est(r.test), _per_seed(r.per_seed), *([_est(r.val)] if table.has_val else []),
+                     _est(r.train), *(_est(r.ood[s]) for s in table.ood_splits),
                      *(_est(r.extra[e]) for e in table.extras),
-                     "ref" if r.model == baseline else _p(r.p_value),
-                     _num(r.params, 6), _num(r.flops, 3), nfe, _num(r.wall_time, 3),
-                     _status(r.statuses)])
+                     params, _num(r.flops, 3), nfe, _num(r.wall_time, 3), _status(r.statuses)])
     return head, rows
 
 
+def flag_notes(table: TaskTable) -> list[str]:
+    """One line per flagged model: the seeds whose ODE solve failed its reconstruction check."""
+    return [f"⚑ {r.model}: on seed(s) {', '.join(map(str, r.flagged))} the ODE reconstruction "
+            "error (0 → T → 0) exceeded its tolerance: the solver, not only the model, shaped "
+            "the result" for r in table.rows if r.flagged]
+
+
 def expectation_cells(report: Report) -> tuple[list[str], list[list[str]]]:
-    """One row per task expectation: the claim, its reason, the measured seeds, verdict."""
-    head = ["task", "claim", "reason", "measured (per seed)", "verdict"]
-    rows = [[v.task, v.claim, v.expectation.reason,
-             ", ".join(f"{x:.4g}" for x in v.values) or "—", v.verdict]
-            for v in report.expectations]
+    """One row per task expectation: claim, reason, n, difference, p, verdict and why."""
+    head = ["task", "claim", "reason", "model / control", "n", "Δ (model − control)", "p",
+            "verdict", "note"]
+    rows = []
+    for v in report.expectations:
+        p = v.paired
+        matched = " / ".join(label for label in (v.model, v.control) if label) or "—"
+        rows.append([f"{v.task} ({_direction(v.higher_is_better)})", v.claim,
+                     v.expectation.reason, matched, "—" if p is None else str(p.n),
+                     "—" if p is None else signed(p), "—" if p is None else _p(p.p),
+                     v.verdict, v.note or "—"])
     return head, rows
 
 
@@ -315,7 +454,7 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def render_markdown(report: Report) -> str:
-    """The report as GitHub-flavoured markdown."""
+    """The report as GitHub-flavoured markdown, verdicts first."""
     exp = report.experiment
     versions = exp.get("versions", {})
     machine = exp.get("machine", {})
@@ -326,20 +465,24 @@ def render_markdown(report: Report) -> str:
     if machine:
         lines.append(f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} CPUs"
                      + (f", {machine['cuda']}" if "cuda" in machine else "") + ".")
-    lines += ["", "Mean ± 95% CI over seeds (a bare mean: one seed); p: Welch's t-test of the "
-              f"test metric against `{report.baseline}`; ↑/↓: higher/lower is better.", ""]
+    lines += ["", "## Verdicts against each model's baseline", "", COMPARISON_NOTE, ""]
+    lines += [*_md_table(*comparison_cells(report)), ""]
+    if report.expectations:
+        lines += ["## Expectations against the measured seeds", "", EXPECTATION_NOTE, ""]
+        lines += [*_md_table(*expectation_cells(report)), ""]
+    lines += ["## Results per task", "",
+              "n: seeds that finished / seeds run; mean ± 95% CI over the finished seeds (a "
+              "bare mean: one seed), every seed's value beside it; ↑/↓: higher/lower is "
+              "better; params × baseline: the ratio to the baseline's parameter count.", ""]
     for table in report.tables:
-        arrow = "↑" if table.higher_is_better else "↓"
-        lines += [f"## {table.task} — {table.metric} {arrow}", ""]
-        lines += _md_table(*table_cells(table, report.baseline))
+        lines += [f"### {table.task} — {table.metric} {_direction(table.higher_is_better)}", ""]
+        lines += _md_table(*table_cells(table))
+        lines += [f"\n{note}" for note in flag_notes(table)]
         if table.problems:
             lines += ["", "Cells that did not finish cleanly, and splits not run:", ""]
             lines += [f"- {who(p, lambda m: f'`{m}`')}: **{p.status}** — {_md_escape(p.message)}"
                       for p in table.problems]
         lines.append("")
-    if report.expectations:
-        lines += ["## Expectations against the measured seeds", ""]
-        lines += [*_md_table(*expectation_cells(report)), ""]
     if report.regimes:
         lines += ["## Gate regimes used by the trained Delta stacks (test split)", "",
                   "Share of (sample, layer) gates per regime, pooled over seeds, for the `ddl` "
@@ -349,26 +492,36 @@ def render_markdown(report: Report) -> str:
 
 
 def _flat_rows(report: Report) -> list[dict[str, Any]]:
-    """One flat dict per task × model, the shape of the CSV."""
+    """One flat dict per task × model, the shape of the CSV: the verdict columns first."""
+    def verdict(c: Comparison | None) -> dict[str, Any]:
+        p = c.paired if c else Paired((), (), None, None, None, None)
+        return {"verdict": c.mark if c else None, "diff_mean": p.mean, "diff_ci": p.ci,
+                "n_paired": p.n if c else None, "p_paired_t": p.p, "p_wilcoxon": p.wilcoxon}
+
+    versus = {(c.task, c.model): c for c in report.comparisons}
     out = []
     for table in report.tables:
         for r in table.rows:
             row: dict[str, Any] = {
                 "task": table.task, "model": r.model, "metric": table.metric,
-                "higher_is_better": table.higher_is_better, "n": r.test.n,
+                "higher_is_better": table.higher_is_better, "baseline": r.baseline,
+                **verdict(versus.get((table.task, r.model))), "finished": r.finished,
+                "run": r.run,
                 **{s: r.statuses.get(s, 0) for s in STATUSES},
                 "test_mean": r.test.mean, "test_ci": r.test.ci,
+                "test_per_seed": _per_seed(r.per_seed),
+                "val_mean": r.val.mean, "val_ci": r.val.ci,
                 "train_mean": r.train.mean, "train_ci": r.train.ci,
-                "p_value": r.p_value, "params": r.params, "flops": r.flops,
+                "params": r.params, "params_ratio": r.params_ratio, "flops": r.flops,
                 "nfe_forward": r.nfe_forward, "nfe_backward": r.nfe_backward,
-                "wall_time": r.wall_time,
+                "wall_time": r.wall_time, "reconstruction_flagged_seeds": " ".join(
+                    map(str, r.flagged)),
             }
             for prefix, group in (("ood", r.ood), ("extra", r.extra)):
                 for name, e in group.items():
                     row[f"{prefix}:{name}_mean"], row[f"{prefix}:{name}_ci"] = e.mean, e.ci
             out.append(row)
     return out
-
 
 def render_csv(report: Report) -> str:
     rows = _flat_rows(report)

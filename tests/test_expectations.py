@@ -1,0 +1,139 @@
+"""Expectations as comparisons: which cells a claim names, and when evidence suffices."""
+
+import pytest
+
+import ddl_dynamics as dd
+from ddl_dynamics.analysis.expectations import (
+    CONFIRMED,
+    CONTRADICTED,
+    INSUFFICIENT,
+    judge,
+    match,
+)
+from ddl_dynamics.models.base import list_models, model_options
+
+DEFAULTS = {
+    family: {k: d for k, (d, _) in model_options(family).items()} for family in list_models()}
+
+
+def cell(label, seed, test, family=None, status="ok", long=None, **options):
+    """A hand-made cell of family ``family`` (default: the label) with resolved options."""
+    family = family or label
+    config = {**DEFAULTS[family], "width": 32, "hidden": 40, **options}
+    return dd.RunResult(status=status, key=f"{label}-{seed}", task="t", model=label, seed=seed,
+                        metrics={"test": test, "ood": {"long": long}},
+                        config={"model": family, "config": config})
+
+
+def cells(label, values, **kwargs):
+    return [cell(label, seed, v, **kwargs) for seed, v in enumerate(values)]
+
+
+WIN = [0.10, 0.12, 0.11]      # an MSE well below LOSE on every seed
+LOSE = [0.50, 0.55, 0.52]
+
+
+def claim(model="ddl", relation="better", control="resnet", **kwargs):
+    return dd.Expectation(model, relation, control, "a reason", **kwargs)
+
+
+def test_a_paired_significant_difference_confirms_or_contradicts():
+    rows = cells("ddl", WIN) + cells("resnet", LOSE)
+    v = judge("t", claim(), rows, higher_is_better=False)
+    assert v.verdict == CONFIRMED and (v.model, v.control) == ("ddl", "resnet")
+    assert v.paired.n == 3 and v.paired.p < 0.05
+    assert v.paired.mean == pytest.approx((sum(WIN) - sum(LOSE)) / 3)
+    assert judge("t", claim(relation="worse"), rows, False).verdict == CONTRADICTED
+    # The direction is the metric's: on an accuracy the same numbers read the other way.
+    assert judge("t", claim(), rows, higher_is_better=True).verdict == CONTRADICTED
+
+
+def test_fewer_than_three_seeds_is_insufficient_evidence():
+    rows = cells("ddl", WIN[:2]) + cells("resnet", LOSE)
+    v = judge("t", claim(), rows, False)
+    assert v.verdict == INSUFFICIENT and "2 paired finished seeds, fewer than 3" in v.note
+    # One seed of a bound claim confirms nothing either.
+    v = judge("t", claim(control=1.0), cells("ddl", WIN[:1]), False)
+    assert v.verdict == INSUFFICIENT and v.paired.n == 1
+
+
+def test_failed_seeds_do_not_count_and_the_verdict_says_so():
+    rows = cells("ddl", WIN) + cells("resnet", LOSE)
+    rows[1].status, rows[2].status = "diverged", "capped"
+    v = judge("t", claim(), rows, False)
+    assert v.verdict == INSUFFICIENT and v.paired.n == 1
+    assert "ddl: 2 of 3 seeds failed (1 capped, 1 diverged)" in v.note
+
+
+def test_no_significant_difference_is_insufficient_evidence():
+    rows = cells("ddl", [0.1, 0.9, 0.5]) + cells("resnet", LOSE)
+    v = judge("t", claim(), rows, False)
+    assert v.verdict == INSUFFICIENT and v.note == "no significant difference"
+
+
+def test_a_missing_control_is_insufficient_evidence():
+    v = judge("t", claim(control="ddl-write"), cells("ddl", WIN), False)
+    assert v.verdict == INSUFFICIENT and "no cell of the control ddl-write" in v.note
+
+
+def test_an_analytic_bound_uses_the_one_sample_test():
+    floor = [1.07, 1.09, 1.08]
+    v = judge("t", claim("node", "worse", 0.975), cells("node", floor), False)
+    assert v.verdict == CONFIRMED and v.control is None
+    assert v.paired.mean == pytest.approx(1.08 - 0.975)
+    solved = judge("t", claim("node", "worse", 0.975), cells("node", WIN), False)
+    assert solved.verdict == CONTRADICTED
+
+
+LINEAR = {"tied": True, "context": "control"}
+
+
+def parity_rows(test_b2, long_b2, long_b1):
+    rows = [cell("lin", s, t, family="ddl", long=x, beta_max=2.0, **LINEAR)
+            for s, (t, x) in enumerate(zip(test_b2, long_b2, strict=True))]
+    rows += [cell("lin-bmax1", s, 0.6, family="ddl", long=x, beta_max=1.0, **LINEAR)
+             for s, x in enumerate(long_b1)]
+    return rows + cells("ddl", [1.0, 1.0, 1.0], family="ddl")  # the state-dependent stack
+
+
+def parity_claim():
+    return dd.Expectation(dd.Subject("ddl", {**LINEAR, "beta_max": 2.0}), "better",
+                          dd.Subject("ddl", {**LINEAR, "beta_max": 1.0}), "Grazzi et al.",
+                          split="long", requires=0.95)
+
+
+def test_ood_claim_needs_the_model_to_succeed_in_distribution():
+    long_b2, long_b1 = [0.99, 1.0, 0.98], [0.52, 0.50, 0.51]
+    solved = judge("parity", parity_claim(), parity_rows([1.0, 1.0, 0.99], long_b2, long_b1),
+                   higher_is_better=True)
+    assert solved.verdict == CONFIRMED and (solved.model, solved.control) == ("lin", "lin-bmax1")
+    # One seed that did not learn the trained length: the extrapolation means nothing.
+    v = judge("parity", parity_claim(), parity_rows([1.0, 0.55, 0.99], long_b2, long_b1), True)
+    assert v.verdict == INSUFFICIENT and v.paired is None
+    assert "precondition failed: lin reached test ≥ 0.95 on 2 of 3 finished seeds" in v.note
+
+
+def test_ood_claims_must_state_their_precondition():
+    with pytest.raises(ValueError, match="must state `requires`"):
+        claim(split="long")
+    with pytest.raises(ValueError, match="relation"):
+        claim(relation="<")
+
+
+def test_a_family_name_means_its_plain_entry_sizes_aside():
+    rows = (cells("ddl", WIN) + cells("ddl-bmax1", WIN, family="ddl", beta_max=1.0)
+            + cells("ddl-tied", WIN, family="ddl", tied=True, hidden=90)
+            + cells("ddl-write", WIN))
+    assert match(dd.Subject("ddl"), rows) == ["ddl"]
+    assert match(dd.Subject("ddl", {"beta_max": 1.0}), rows) == ["ddl-bmax1"]
+    assert match(dd.Subject("ddl", {"tied": True}), rows) == ["ddl-tied"]
+    assert match(dd.Subject("ddl-write"), rows) == ["ddl-write"]
+    assert match(dd.Subject("ddl", {"context": "control"}), rows) == []  # not run
+    assert match(dd.Subject("no-such-family"), rows) == []
+    # Two entries that differ only in an option the claim leaves free: ambiguous.
+    twins = cells("a", WIN, family="ddl", beta_init=0.1) + cells("b", WIN, family="ddl",
+                                                                 beta_init=0.9)
+    assert match(dd.Subject("ddl"), twins) == []
+    v = judge("t", claim(control="ddl-write"), cells("ddl", WIN, tied=True) + cells(
+        "ddl-2", WIN, family="ddl", tied=True) + cells("ddl-write", LOSE), False)
+    assert v.verdict == INSUFFICIENT and "several entries match the model ddl: ddl, ddl-2" in v.note
