@@ -149,6 +149,7 @@ def test_csv_and_json_lead_with_the_verdicts(run_dir):
     assert rows["ddl"]["verdict"] == "win" and rows["resnet"]["verdict"] == ""
     assert float(rows["ddl"]["p_paired_t"]) == pytest.approx(stats.ttest_rel(DDL, RESNET).pvalue)
     assert rows["ddl"]["finished"] == "3" and rows["ddl"]["run"] == "5"
+    assert rows["ddl"]["test_per_seed"] == "0: 0.9; 1: 0.95; 2: 0.93; 3: diverged; 4: capped"
 
     def reject(constant):
         raise AssertionError(f"non-standard JSON constant {constant}")

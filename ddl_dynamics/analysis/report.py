@@ -281,7 +281,7 @@ def _table(task: str, models: dict[str, list[RunResult]]) -> TaskTable:
             flagged=tuple(r.seed for r in ok if r.metrics.get("reconstruction_flag")),
         ))
         for r in group:
-            if r.status != "ok":
+            if r.status not in COUNTED:
                 problems.append(Problem(model, r.seed, r.status, r.message))
             for split, reason in r.metrics.get("skipped", {}).items():
                 if model not in skipped[split, reason]:
@@ -509,7 +509,8 @@ def _flat_rows(report: Report) -> list[dict[str, Any]]:
                 "run": r.run,
                 **{s: r.statuses.get(s, 0) for s in STATUSES},
                 "test_mean": r.test.mean, "test_ci": r.test.ci,
-                "test_per_seed": _per_seed(r.per_seed),
+                "test_per_seed": "; ".join(f"{seed}: {v}" for seed, v in
+                                           sorted(r.per_seed.items())),
                 "val_mean": r.val.mean, "val_ci": r.val.ci,
                 "train_mean": r.train.mean, "train_ci": r.train.ci,
                 "params": r.params, "params_ratio": r.params_ratio, "flops": r.flops,
