@@ -79,7 +79,7 @@ def trajectory_figures(run_dir: Path, samples: int = 3) -> list[Path]:
 
 
 def curve_figures(run_dir: Path) -> list[Path]:
-    """Validation metric against step and against training FLOPs (seed bands), and ODE NFE."""
+    """Val metric against step and against training FLOPs (seed bands), and ODE NFE."""
     report = build_report(run_dir)
     metric = {t.task: t.metric for t in report.tables}
     by_step: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))

@@ -47,9 +47,8 @@ CAPTIONS = {
     "trajectories": "Depth trajectories against the ground truth (first two coordinates), on "
                     "the longest split each model can run; the dot ends the training horizon.",
     "state_norms": "Mean norm of the hidden state over depth, per task and model.",
-    "curves_step": "Validation metric during training against the step (band: min–max over "
-                   "seeds).",
-    "curves_flops": "Validation metric during training against cumulative training FLOPs.",
+    "curves_step": "Val metric during training against the step (band: min–max over seeds).",
+    "curves_flops": "Val metric during training against cumulative training FLOPs.",
     "nfe": "ODE function evaluations per forward pass during training.",
 }
 

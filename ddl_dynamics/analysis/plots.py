@@ -217,7 +217,7 @@ def depth_profiles(profiles: Mapping[str, Mapping[str, np.ndarray]], ylabel: str
 @styled
 def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric: Mapping[str, str],
                     x: str = "step") -> Figure:
-    """Validation metric against training step (or cumulative FLOPs), with seed bands.
+    """Val metric against training step (or cumulative FLOPs), with seed bands.
 
     Args:
         curves: task → model → per-seed ``(P, 2)`` arrays of (x, val metric).
