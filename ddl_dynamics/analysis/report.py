@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .._task import make_task
-from ..experiment.config import COUNTED
+from ..experiment.config import COUNTED, DEFAULT_BASELINE
 from ..experiment.store import STATUSES, ResultStore, RunResult, store_path
 from ..models.operator import REGIMES
 from .expectations import Verdict, check_expectations, seed_values
@@ -44,8 +44,6 @@ from .probes import erases, load_probes
 from .regimes import regime_fractions
 from .stats import WILCOXON_MIN_PAIRS, Outcome, Paired, mean_ci
 
-#: The baseline of cells stored without ``config["baseline"]``, where their task has it.
-DEFAULT_BASELINE = "resnet"
 #: A comparison's mark by the outcome of its paired test.
 MARKS: dict[Outcome, str] = {"better": "win", "worse": "loss", "no difference": "tie",
                              "too few seeds": "n < 3"}
