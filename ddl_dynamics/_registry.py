@@ -104,4 +104,11 @@ def load_file(path: str | Path) -> None:
         raise ValueError(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # the user's file is broken: say where, not a traceback
+        del sys.modules[module_name]
+        if isinstance(err, SyntaxError):
+            line = f" at line {err.lineno}" if err.lineno else ""
+            raise ValueError(f"{path}: syntax error{line}: {err.msg}") from err
+        raise ValueError(f"{path}: importing it raised {type(err).__name__}: {err}") from err

@@ -1,9 +1,12 @@
-"""A user task file (``--task-file``) for the CLI test: a tiny honest task, and one whose
-sampler kills the pool worker process training it (and behaves anywhere else).
+"""A user task file (``--task-file``) for the CLI test: a tiny honest task, one whose
+sampler kills the pool worker process training it (and behaves anywhere else), and two
+that ``check_task`` must stop before anything trains.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import multiprocessing
 import os
 import signal
@@ -45,3 +48,23 @@ class WorkerCrash(TinySum):
         if split == "train" and multiprocessing.parent_process() is not None:
             os.kill(os.getpid(), signal.SIGKILL)
         return super().sample(n, seed, split)
+
+
+@register_task("wrong-shape")
+@dataclass(frozen=True)
+class WrongShape(TinySum):
+    """Tiny-sum whose targets have a column too many."""
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        data = super().sample(n, seed, split)
+        return dataclasses.replace(data, targets=data.targets.repeat(1, 2))
+
+
+@register_task("nan-targets")
+@dataclass(frozen=True)
+class NanTargets(TinySum):
+    """Tiny-sum whose targets are NaN."""
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        data = super().sample(n, seed, split)
+        return dataclasses.replace(data, targets=torch.full_like(data.targets, math.nan))

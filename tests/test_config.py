@@ -1,11 +1,12 @@
 """Experiment files: resolution order, cell keys, and rejection of bad input before training."""
 
 import copy
+import math
 
 import pytest
 
 import ddl_dynamics as dd
-from ddl_dynamics.experiment.config import model_options
+from ddl_dynamics.experiment.config import ConfigWarning, model_options
 
 BASE = {
     "name": "t",
@@ -265,3 +266,23 @@ def test_top_level_baseline_and_no_default_without_resnet():
     assert cells["sign-flip", "ddl", 0].baseline is None
     with pytest.raises(dd.ConfigError, match=r"exp\.toml: baseline: no entry labelled 'gatd'"):
         matched([{"name": "gated"}], baseline="gatd")
+
+
+def test_seeds_given_to_cells_and_train_values_given_in_python_are_checked_too():
+    cfg = config()
+    with pytest.raises(ValueError, match="seeds: seed -1 is not an integer 0 ≤ seed < 2"):
+        cfg.cells(seeds=[-1])
+    with pytest.raises(ValueError, match="seeds: seed 3 is given twice"):
+        cfg.cells(seeds=[3, 1, 3])
+    with pytest.raises(ValueError, match=r"seeds: seed 9223372036854775808 is not"):
+        cfg.cells(seeds=[2**63])
+    with pytest.raises(ValueError, match="lr must be a finite number, got nan"):
+        dd.TrainConfig(lr=math.nan)
+
+
+def test_a_default_that_a_task_replaces_is_named_in_a_warning():
+    with pytest.warns(ConfigWarning) as caught:
+        config()
+    assert [str(w.message) for w in caught] == [
+        "exp.toml: [defaults.model] width = 8 does not apply to task 'sign-flip', which sets "
+        "width = 1"]

@@ -1,9 +1,11 @@
 """Experiment files: TOML → validated, frozen configs → cells.
 
 An experiment lists tasks × models × seeds. Everything is checked when the file is
-loaded, before anything trains: unknown keys, names and options, wrong types and values
-that a task or model constructor rejects all raise one :class:`ConfigError` naming the
-file, the key path and the closest valid name.
+loaded, before anything trains: unknown keys, names and options, wrong types, non-finite
+numbers, seeds outside 0 ≤ seed < 2⁶³ or given twice, a name that is not one path
+component, values that a task or model constructor rejects, and tasks that fail
+:func:`check_task` all raise one :class:`ConfigError` naming the file, the key path and
+the closest valid name.
 
 A model's options resolve from generic to specific::
 
@@ -22,6 +24,11 @@ file or a given number, within ±10% (:func:`~ddl_dynamics.models.params.match_h
 ``baseline`` (a model entry's, or the file's default at the top level; default: the label
 ``resnet`` if there is one) names the row a model is compared with; a row that is some row's
 baseline heads its family and takes no default baseline itself.
+
+Only ``[defaults.model]`` ranks below a task's ``model_defaults``: a task that needs, say,
+width 1 replaces an experiment-wide ``width = 32``, as suites want, and a
+:class:`ConfigWarning` names each value so replaced (an error would forbid the normal
+case; a value set for the pair itself always wins over the task's).
 """
 
 from __future__ import annotations
@@ -29,9 +36,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import tomllib
 import types
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +49,7 @@ from typing import Any, Literal
 import torch
 
 from .._registry import did_you_mean
-from .._task import TASKS, Task, list_tasks, make_task
+from .._task import TASKS, Task, check_task, list_tasks, make_task
 from ..models.base import MODELS, list_models, make_model
 from ..models.base import model_options as _model_options
 from ..models.params import match_hidden, parameter_count
@@ -54,6 +63,8 @@ FINISHED = ("ok", "diverged", "capped")
 COUNTED = ("ok",)
 #: The baseline of every row that names none, when the file has a model of this label.
 DEFAULT_BASELINE = "resnet"
+#: Seeds are stored as SQLite integers: 0 ≤ seed < SEED_LIMIT.
+SEED_LIMIT = 2**63
 
 
 class ConfigError(ValueError):
@@ -62,6 +73,10 @@ class ConfigError(ValueError):
     def __init__(self, source: str, where: str, message: str) -> None:
         self.source, self.where = source, where
         super().__init__(f"{source}: {where}: {message}" if where else f"{source}: {message}")
+
+
+class ConfigWarning(UserWarning):
+    """An experiment value that does not apply where one might expect it to."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,7 @@ class TrainConfig:
     bf16: bool = False
 
     def __post_init__(self) -> None:
+        _check_finite(self)
         if self.n_val is None:
             object.__setattr__(self, "n_val", self.n_test)
         positive = ("steps", "batch_size", "lr", "eval_every", "n_train", "n_test", "n_val",
@@ -233,6 +249,11 @@ class ExperimentConfig:
 
         ``only`` maps ``"task"`` / ``"model"`` to the labels to keep.
         """
+        if seeds is not None:
+            try:
+                seeds = check_seeds(seeds)
+            except ValueError as err:
+                raise ValueError(f"seeds: {err}") from None
         only = dict(only or {})
         for axis, labels in only.items():
             known = {"task": [t.label for t in self.tasks], "model": [m.label for m in self.models]}
@@ -292,17 +313,28 @@ class ExperimentConfig:
         return default
 
     def check(self) -> None:
-        """Resolve and build every task × model pair once, so that bad options and values
-        fail at load time, not mid-run (the caller's RNG state is left as it was)."""
+        """Resolve and build every task × model pair once and run :func:`check_task` on
+        every task so built, so that bad options, values and tasks fail at load time, not
+        mid-run (the caller's RNG state is left as it was); warn about ``[defaults.model]``
+        values a task replaces."""
         runnable: set[str] = set()
+        tasks: dict[str, tuple[str, Task]] = {}  # one per distinct task spec
+        replaced: set[str] = set()
         with torch.random.fork_rng(devices=[]):
             for cell in self.cells(seeds=[0]):
                 try:
-                    cell.build()
+                    task, _ = cell.build()
                 except (ValueError, TypeError) as err:
                     where = f"task {cell.task_label!r} × model {cell.label!r}"
                     raise ConfigError(self.source, where, str(err)) from err
                 runnable.add(cell.task_label)
+                tasks.setdefault(repr((cell.task, sorted(cell.spec.items()))),
+                                 (cell.task_label, task))
+                replaced |= _replaced_defaults(self.model_defaults, cell, task)
+            for label, task in tasks.values():
+                _check_task(task, self.source, label)
+        for note in sorted(replaced):
+            warnings.warn(f"{self.source}: {note}", ConfigWarning, stacklevel=2)
         for index, entry in enumerate(self.tasks):
             if entry.label not in runnable:
                 kind = TASKS.get(entry.name).kind
@@ -317,7 +349,11 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(str(path), "", "no such file")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(str(path), "", f"not a TOML text file ({err.reason} at byte "
+                                         f"{err.start})") from err
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -370,10 +406,14 @@ class _Parser:
         data = self.table(data, "")
         self.keys(data, ("name", "description", "seeds", "defaults", "tasks", "models",
                          "overrides", "baseline"), "")
-        seeds = data.get("seeds", [0])
-        if (not isinstance(seeds, list) or not seeds
-                or not all(type(s) is int and s >= 0 for s in seeds)):
-            raise self.fail("seeds", f"expected a non-empty list of integers ≥ 0, got {seeds!r}")
+        try:
+            seeds = check_seeds(data.get("seeds", [0]))
+        except ValueError as err:
+            raise self.fail("seeds", str(err)) from None
+        name = self.string(data, "name", "", "experiment")
+        if name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+            raise self.fail("name", f"{name!r} is not one path component (it names the run "
+                                    "folder runs/<name>): no '/', '\\' or '..'")
         defaults = self.table(data.get("defaults", {}), "defaults")
         self.keys(defaults, ("model", "train"), "defaults")
         tasks = tuple(self.task_entry(t, f"tasks[{i}]")
@@ -397,9 +437,9 @@ class _Parser:
             for i, o in enumerate(data.get("overrides", []))
         )
         config = ExperimentConfig(
-            name=self.string(data, "name", "", "experiment"),
+            name=name,
             description=self.string(data, "description", "", ""),
-            seeds=tuple(seeds), tasks=tasks, models=models, model_defaults=model_defaults,
+            seeds=seeds, tasks=tasks, models=models, model_defaults=model_defaults,
             train_defaults=train_defaults, overrides=overrides,
             baseline=self.string(data, "baseline", "") if "baseline" in data else None,
             source=self.source, text=text,
@@ -518,7 +558,10 @@ class _Parser:
         return {k: self.coerce(v, fields[k], hints[k], f"{where}.{k}") for k, v in data.items()}
 
     def coerce(self, value: Any, default: Any, hint: Any, where: str) -> Any:
-        """``value`` if it has the option's type (an int may stand for a float), else fail."""
+        """``value`` if it has the option's type (an int may stand for a float) and is
+        finite, else fail."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(where, f"expected a finite number, got {value!r}")
         allowed, choices = _allowed(default, hint)
         if choices is not None and value not in choices:
             raise self.fail(where, f"{value!r} is not one of {', '.join(map(repr, choices))}."
@@ -626,3 +669,43 @@ def _allowed(default: Any, hint: Any) -> tuple[tuple[type, ...] | None, tuple[An
     if not allowed and hint is None and default is not None:
         allowed = (type(default),)
     return allowed or None, choices or None
+
+
+def check_seeds(seeds: Any) -> tuple[int, ...]:
+    """``seeds`` as a tuple if it is a non-empty list of distinct integers
+    0 ≤ seed < 2⁶³ (one cell per seed, stored as an SQLite integer); else ``ValueError``."""
+    if not isinstance(seeds, list | tuple) or not seeds:
+        raise ValueError(f"expected a non-empty list of integers, got {seeds!r}")
+    for i, seed in enumerate(seeds):
+        if type(seed) is not int or not 0 <= seed < SEED_LIMIT:
+            raise ValueError(f"seed {seed!r} is not an integer 0 ≤ seed < 2**63")
+        if seed in seeds[:i]:
+            raise ValueError(f"seed {seed} is given twice (each seed is one cell)")
+    return tuple(seeds)
+
+
+def _check_finite(config: Any) -> None:
+    """Every float field of a dataclass is finite (NaN and ±inf are never meant)."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{f.name} must be a finite number, got {value}")
+
+
+def _check_task(task: Task, source: str, label: str) -> None:
+    """:func:`check_task` of one task of an experiment, failing as a :class:`ConfigError`."""
+    try:
+        check_task(task)
+    except Exception as err:  # a user's sampler may fail in any way
+        why = str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {err}"
+        raise ConfigError(source, f"task {label!r}", f"fails check_task: {why}") from err
+
+
+def _replaced_defaults(defaults: Mapping[str, Any], cell: Cell, task: Task) -> set[str]:
+    """Notes on the ``[defaults.model]`` values that ``task`` replaced in ``cell``."""
+    return {
+        f"[defaults.model] {key} = {defaults[key]!r} does not apply to task "
+        f"{cell.task_label!r}, which sets {key} = {value!r}"
+        for key, value in task.model_defaults.items()
+        if key in defaults and defaults[key] != value and cell.config.get(key) == value
+    }

@@ -32,6 +32,10 @@ from ..models.params import count_parameters
 from .config import Cell, TrainConfig
 from .store import RunResult, model_path
 
+#: A training loss above this multiple of the first step's loss (or a non-finite one)
+#: means the run diverged: a finite blow-up (lr far too high, no clipping) is not a result.
+DIVERGENCE_FACTOR = 1e6
+
 
 class _Capped(Exception):
     """A time or solver-step cap stopped training."""
@@ -45,9 +49,10 @@ def train(
     The train, val and test sets (``cfg.n_train``, ``n_val``, ``n_test`` samples) come from
     the task's own seeded sampler, minibatch order from a generator seeded with ``seed``;
     with the model initialised under ``torch.manual_seed(seed)`` a CPU run is reproducible.
-    The curve and ``target_metric`` read val; test is scored once, after training. A
-    non-finite loss stops the run as ``"diverged"``, a time or solver cap (in training or
-    in the final evaluation) as ``"capped"``: both are failures, scored where possible.
+    The curve and ``target_metric`` read val; test is scored once, after training. A loss
+    that is non-finite or above :data:`DIVERGENCE_FACTOR` × the first step's loss stops the
+    run as ``"diverged"``, a time or solver cap (in training or in the final evaluation) as
+    ``"capped"``: both are failures, scored where possible.
     Exceptions propagate (:func:`run_cell` records them as failed).
     """
     start = time.perf_counter()
@@ -70,7 +75,7 @@ def train(
                                   fused=True)  # one kernel for all tensors: ~6x faster on CPU
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
     order = _batches(len(data), cfg.batch_size, torch.Generator().manual_seed(seed))
-    status, message, done = "ok", "", 0
+    status, message, done, first_loss = "ok", "", 0, math.nan
     curve: list[list[float]] = []
     losses: list[float] = []
     nfe: list[tuple[float, float]] = []  # (forward, backward) per step, for ODE models
@@ -84,9 +89,13 @@ def train(
                 model.reset_nfe()
             with _solver_cap(), counter:
                 loss = task.loss(predict(batch), batch.targets)
-                if not torch.isfinite(loss):
+                value = loss.item()
+                if step == 1:
+                    first_loss = value
+                if _diverged(value, first_loss):
                     status = "diverged"
-                    message = f"loss became {loss.item()} at step {step}; training stopped"
+                    message = (f"loss became {value:.4g} at step {step} (first step: "
+                               f"{first_loss:.4g}); training stopped")
                     break
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -102,7 +111,7 @@ def train(
             optimizer.step()
             scheduler.step()
             done = step
-            losses.append(loss.item())
+            losses.append(value)
             bar.update()
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 metric = _evaluate(model, task, val, predict)
@@ -167,6 +176,11 @@ def describe_error(err: BaseException) -> str:
     where = traceback.extract_tb(err.__traceback__)[-1:] if err.__traceback__ else []
     at = f" (at {Path(where[0].filename).name}:{where[0].lineno})" if where else ""
     return f"{type(err).__name__}: {err}{at}"
+
+
+def _diverged(loss: float, first: float) -> bool:
+    """Non-finite, or above :data:`DIVERGENCE_FACTOR` × the first step's (positive) loss."""
+    return not math.isfinite(loss) or (first > 0 and loss > DIVERGENCE_FACTOR * first)
 
 
 def _lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
