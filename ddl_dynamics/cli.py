@@ -1,7 +1,8 @@
 """``ddl-dyn``: list tasks and models, run an experiment, report and plot a run.
 
 Exit codes: 0 success, 1 some cells failed or diverged, 2 bad usage (unknown names,
-malformed TOML, missing files), reported as one line on stderr.
+invalid values, malformed TOML, missing files, broken task files, a file that is not a
+results store), reported as one line on stderr; warnings go to stderr as one line each.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ._task import TASKS, list_tasks
 from .analysis.figures import FIGURE_KINDS, make_figures
@@ -38,7 +41,7 @@ def _models(args: argparse.Namespace) -> int:
 
 def _only(text: str | None) -> dict[str, list[str]] | None:
     """``task=a,model=b,model=c`` → ``{"task": ["a"], "model": ["b", "c"]}``."""
-    if not text:
+    if text is None:
         return None
     only: dict[str, list[str]] = {}
     for part in text.split(","):
@@ -50,7 +53,8 @@ def _only(text: str | None) -> dict[str, list[str]] | None:
 
 
 def _seeds(text: str | None) -> list[int] | None:
-    if not text:
+    """``0,1,2`` → ``[0, 1, 2]``; the values are checked with the experiment's seeds."""
+    if text is None:
         return None
     try:
         return [int(s) for s in text.split(",")]
@@ -59,22 +63,29 @@ def _seeds(text: str | None) -> list[int] | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    for task_file in args.task_file:
-        load_task_file(task_file)
     summary = run_experiment(
         args.experiment, run_dir=args.run_dir, jobs=args.jobs, device=args.device,
         seeds=_seeds(args.seeds), only=_only(args.only), backend=args.backend,
-        task_files=args.task_file,
+        task_files=args.task_file, retry_failed=args.retry == "failed",
     )
     report = write_report(summary.run_dir)
     counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items())
-    print(f"{summary.name}: {counts} ({summary.ran} trained, {summary.skipped} already done) "
-          f"in {summary.wall_time:.1f} s")
+    others = f", {summary.others} by other runs" if summary.others else ""
+    print(f"{summary.name}: {counts} ({summary.ran} trained, {summary.skipped} already done"
+          f"{others}) in {summary.wall_time:.1f} s")
     print(f"report: {report}")
     return 0 if summary.ok else 1
 
 
+def _load_task_files(args: argparse.Namespace) -> None:
+    """``--task-file`` of report and plot: imported before the run's own kept copies, which
+    are then only imported for what is still missing."""
+    for task_file in args.task_file:
+        load_task_file(task_file)
+
+
 def _report(args: argparse.Namespace) -> int:
+    _load_task_files(args)
     if args.format == "html":  # figures embedded: probes and plots whatever is missing
         print(f"report: {write_html_report(args.run_dir, args.output)}")
         return 0
@@ -99,10 +110,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--device", choices=("cpu", "cuda"), help="override every cell's device")
     run.add_argument("--seeds", help="comma-separated seeds, overriding the file's")
     run.add_argument("--only", help="restrict to labels, e.g. task=parity,model=ddl")
-    run.add_argument("--task-file", action="append", default=[], metavar="FILE",
-                     help="a Python file registering tasks (repeatable)")
+    _task_file_option(run, "a copy is kept in the run folder")
     run.add_argument("--run-dir", help="the run folder (default runs/<name>)")
     run.add_argument("--backend", choices=("local", "ray"), default="local")
+    run.add_argument("--retry", choices=("failed",),
+                     help="'failed': also train again the cells that diverged or were capped "
+                          "(failed cells always run again)")
     run.set_defaults(func=_run)
 
     report = sub.add_parser("report", help="aggregate a run folder into tables")
@@ -111,16 +124,24 @@ def _parser() -> argparse.ArgumentParser:
                         help="md, csv, json (to stdout) or html (figures embedded, written "
                              "to RUN_DIR/report.html)")
     report.add_argument("--output", help="write to this file instead")
+    _task_file_option(report, "instead of the run's kept copy")
     report.set_defaults(func=_report)
 
     plot = sub.add_parser("plot", help="draw figures of a run folder into RUN_DIR/figures")
     plot.add_argument("kind", choices=[*FIGURE_KINDS, "all"])
     plot.add_argument("run_dir", help="the run folder, e.g. runs/quick")
+    _task_file_option(plot, "instead of the run's kept copy")
     plot.set_defaults(func=_plot)
     return parser
 
 
+def _task_file_option(parser: argparse.ArgumentParser, note: str) -> None:
+    parser.add_argument("--task-file", action="append", default=[], metavar="FILE",
+                        help=f"a Python file registering tasks (repeatable; {note})")
+
+
 def _plot(args: argparse.Namespace) -> int:
+    _load_task_files(args)
     kinds = FIGURE_KINDS if args.kind == "all" else (args.kind,)
     paths = make_figures(args.run_dir, kinds)
     for path in paths:
@@ -140,17 +161,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exit_.code or 0)
     command: Command = args.func
     try:
-        return command(args)
-    except (ValueError, FileNotFoundError, ImportError) as err:  # ConfigError is a ValueError
-        print(f"ddl-dyn: error: {err}", file=sys.stderr)
-        return 2
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return command(args)
     except BrokenPipeError:  # the reader went away (e.g. `| head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (ValueError, OSError, ImportError) as err:  # ConfigError is a ValueError
+        print(f"ddl-dyn: error: {_one_line(err)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("ddl-dyn: interrupted; finished cells are stored, rerun to resume",
               file=sys.stderr)
         return 130
+
+
+def _one_line(message: object) -> str:
+    return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any,
+                  **kwargs: Any) -> None:
+    print(f"ddl-dyn: warning: {_one_line(message)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
-"""The results store: roundtrip, WAL mode, concurrent writers, run metadata, trained weights."""
+"""The results store: roundtrip, WAL mode, concurrent writers, run metadata, trained
+weights, claims, kept task files, and files that are not a store."""
 
+import hashlib
 import math
 import sqlite3
 import threading
 
+import pytest
 import torch
 
 import ddl_dynamics as dd
+from ddl_dynamics.experiment.store import keep_task_files, open_run
 from ddl_dynamics.experiment.train import run_cell
 
 
@@ -31,7 +35,9 @@ def test_put_get_roundtrip_and_queries(tmp_path):
     store.put(result("b", status="failed", model="resnet"))
     store.put(result("c", status="diverged", seed=1))
     store.put(result("d", status="capped", task="overwrite"))
-    assert store.done_keys() == {"a", "c", "d"}  # failed cells are not finished: they rerun
+    keys = ["a", "b", "c", "d", "new"]
+    assert set(store.todo(keys)) == {"b", "new"}  # failed cells are not finished: they rerun
+    assert set(store.todo(keys, finished=("ok",))) == {"b", "c", "d", "new"}  # --retry failed
     assert [r.key for r in store.rows(task="parity", model="ddl")] == ["a", "c"]
     assert store.get("missing") is None
     store.put(result("b", status="ok", model="resnet"))  # a rerun replaces the row
@@ -60,10 +66,12 @@ def test_wal_mode_and_concurrent_writers(tmp_path):
 def test_run_metadata(tmp_path):
     store = dd.ResultStore(tmp_path / "r.sqlite")
     assert store.experiment() is None
-    run_id = store.start_run("quick", 'name = "quick"', ["/x/tasks.py"])
+    record = {"file": "/x/tasks.py", "sha256": "ab", "copy": "task_files/tasks-ab.py",
+              "registers": ["task:x"]}
+    run_id = store.start_run("quick", 'name = "quick"', [record])
     meta = store.experiment()
     assert meta["name"] == "quick" and meta["config"] == 'name = "quick"'
-    assert meta["task_files"] == ["/x/tasks.py"] and meta["ended_at"] is None
+    assert meta["task_files"] == [record] and meta["ended_at"] is None
     assert {"python", "torch", "torchdiffeq", "numpy"} <= set(meta["versions"])
     assert meta["machine"]["cpu_count"] >= 1
     store.finish_run(run_id)
@@ -89,3 +97,113 @@ def test_load_trained_rebuilds_the_trained_model(tmp_path):
     assert not torch.allclose(trained_out, fresh_out)  # the weights were loaded, not re-initialised
     saved = torch.load(tmp_path / "models" / f"{cell.key}.pt", weights_only=True)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+
+
+def test_claims_split_cells_between_owners(tmp_path):
+    store = dd.ResultStore(tmp_path / "results.sqlite")
+    assert store.todo(["k"]) == {"k": 0}
+    assert store.claim("k", "a", 0, stale_after=60) == "claimed"
+    assert store.claim("k", "b", 0, stale_after=60) == "busy"  # a is alive
+    assert store.claim("k", "a", 0, stale_after=60) == "claimed"  # claiming again is fine
+    assert store.owners() == {"a"}
+    store.put(result("k"))  # a's result ends the claim and advances the generation
+    assert store.owners() == set() and store.todo(["k"]) == {}
+    assert store.claim("k", "b", 0, stale_after=60) == "done"  # b saw it unfinished: now done
+    assert store.todo(["k"], finished=("failed",)) == {"k": 1}
+    assert store.claim("k", "b", 1, stale_after=60) == "claimed"
+
+
+def test_stale_and_released_claims_are_taken_over(tmp_path):
+    store = dd.ResultStore(tmp_path / "results.sqlite")
+    assert store.claim("k", "a", 0, stale_after=60) == "claimed"
+    assert store.claim("k", "b", 0, stale_after=-1) == "claimed"  # a's heartbeat is too old
+    assert store.claim("k", "a", 0, stale_after=60) == "busy"
+    store.heartbeat("b")
+    store.release("b", ["other"])
+    assert store.owners() == {"b"}
+    store.release("b")
+    assert store.owners() == set() and store.claim("k", "a", 0, stale_after=60) == "claimed"
+
+
+def test_claims_are_taken_in_one_transaction(tmp_path):
+    """Eight threads race for the same 20 cells: each cell is claimed exactly once."""
+    path = tmp_path / "results.sqlite"
+    dd.ResultStore(path)
+    won: dict[str, list[str]] = {}
+
+    def race(owner):
+        store = dd.ResultStore(path)
+        won[owner] = [k for k in map(str, range(20))
+                      if store.claim(k, owner, 0, stale_after=60) == "claimed"]
+
+    threads = [threading.Thread(target=race, args=(f"w{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    claimed = sorted(k for keys in won.values() for k in keys)
+    assert claimed == sorted(map(str, range(20)))
+
+
+@pytest.mark.parametrize("content", ["truncated", "garbage", "unrelated", "empty"])
+def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path, content):
+    path = tmp_path / "results.sqlite"
+    if content == "unrelated":
+        with sqlite3.connect(path) as con:
+            con.execute("CREATE TABLE notes (text TEXT)")
+    elif content == "truncated":
+        store = dd.ResultStore(path)
+        for i in range(50):
+            store.put(result(str(i), seed=i))
+        with sqlite3.connect(path) as con:  # fold the WAL in, then cut the file short
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        path.write_bytes(path.read_bytes()[:6000])
+    else:
+        path.write_bytes(b"" if content == "empty" else b"not sqlite at all " * 100)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="not a results store"):
+        open_run(tmp_path).rows()
+    if content != "empty":  # an empty file is a new store to a run
+        with pytest.raises(ValueError, match="not a results store"):
+            dd.ResultStore(path).rows()
+    assert path.read_bytes() == before  # never written into
+
+
+def test_a_run_folder_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "run").write_text("")
+    with pytest.raises(ValueError, match="a file, not a run folder"):
+        dd.ResultStore(tmp_path / "run" / "results.sqlite")
+    with pytest.raises(FileNotFoundError, match="no results store"):
+        open_run(tmp_path / "elsewhere")
+
+
+KEPT_TASK = """
+from dataclasses import dataclass
+
+import torch
+
+from ddl_dynamics import Task, TaskData, register_task
+
+
+@register_task("kept-sum")
+@dataclass(frozen=True)
+class KeptSum(Task):
+    in_dim = 2
+    out_dim = 1
+
+    def sample(self, n, seed, split="train"):
+        x = torch.randn(n, 2, generator=torch.Generator().manual_seed(seed))
+        return TaskData(x, x.sum(-1, keepdim=True), self.depth)
+"""
+
+
+def test_kept_task_files_are_copied_hashed_and_imported_once(tmp_path):
+    source = tmp_path / "extra_tasks.py"
+    source.write_text(KEPT_TASK)
+    (record,) = keep_task_files(tmp_path / "run", [source])
+    copy = tmp_path / "run" / record["copy"]
+    assert copy.read_text() == source.read_text()
+    assert record["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert record["sha256"][:12] in copy.name and record["file"] == str(source)
+    assert record["registers"] == ["task:kept-sum"] and "kept-sum" in dd.list_tasks()
+    assert keep_task_files(tmp_path / "run", [source]) == [record]  # not registered twice

@@ -1,15 +1,20 @@
-"""The runner: every cell once, resume after a kill, and one bad cell never stops the suite."""
+"""The runner: every cell once, resume after a kill, and one bad cell never stops the suite;
+failed cells retried on request; several runs split one experiment; no orphan processes."""
 
 import os
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 import ddl_dynamics as dd
+from ddl_dynamics.cli import main
 from ddl_dynamics.experiment.train import stamp
 
 
@@ -65,6 +70,126 @@ def test_capped_cells_are_failures_of_the_run(tmp_path):
     summary = dd.run_experiment(experiment(["overwrite"], models=["resnet"], max_seconds=1e-9),
                                 tmp_path, progress=False)
     assert summary.counts == {"capped": 1} and not summary.ok
+
+
+def test_retry_failed_trains_again_only_the_diverged_capped_and_failed_cells(
+        tmp_path, monkeypatch, infinite_loss):
+    cfg = experiment(["oscillator", "overwrite", "parity"], models=["resnet"])
+    infinite_loss(dd.make_task("oscillator"))
+    assert dd.run_experiment(cfg, tmp_path, progress=False).counts == {"ok": 2, "diverged": 1}
+    monkeypatch.undo()  # the cause is fixed
+    store = dd.ResultStore(tmp_path / "results.sqlite")
+    parity = next(c for c in cfg.cells() if c.task == "parity")
+    store.put(stamp(dd.RunResult(status="capped", message="time cap"), parity))
+    assert dd.run_experiment(cfg, tmp_path, progress=False).ran == 0  # labels are kept...
+    before = snapshot(tmp_path)
+    summary = dd.run_experiment(cfg, tmp_path, progress=False, retry_failed=True)  # ...until
+    assert (summary.ran, summary.skipped, summary.counts) == (2, 1, {"ok": 3})
+    after = snapshot(tmp_path)
+    overwrite = next(c.key for c in cfg.cells() if c.task == "overwrite")
+    assert after[overwrite] == before[overwrite]  # the ok cell was not trained again
+    assert all(after[k] != before[k] for k in after if k != overwrite)
+
+
+def test_retry_failed_from_the_cli(tmp_path, capsys, infinite_loss, monkeypatch):
+    exp = tmp_path / "exp.toml"
+    exp.write_text('[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n'
+                   '[defaults.model]\nwidth = 8\ndepth = 3\nhidden = 8\n'
+                   '[defaults.train]\nsteps = 10\nn_train = 64\nn_test = 32\n')
+    argv = ["run", str(exp), "--run-dir", str(tmp_path / "run")]
+    infinite_loss(dd.make_task("overwrite"))
+    assert main(argv) == 1
+    monkeypatch.undo()
+    assert main(argv) == 1 and "1 diverged (0 trained, 1 already done)" in capsys.readouterr().out
+    assert main([*argv, "--retry", "failed"]) == 0
+    assert "1 ok (1 trained, 0 already done)" in capsys.readouterr().out
+
+
+def test_a_finite_blow_up_is_diverged_not_ok(tmp_path):
+    cfg = experiment(["overwrite"], models=["resnet"], steps=100, lr=1e6, grad_clip=0)
+    assert dd.run_experiment(cfg, tmp_path, progress=False).counts == {"diverged": 1}
+    (row,) = dd.ResultStore(tmp_path / "results.sqlite").rows()
+    value = float(re.search(r"loss became (\S+) at step", row.message).group(1))
+    assert value < float("inf") and "first step" in row.message
+
+
+def run_cli(*args):
+    return subprocess.Popen([sys.executable, "-m", "ddl_dynamics.cli", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_concurrent_runs_train_each_cell_once_in_total(tmp_path):
+    config = tmp_path / "exp.toml"
+    config.write_text(
+        'name = "split"\nseeds = [0, 1, 2, 3]\n[defaults.model]\nwidth = 16\n'
+        'depth = 4\n[defaults.train]\nsteps = 150\nn_train = 256\nn_test = 64\n'
+        '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n')
+    runs = [run_cli("run", config, "--run-dir", tmp_path / "run") for _ in range(2)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
+    trained = []
+    for out, _ in outputs:  # each run waits for the other's cells, so both see all four
+        line = re.search(r"split: 4 ok \((\d+) trained, (\d+) already done(, \d+ by other "
+                         r"runs)?\)", out)
+        assert line, out
+        trained.append(int(line.group(1)))
+    assert sum(trained) == 4, trained
+    with sqlite3.connect(tmp_path / "run" / "results.sqlite") as con:  # one result per cell
+        assert con.execute("SELECT generation FROM claims").fetchall() == [(1,)] * 4
+        assert con.execute("SELECT owner FROM claims WHERE owner IS NOT NULL").fetchall() == []
+
+
+def descendants(pid):
+    """Process ids under ``pid``, read from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def running(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_killing_the_parent_of_a_pool_run_leaves_no_process(tmp_path):
+    config = tmp_path / "exp.toml"
+    config.write_text(
+        'name = "orphans"\nseeds = [0, 1, 2, 3]\n[defaults.model]\nwidth = 16\n'
+        'depth = 4\n[defaults.train]\nsteps = 100000\n[[tasks]]\nname = "overwrite"\n'
+        '[[models]]\nname = "resnet"\n')
+    run = run_cli("run", config, "--run-dir", tmp_path / "run", "--jobs", "2")
+    deadline, children = time.monotonic() + 120, []
+    try:
+        while not list((tmp_path / "run").glob("results.sqlite")) or len(
+                children := descendants(run.pid)) < 3:  # workers (and forkserver, tracker)
+            assert run.poll() is None, run.communicate()
+            assert time.monotonic() < deadline, "no worker started within 120 s"
+            time.sleep(0.2)
+        time.sleep(2)  # the workers are training
+        children = descendants(run.pid)
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        deadline = time.monotonic() + 10
+        while (alive := [pid for pid in children if running(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive, f"{len(alive)} of {len(children)} processes outlived their parent"
+    finally:  # whatever happened, leave nothing behind
+        for pid in [run.pid, *children]:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_killed_run_resumes_without_losing_finished_cells(tmp_path):
@@ -130,7 +255,7 @@ class FakeRay:
         return lambda fn: type("Remote", (), {"remote": staticmethod(
             lambda *args: self.Ref(fn, args))})
 
-    def wait(self, refs, num_returns):
+    def wait(self, refs, num_returns, timeout=None):
         return refs[:num_returns], refs[num_returns:]
 
     def get(self, ref):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..experiment.store import store_path
+from ..experiment.store import open_run
 from . import plots
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
@@ -140,8 +140,7 @@ def make_figures(run_dir: str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
                  progress: bool = True) -> list[Path]:
     """Probe what is missing, then draw the figure groups ``kinds``; returns the files."""
     run_dir = Path(run_dir)
-    if not store_path(run_dir).is_file():
-        raise FileNotFoundError(f"{run_dir}: no results store (results.sqlite) here")
+    open_run(run_dir)  # a valid store, with the run's task files imported
     unknown = sorted(set(kinds) - set(FIGURE_KINDS))
     if unknown:
         raise ValueError(f"unknown figure kind {unknown[0]!r}; choose from {FIGURE_KINDS}")

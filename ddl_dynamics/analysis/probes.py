@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .._task import Task
 from ..experiment.config import COUNTED
-from ..experiment.store import ResultStore, RunResult, load_trained, model_path, store_path
+from ..experiment.store import RunResult, load_trained, model_path, open_run
 from ..models.base import DepthModel
 
 PROBE_SAMPLES = 256
@@ -29,8 +29,8 @@ def probe_path(run_dir: str | Path, key: str) -> Path:
 
 def usable_rows(run_dir: Path) -> list[RunResult]:
     """Cells whose metrics count and whose trained weights are stored."""
-    store = ResultStore(store_path(run_dir))
-    return [r for r in store.rows() if r.status in COUNTED and model_path(run_dir, r.key).is_file()]
+    rows = open_run(run_dir).rows()
+    return [r for r in rows if r.status in COUNTED and model_path(run_dir, r.key).is_file()]
 
 
 @torch.no_grad()

@@ -37,7 +37,7 @@ import numpy as np
 
 from .._task import make_task
 from ..experiment.config import COUNTED, DEFAULT_BASELINE
-from ..experiment.store import STATUSES, ResultStore, RunResult, store_path
+from ..experiment.store import STATUSES, RunResult, open_run
 from ..models.operator import REGIMES
 from .expectations import Verdict, check_expectations, seed_values
 from .probes import erases, load_probes
@@ -176,10 +176,7 @@ class Report:
 
 def build_report(run_dir: str | Path) -> Report:
     """Aggregate a run folder's results: comparisons, expectations, tables, regimes."""
-    path = store_path(run_dir)
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no results store (results.sqlite) here")
-    store = ResultStore(path)
+    store = open_run(run_dir)
     latest: dict[tuple[str, str, int], RunResult] = {}
     for row in store.rows():  # ordered by created_at within a cell: the newest config wins
         latest[(row.task, row.model, row.seed)] = row

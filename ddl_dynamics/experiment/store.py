@@ -1,31 +1,44 @@
 """The results store: one SQLite file per run folder, one row per cell.
 
-A run folder holds ``results.sqlite`` and ``models/<key>.pt`` (the trained weights, so
-analysis never retrains). Every row is written in its own transaction, in WAL mode, by
-the process that trained the cell: a run killed at any moment keeps every finished cell,
-and a rerun skips them (see :data:`FINISHED`; ``"failed"`` cells run again).
+A run folder holds ``results.sqlite``, ``models/<key>.pt`` (the trained weights, so
+analysis never retrains) and ``task_files/`` (a copy of each user task file the run
+imported, so the folder can be reported on its own). Every row is written in its own
+transaction, in WAL mode, by the process that trained the cell: a run killed at any moment
+keeps every finished cell, and a rerun skips them (see :data:`FINISHED`; ``"failed"``
+cells run again).
+
+Several processes split one experiment by *claiming* cells before training them
+(:meth:`ResultStore.claim`, :meth:`~ResultStore.heartbeat`, :meth:`~ResultStore.release`):
+a claim is a row of the ``claims`` table with its owner and the owner's last heartbeat,
+taken in one transaction; a claim whose heartbeat is older than ``stale_after`` seconds
+is taken over. Each cell also counts the results written for it (its *generation*), so a
+process that saw a cell unfinished learns, when it comes to claim it, that another
+process has finished it meanwhile.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import platform
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from .._registry import load_file
-from .._task import Task
+from .._task import Task, list_tasks
+from ..models.base import list_models
 from .config import FINISHED, Cell
 
 _SCHEMA = """
@@ -57,8 +70,17 @@ CREATE TABLE IF NOT EXISTS runs (
     started_at TEXT NOT NULL,
     ended_at TEXT
 );
+CREATE TABLE IF NOT EXISTS claims (
+    key TEXT PRIMARY KEY,
+    owner TEXT,
+    heartbeat REAL,
+    generation INTEGER NOT NULL DEFAULT 0
+);
 """
 _JSON_COLUMNS = ("metrics", "curve", "config")
+#: What :meth:`ResultStore.claim` found: the cell is now the caller's; another live
+#: process holds it; or a result was written for it since the caller looked.
+Claim = Literal["claimed", "busy", "done"]
 #: Statuses a cell can end with.
 STATUSES = ("ok", "capped", "diverged", "failed")
 
@@ -70,8 +92,9 @@ class RunResult:
     Attributes:
         status: ``"ok"``; or a failure of the model on this seed, which never enters a
             mean (``config.COUNTED``): ``"capped"`` (a time or solver cap stopped training or
-            the final evaluation; what was reached is kept), ``"diverged"`` (non-finite
-            loss; scored as it stands) or ``"failed"`` (an exception; no metrics).
+            the final evaluation; what was reached is kept), ``"diverged"`` (a loss non-finite
+            or above ``train.DIVERGENCE_FACTOR`` × the first step's; scored as it stands)
+            or ``"failed"`` (an exception; no metrics).
         metrics: ``metric``/``higher_is_better`` (how to read the numbers), ``train``,
             ``val``, ``test`` (scored once, after training; None only where the model could
             not be scored), ``ood`` (split → value, None when the model cannot run it) with
@@ -125,26 +148,56 @@ def store_path(run_dir: str | Path) -> Path:
 
 
 class ResultStore:
-    """Rows of :class:`RunResult` in SQLite; safe to write from several processes."""
+    """Rows of :class:`RunResult` in SQLite; safe to write from several processes.
 
-    def __init__(self, path: str | Path) -> None:
+    ``create=False`` opens an existing store for reading and never writes to the file. A
+    file that is not a results store (corrupt, truncated, or another program's SQLite
+    database) raises ``ValueError("not a results store: …")`` and is left as it was.
+    """
+
+    def __init__(self, path: str | Path, create: bool = True) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.path.parent
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder}: a file, not a run folder")
+        if not create and not self.path.is_file():
+            raise FileNotFoundError(f"{folder}: no results store ({self.path.name}) here")
+        folder.mkdir(parents=True, exist_ok=True)
         with self._transaction() as con:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.executescript(_SCHEMA)
+            tables = {row[0] for row in
+                      con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables or not create:  # an empty file becomes a store only when creating
+                self._check_results_table(con, tables)
+            if create:
+                con.execute("PRAGMA journal_mode=WAL")
+                con.executescript(_SCHEMA)
+
+    def _check_results_table(self, con: sqlite3.Connection, tables: set[str]) -> None:
+        columns = ({row[1] for row in con.execute("PRAGMA table_info(results)")}
+                   if "results" in tables else set())
+        missing = [f.name for f in dataclasses.fields(RunResult) if f.name not in columns]
+        if missing:
+            why = f"its results table has no {missing[0]!r}" if columns else "no results table"
+            raise ValueError(f"not a results store: {self.path} ({why})")
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """A short-lived connection whose work commits as one transaction, or not at all."""
-        with closing(sqlite3.connect(self.path, timeout=60)) as con:
-            con.execute("PRAGMA busy_timeout = 60000")
-            con.row_factory = sqlite3.Row
-            with con:
-                yield con
+        """A short-lived connection whose work commits as one transaction, or not at all.
+        SQLite errors other than a busy or locked database mean the file is not a store."""
+        try:
+            with closing(sqlite3.connect(self.path, timeout=60)) as con:
+                con.execute("PRAGMA busy_timeout = 60000")
+                con.row_factory = sqlite3.Row
+                with con:
+                    yield con
+        except sqlite3.DatabaseError as err:
+            if getattr(err, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                raise
+            raise ValueError(f"not a results store: {self.path} ({err})") from err
 
     def put(self, result: RunResult) -> None:
-        """Insert or replace the row of ``result.key``."""
+        """Insert or replace the row of ``result.key``; this ends any claim on the cell and
+        advances its generation."""
         row = dataclasses.asdict(result)
         row["created_at"] = _now()
         for column in _JSON_COLUMNS:
@@ -156,17 +209,63 @@ class ResultStore:
                 f"({', '.join(':' + n for n in row)})",
                 row,
             )
+            con.execute(
+                "INSERT INTO claims (key, generation) VALUES (?, 1) ON CONFLICT (key) DO UPDATE "
+                "SET generation = generation + 1, owner = NULL, heartbeat = NULL",
+                (result.key,),
+            )
 
     def get(self, key: str) -> RunResult | None:
         rows = self._select("WHERE key = ?", (key,))
         return rows[0] if rows else None
 
-    def done_keys(self) -> set[str]:
-        """Keys of finished cells, which a resumed run skips."""
-        marks = ", ".join("?" for _ in FINISHED)
+    def todo(self, keys: Iterable[str], finished: Collection[str] = FINISHED) -> dict[str, int]:
+        """The cells among ``keys`` without a row of a ``finished`` status, each with its
+        generation (results written for it so far), to pass to :meth:`claim`."""
         with self._transaction() as con:
-            found = con.execute(f"SELECT key FROM results WHERE status IN ({marks})", FINISHED)
-            return {row["key"] for row in found}
+            con.execute("BEGIN")  # one snapshot of both tables
+            status = {r["key"]: r["status"] for r in con.execute("SELECT key, status FROM results")}
+            generation = {r["key"]: r["generation"]
+                          for r in con.execute("SELECT key, generation FROM claims")}
+        return {key: generation.get(key, 0) for key in keys if status.get(key) not in finished}
+
+    def claim(self, key: str, owner: str, generation: int, stale_after: float) -> Claim:
+        """Take cell ``key`` for ``owner``, in one transaction, unless a result was written
+        for it since it was at ``generation`` (``"done"``) or another owner holds it and
+        sent a heartbeat within ``stale_after`` seconds (``"busy"``)."""
+        now = time.time()
+        with self._transaction() as con:
+            con.execute("INSERT OR IGNORE INTO claims (key) VALUES (?)", (key,))
+            taken = con.execute(
+                "UPDATE claims SET owner = ?, heartbeat = ? WHERE key = ? AND generation = ? "
+                "AND (owner IS NULL OR owner = ? OR heartbeat < ?)",
+                (owner, now, key, generation, owner, now - stale_after),
+            ).rowcount
+            current = con.execute("SELECT generation FROM claims WHERE key = ?", (key,)).fetchone()
+        if taken:
+            return "claimed"
+        return "busy" if current["generation"] == generation else "done"
+
+    def heartbeat(self, owner: str) -> None:
+        """Mark every claim of ``owner`` as alive now."""
+        with self._transaction() as con:
+            con.execute("UPDATE claims SET heartbeat = ? WHERE owner = ?", (time.time(), owner))
+
+    def release(self, owner: str, keys: Iterable[str] | None = None) -> None:
+        """Give up the claims of ``owner`` (on ``keys``, or all) without a result."""
+        where, args = "owner = ?", [owner]
+        if keys is not None:
+            keys = list(keys)
+            where += f" AND key IN ({', '.join('?' for _ in keys)})"
+            args += keys
+        with self._transaction() as con:
+            con.execute(f"UPDATE claims SET owner = NULL, heartbeat = NULL WHERE {where}", args)
+
+    def owners(self) -> set[str]:
+        """The owners holding claims now."""
+        with self._transaction() as con:
+            found = con.execute("SELECT DISTINCT owner FROM claims WHERE owner IS NOT NULL")
+            return {row["owner"] for row in found}
 
     def rows(self, task: str | None = None, model: str | None = None) -> list[RunResult]:
         """All rows, or those of one task and/or model label, ordered by task, model, seed."""
@@ -186,8 +285,10 @@ class ResultStore:
                 row[column] = json.loads(row[column])
         return [RunResult(**row) for row in rows]
 
-    def start_run(self, name: str, config_text: str, task_files: Sequence[str] = ()) -> int:
-        """Record that a run (or a resume) of experiment ``name`` starts now."""
+    def start_run(self, name: str, config_text: str,
+                  task_files: Sequence[dict[str, Any]] = ()) -> int:
+        """Record that a run (or a resume) of experiment ``name`` starts now, with the
+        records of :func:`keep_task_files`."""
         with self._transaction() as con:
             cursor = con.execute(
                 "INSERT INTO runs (name, config, task_files, versions, machine, started_at) "
@@ -212,34 +313,87 @@ class ResultStore:
             record[column] = json.loads(record[column])
         return record
 
+    def task_files(self) -> list[dict[str, Any]]:
+        """The kept task files of every run in this store, newest run first, one per content.
+        (Runs recorded before copies were kept list bare paths: pass those with
+        ``--task-file``.)"""
+        with self._transaction() as con:
+            runs = con.execute("SELECT task_files FROM runs ORDER BY id DESC").fetchall()
+        kept: dict[str, dict[str, Any]] = {}
+        for run in runs:
+            for record in json.loads(run["task_files"]):
+                if isinstance(record, dict):
+                    kept.setdefault(record["sha256"], record)
+        return list(kept.values())
+
+
+def open_run(run_dir: str | Path) -> ResultStore:
+    """The store of an existing run folder, for reading (the file is never modified),
+    with the run's kept task files imported where what they register is missing (so a
+    ``--task-file`` given again takes precedence over the run's copy)."""
+    run_dir = Path(run_dir)
+    store = ResultStore(store_path(run_dir), create=False)
+    for record in store.task_files():
+        if not set(record["registers"]) <= _registered():
+            load_task_file(run_dir / record["copy"])
+    return store
+
 
 def load_trained(run_dir: str | Path, key: str) -> tuple[Task, torch.nn.Module]:
-    """Rebuild the task and trained model of cell ``key`` from a run folder (eval mode).
-
-    Task files the run was started with are imported first if their tasks are missing.
-    """
-    store = ResultStore(store_path(run_dir))
-    result = store.get(key)
+    """Rebuild the task and trained model of cell ``key`` from a run folder (eval mode)."""
+    result = open_run(run_dir).get(key)
     path = model_path(run_dir, key)
     if result is None or not path.is_file():
         raise ValueError(f"{run_dir}: no trained model for cell {key!r}")
-    cell = Cell.from_dict(result.config)
-    for task_file in (store.experiment() or {}).get("task_files", []):
-        load_task_file(task_file)
-    task, model = cell.build()
+    task, model = Cell.from_dict(result.config).build()
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return task, model.eval()
 
 
-_loaded_files: set[str] = set()
+#: Content hash of each task file imported in this process → the names it registered.
+_imported: dict[str, tuple[str, ...]] = {}
 
 
-def load_task_file(path: str | Path) -> None:
-    """Import a user task file once per process (importing twice would re-register)."""
-    resolved = str(Path(path).resolve())
-    if resolved not in _loaded_files:
-        load_file(resolved)
-        _loaded_files.add(resolved)
+def load_task_file(path: str | Path) -> tuple[str, ...]:
+    """Import a user task file once per process and per content (importing it twice, or
+    its kept copy after it, would register its names twice); returns what it registered,
+    as ``"task:<name>"`` and ``"model:<name>"``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest not in _imported:
+        before = _registered()
+        load_file(path)
+        _imported[digest] = tuple(sorted(_registered() - before))
+    return _imported[digest]
+
+
+def keep_task_files(run_dir: str | Path, paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Copy user task files into ``run_dir/task_files/<stem>-<hash>.py`` and import them;
+    returns one record per file (its path, SHA-256, copy and what it registers) for
+    :meth:`ResultStore.start_run`. Workers import the copies, so editing a task file while
+    a run is going on changes nothing in that run."""
+    records = []
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise FileNotFoundError(f"no such file: {path}")
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        copy = Path("task_files") / f"{path.stem}-{digest[:12]}.py"
+        target = Path(run_dir) / copy
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(target)  # concurrent runs copying the same file both succeed
+        records.append({"file": str(path.resolve()), "sha256": digest, "copy": str(copy),
+                        "registers": list(load_task_file(target))})
+    return records
+
+
+def _registered() -> set[str]:
+    return {f"task:{n}" for n in list_tasks()} | {f"model:{n}" for n in list_models()}
 
 
 def _versions() -> dict[str, str]:
