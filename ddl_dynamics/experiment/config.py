@@ -330,7 +330,7 @@ class ExperimentConfig:
                 runnable.add(cell.task_label)
                 tasks.setdefault(repr((cell.task, sorted(cell.spec.items()))),
                                  (cell.task_label, task))
-                replaced |= _replaced_defaults(self.model_defaults, cell, task)
+                replaced |= _replaced_defaults(self, cell, task)
             for label, task in tasks.values():
                 _check_task(task, self.source, label)
         for note in sorted(replaced):
@@ -701,11 +701,19 @@ def _check_task(task: Task, source: str, label: str) -> None:
         raise ConfigError(source, f"task {label!r}", f"fails check_task: {why}") from err
 
 
-def _replaced_defaults(defaults: Mapping[str, Any], cell: Cell, task: Task) -> set[str]:
-    """Notes on the ``[defaults.model]`` values that ``task`` replaced in ``cell``."""
+def _replaced_defaults(config: ExperimentConfig, cell: Cell, task: Task) -> set[str]:
+    """Notes on the ``[defaults.model]`` values that the task's ``model_defaults`` replaced
+    in ``cell`` (a value its task entry, model entry or an override sets is the file's own
+    choice, and silences the note)."""
+    entry = next(t for t in config.tasks if t.label == cell.task_label)
+    model = next(m for m in config.models if m.label == cell.label)
+    explicit = {*entry.model, *model.options,
+                *(k for o in config.overrides if o.matches(entry.label, model.label)
+                  for k in o.model)}
+    defaults = config.model_defaults
     return {
         f"[defaults.model] {key} = {defaults[key]!r} does not apply to task "
         f"{cell.task_label!r}, which sets {key} = {value!r}"
         for key, value in task.model_defaults.items()
-        if key in defaults and defaults[key] != value and cell.config.get(key) == value
+        if key in defaults and key not in explicit and defaults[key] != value
     }
