@@ -141,7 +141,7 @@ def _cpu_kernel(
     """Run the C++ kernel forward (``G`` None: ``[Y]``) or backward (``[dX, dk, dv, dβ]``),
     results in the dtype of ``X``."""
     inputs = contiguous(X, k, v, beta, *([] if G is None else [G]), dtype=X.dtype)
-    outs = [torch.empty(t.shape, dtype=X.dtype) for t in (X, k, v, beta)[: 1 if G is None else 4]]
+    outs = [torch.empty_like(t) for t in inputs[: 1 if G is None else 4]]  # row-major, as inputs
     if X.numel():
         d, dv = X.shape[-2:]
         pointers = [t.data_ptr() for t in inputs] + [0] * (5 - len(inputs))
@@ -208,8 +208,8 @@ BACKENDS: dict[str, Backend] = {
     "cpu": Backend(cpu_forward, cpu_backward, _cpu_unsupported),
     "triton": Backend(triton_forward, triton_backward, _triton_unsupported),
 }
-#: Tried in order by ``auto`` on each device type; ``reference`` elsewhere.
-AUTO: dict[str, tuple[str, ...]] = {"cuda": ("triton", "reference"), "cpu": ("cpu", "reference")}
+#: Tried in order by ``auto`` on each device type before ``reference``.
+AUTO: dict[str, tuple[str, ...]] = {"cuda": ("triton",), "cpu": ("cpu",)}
 
 
 def choose_backend(X: Tensor, requested: str | None = None) -> str:
@@ -217,8 +217,10 @@ def choose_backend(X: Tensor, requested: str | None = None) -> str:
     :data:`BACKEND_ENV`, else ``auto``. A forced backend that cannot run ``X`` is an error."""
     name = requested or os.environ.get(BACKEND_ENV) or "auto"
     if name == "auto":
-        order = AUTO.get(X.device.type, ("reference",))
-        return next(b for b in order if BACKENDS[b].unsupported(X) is None)
+        for candidate in AUTO.get(X.device.type, ()):
+            if BACKENDS[candidate].unsupported(X) is None:
+                return candidate
+        return "reference"
     check_choice("delta update backend", name, ["auto", *BACKENDS])
     reason = BACKENDS[name].unsupported(X)
     if reason is not None:
