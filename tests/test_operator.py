@@ -557,3 +557,20 @@ def test_torch_compile_runs_the_update_as_one_op():
     want = scalar_loss(X, k, v, beta)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_grad, torch.autograd.grad(want, X)[0])
+
+
+@pytest.mark.parametrize("name", [backend("cpu")])
+def test_cpu_kernel_splits_large_calls_across_threads(name):
+    X, k, v, beta = (t.float() for t in random_case((64,), 512, 4))  # 2¹⁷ elements
+    G = torch.randn_like(X)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = (BACKENDS[name].forward(X, k, v, beta, True),
+               *BACKENDS[name].backward(G, X, k, v, beta, True))
+    finally:
+        torch.set_num_threads(threads)
+    want = (BACKENDS["reference"].forward(X, k, v, beta, True),
+            *BACKENDS["reference"].backward(G, X, k, v, beta, True))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
