@@ -1,12 +1,30 @@
-"""The Delta operator against a dense reference, closed forms and gradcheck (float64)."""
+"""The Delta operator against a dense reference, closed forms and gradcheck (float64), on
+every backend; autocast, FLOP counts, torch.func and the backend switch."""
+
+import copy
+import shutil
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.func import functional_call, grad, hessian, jacrev, stack_module_state, vmap
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
 
 import ddl_dynamics as dd
+from ddl_dynamics.models import delta_kernels
+from ddl_dynamics.models.delta_kernels import BACKEND_ENV, BACKENDS, choose_backend
+
+
+def backend(name):
+    """``name`` as a test parameter, skipped with the backend's own reason where it cannot run."""
+    reason = BACKENDS[name].unsupported(torch.zeros(1, 1, 1, dtype=torch.float64))
+    return pytest.param(name, marks=pytest.mark.skipif(reason is not None, reason=str(reason)))
+
+
+FUSED = [backend("cpu"), backend("triton")]
+ALL_BACKENDS = [backend("reference"), *FUSED]
 
 
 def random_case(batch, d, d_v, seed=0, dtype=torch.float64):
@@ -58,12 +76,15 @@ shapes = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("name", ALL_BACKENDS)
+@pytest.mark.parametrize(("update", "erase"), [(dd.delta_update, True), (dd.write_update, False)])
+@settings(max_examples=30, deadline=None)
 @given(shapes)
-def test_delta_update_matches_dense_reference(case):
+def test_update_matches_dense_reference(name, update, erase, case):
     batch, d, d_v, seed = case
     X, k, v, beta = random_case(tuple(batch), d, d_v, seed)
-    torch.testing.assert_close(dd.delta_update(X, k, v, beta), dense_update(X, k, v, beta))
+    out = update(X, k, v, beta, backend=name)
+    torch.testing.assert_close(out, dense_update(X, k, v, beta, erase))
 
 
 @settings(max_examples=40, deadline=None)
@@ -120,26 +141,33 @@ def test_write_update_is_the_delta_rule_without_erasure():
     torch.testing.assert_close(out - dd.delta_update(X, k, v, beta), erase)
 
 
+@pytest.mark.parametrize("name", ALL_BACKENDS)
 @pytest.mark.parametrize("d_v", [None, 3])
 @pytest.mark.parametrize("update", [dd.delta_update, dd.write_update])
-def test_gradcheck_float64(update, d_v):
+def test_gradcheck_float64(update, d_v, name):
     X, k, v, beta = random_case((2,), 4, d_v)
     beta = beta.clamp(0.1, 1.9)
     inputs = tuple(t.clone().requires_grad_() for t in (X, k, v, beta))
-    assert torch.autograd.gradcheck(update, inputs)
-    assert torch.autograd.gradgradcheck(update, inputs)
+
+    def layer(*inputs):
+        return update(*inputs, backend=name)
+
+    fast = name == "triton"  # interpreted: check random projections of the Jacobians only
+    assert torch.autograd.gradcheck(layer, inputs, fast_mode=fast)  # the closed-form backward
+    assert torch.autograd.gradgradcheck(layer, inputs, fast_mode=fast)  # the reference's ops
 
 
+@pytest.mark.parametrize("name", ALL_BACKENDS)
 @pytest.mark.parametrize(("update", "erase"), [(dd.delta_update, True), (dd.write_update, False)])
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(shapes, st.lists(st.booleans(), min_size=4, max_size=4))
-def test_gradients_match_autograd_through_the_dense_reference(update, erase, case, needs):
+def test_gradients_match_autograd_through_the_dense_reference(name, update, erase, case, needs):
     batch, d, d_v, seed = case
     needs[seed % 4] = True  # at least one input asks for a gradient
     tensors = random_case(tuple(batch), d, d_v, seed)
     inputs = [t.requires_grad_(n) for t, n in zip(tensors, needs, strict=True)]
     wanted = [t for t in inputs if t.requires_grad]
-    out, ref = update(*inputs), dense_update(*inputs, erase=erase)
+    out, ref = update(*inputs, backend=name), dense_update(*inputs, erase=erase)
     upstream = torch.randn_like(out)
     got = torch.autograd.grad(out, wanted, upstream)
     expected = torch.autograd.grad(ref, wanted, upstream)
@@ -161,7 +189,7 @@ def test_gradcheck_through_normalisation_and_gate():
 
 
 class LargestTensor(TorchDispatchMode):
-    """Records the largest tensor any aten op produces."""
+    """Records the size in bytes of the largest tensor any aten op produces."""
 
     def __init__(self):
         super().__init__()
@@ -171,28 +199,67 @@ class LargestTensor(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
+                self.largest = max(self.largest, t.numel() * t.element_size())
         return out
 
 
+@pytest.mark.parametrize("name", ALL_BACKENDS)
 @pytest.mark.parametrize("d_v", [1, 4])
-@pytest.mark.parametrize("update", [dd.delta_update, dd.write_update])
-def test_no_d_by_d_matrix_at_d_16384(update, d_v):
+@pytest.mark.parametrize("erase", [True, False])
+def test_no_d_by_d_matrix_at_d_16384(name, erase, d_v):
     batch, d = 2, 16384
-    X, k, v, beta = (t.float().requires_grad_() for t in random_case((batch,), d, d_v))
-    with LargestTensor() as mode:
-        out = update(X, k, v, beta)
-        out.square().sum().backward()
-    assert out.shape == (batch, d, d_v) and torch.isfinite(X.grad).all()
-    assert mode.largest <= batch * d * d_v  # a d×d operator would be 4096× larger
+    X, k, v, beta = (t.float() for t in random_case((batch,), d, d_v))
+    kernels = BACKENDS[name]
+    with LargestTensor() as mode:  # sees every torch op inside the kernels, called directly
+        out = kernels.forward(X, k, v, beta, erase)
+        grads = kernels.backward(torch.ones_like(out), X, k, v, beta, erase)
+    assert out.shape == (batch, d, d_v) and torch.isfinite(grads[0]).all()
+    assert mode.largest <= X.numel() * X.element_size()  # a d×d operator: 4096× larger
 
 
-def test_bfloat16_state_keeps_fp32_readout():
-    X, k, v, beta = (t.float() for t in random_case((8,), 64, 2))
-    out16 = dd.delta_update(X.bfloat16(), k.bfloat16(), v.bfloat16(), beta.bfloat16())
-    assert out16.dtype == torch.bfloat16
-    ref = dd.delta_update(*(t.bfloat16().float() for t in (X, k, v, beta)))
-    torch.testing.assert_close(out16.float(), ref, atol=0.05, rtol=0.02)
+def test_bfloat16_state_is_updated_in_float32_and_rounded_once():
+    X, k, v, beta = random_case((16,), 64, 3)
+    X, k, v = (t.bfloat16() for t in (X, k, v))
+    beta = beta.float()  # as dd.gate returns it
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = dd.delta_update(X, k, v, beta)
+    assert out.dtype == torch.bfloat16
+    exact = dense_update(X.double(), k.double(), v.double(), beta.double())
+    # One rounding of a float32 result: within a bfloat16 half-ulp (2⁻⁸ relative) and the
+    # float32 error of the readout.
+    assert ((out.double() - exact).abs() <= exact.abs() * 2**-8 + 1e-5).all()
+
+
+@pytest.mark.parametrize("name", ALL_BACKENDS)
+@pytest.mark.parametrize("d_v", [None, 3])
+def test_autocast_keeps_the_readout_and_gate_in_float32(name, d_v):
+    """Under bfloat16 autocast a float32 state still contracts its readout error by exactly
+    1 − β: neither the readout kᵀX nor β is rounded to bfloat16 (either would cost ~1e-2)."""
+    X, k, v, beta = (t.float() for t in random_case((64,), 32, d_v, seed=3))
+    assert (beta.bfloat16().float() != beta).any()  # gates bfloat16 cannot hold exactly
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = dd.delta_update(X, k, v, beta, backend=name)
+    assert out.dtype == torch.float32
+    target = (v if d_v else v.unsqueeze(-1)).double()
+    e_pre = readout(X.double(), k.double()) - target
+    e_post = readout(out.double(), k.double()) - target
+    torch.testing.assert_close(e_post, (1 - beta.double()).unsqueeze(-1) * e_pre, atol=1e-5, rtol=0)
+
+
+def test_ddl_model_hands_the_operator_a_float32_gate_under_autocast(monkeypatch):
+    from ddl_dynamics.models.delta import DeltaModel
+
+    seen = []
+
+    def spy(X, k, v, beta):
+        seen.append((X.dtype, beta.dtype))
+        return dd.delta_update(X, k, v, beta)
+
+    monkeypatch.setattr(DeltaModel, "update", staticmethod(spy))
+    model = dd.make_model("ddl", in_dim=3, out_dim=2, width=16, depth=2, value_channels=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(torch.randn(4, 3))
+    assert seen == [(torch.bfloat16, torch.float32)] * 2
 
 
 @pytest.mark.parametrize("update", [dd.delta_update, dd.write_update])
@@ -277,3 +344,233 @@ def test_regime_thresholds(beta, label):
 def test_shape_mismatch_names_the_shapes(update, X, k, v, beta, match):
     with pytest.raises(ValueError, match=match):
         update(torch.zeros(X), torch.zeros(k), torch.zeros(v), torch.zeros(beta))
+
+
+# --- FLOP counts: the update is one op with a registered formula, forward and backward
+
+
+@pytest.mark.parametrize(("update", "forward", "backward"),
+                         [(dd.delta_update, 4, 10), (dd.write_update, 2, 4)])
+@pytest.mark.parametrize("d_v", [None, 3])
+def test_flop_counter_counts_the_update(update, forward, backward, d_v):
+    X, k, v, beta = (t.float().requires_grad_() for t in random_case((5, 2), 16, d_v))
+    with FlopCounterMode(display=False) as counter:
+        out = update(X, k, v, beta)
+        assert counter.get_total_flops() == forward * X.numel()  # per sample: forward·d·d_v
+        out.backward(torch.ones_like(out))
+    assert counter.get_total_flops() == (forward + backward) * X.numel()
+
+
+def test_flop_count_under_vmap_is_that_of_the_whole_batch():
+    X, k, v, beta = (t.float() for t in random_case((3, 4), 8, 2))
+    with FlopCounterMode(display=False) as counter:
+        torch.func.vmap(dd.delta_update)(X, k, v, beta)
+    assert counter.get_total_flops() == 4 * X.numel()
+
+
+def test_ddl_model_counts_its_updates_and_at_least_a_resnet():
+    common = {"in_dim": 3, "out_dim": 2, "width": 32, "depth": 4, "hidden": 32}
+    x = torch.randn(16, 3)
+
+    def counted(model):
+        with FlopCounterMode(display=False) as counter:
+            model(x).sum().backward()
+        return counter
+
+    ddl = counted(dd.make_model("ddl", **common))
+    resnet = counted(dd.make_model("resnet", **common))
+    per_op = ddl.get_flop_counts()["Global"]
+    state = 16 * 32  # batch × width
+    assert per_op[torch.ops.ddl_dynamics.rank_one_update] == 4 * (4 * state)  # depth × 4·d·d_v·B
+    assert per_op[torch.ops.ddl_dynamics.rank_one_update_backward] == 4 * (10 * state)
+    assert ddl.get_total_flops() >= resnet.get_total_flops()
+
+
+# --- torch.func: vmap, grad, jacrev, forward mode, and a vmapped ensemble of models
+
+
+def members(case):
+    return [tuple(t[i] for t in case) for i in range(case[0].shape[0])]
+
+
+@pytest.mark.parametrize("d_v", [None, 3])
+def test_vmap_matches_a_loop(d_v):
+    case = random_case((5, 2), 6, d_v)
+    loop = torch.stack([dd.delta_update(*m) for m in members(case)])
+    torch.testing.assert_close(vmap(dd.delta_update)(*case), loop)
+    X, k, v, beta = case
+    shared = torch.stack([dd.delta_update(Xi, k[0], vi, bi) for Xi, _, vi, bi in members(case)])
+    torch.testing.assert_close(vmap(dd.delta_update, in_dims=(0, None, 0, 0))(X, k[0], v, beta),
+                               shared)
+    inner = vmap(dd.delta_update, in_dims=1, out_dims=1)(*case)  # a non-leading axis
+    torch.testing.assert_close(inner, dd.delta_update(*case))
+
+
+def scalar_loss(X, k, v, beta):
+    return dd.delta_update(X, k, v, beta).sin().sum()
+
+
+def test_vmap_of_grad_matches_a_loop_of_autograd():
+    case = random_case((4,), 5, 3)
+    got = vmap(grad(scalar_loss, argnums=(0, 1, 2, 3)))(*case)
+    for i, member in enumerate(members(case)):
+        inputs = [t.clone().requires_grad_() for t in member]
+        want = torch.autograd.grad(scalar_loss(*inputs), inputs)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g[i], w)
+
+
+@pytest.mark.parametrize("no_grad", [False, True])
+def test_jacrev_matches_the_autograd_jacobian(no_grad):
+    X, k, v, beta = random_case((), 5, 3)
+    want = torch.autograd.functional.jacobian(dd.delta_update, (X, k, v, beta))
+    with torch.set_grad_enabled(not no_grad):
+        got = jacrev(dd.delta_update, argnums=(0, 1, 2, 3))(X, k, v, beta)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")  # torch's jvp decompositions
+def test_forward_mode_hessian_matches_autograd():
+    X, k, v, beta = random_case((), 5, 2)
+    got = hessian(scalar_loss, argnums=1)(X, k, v, beta)  # jacfwd(jacrev): forward mode
+    want = torch.autograd.functional.hessian(lambda k: scalar_loss(X, k, v, beta), k)
+    torch.testing.assert_close(got, want)
+
+
+def test_vmapped_ensemble_of_ddl_models_matches_each_member():
+    """Stacked parameters, functional_call and vmap: how several seeds train as one model."""
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        models.append(dd.make_model("ddl", in_dim=3, out_dim=2, width=8, depth=3,
+                                    value_channels=2, hidden=8).double())
+    params, buffers = stack_module_state(models)
+    skeleton = copy.deepcopy(models[0]).to("meta")
+    x, y = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, 2, dtype=torch.float64)
+
+    def loss(params, buffers):
+        return (functional_call(skeleton, (params, buffers), (x,)) - y).square().mean()
+
+    losses = vmap(loss)(params, buffers)
+    grads = vmap(grad(loss))(params, buffers)  # the reference's differentiable backward
+    losses.sum().backward()  # plain autograd through the vmapped forward: the fused backward
+    for i, model in enumerate(models):
+        want_loss = (model(x) - y).square().mean()
+        names, tensors = zip(*model.named_parameters(), strict=True)
+        want = dict(zip(names, torch.autograd.grad(want_loss, tensors), strict=True))
+        torch.testing.assert_close(losses[i], want_loss)
+        for name, w in want.items():
+            torch.testing.assert_close(grads[name][i], w)
+            torch.testing.assert_close(params[name].grad[i], w)
+
+
+# --- the fused kernels against the reference's, and choosing between them
+
+
+@pytest.mark.parametrize("name", FUSED)
+@pytest.mark.parametrize("erase", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    ("batch", "d", "d_v"),
+    [((3,), 5000, 1), ((2, 2), 37, 4), ((4,), 9, 5), ((2,), 17, 8), ((), 3, 2), ((0,), 4, 2)],
+)
+def test_fused_kernels_match_the_reference(name, erase, dtype, batch, d, d_v):
+    X, k, v, beta = (t.to(dtype) for t in random_case(batch, d, d_v, seed=d))
+    G = torch.randn_like(X)
+    fused, reference = BACKENDS[name], BACKENDS["reference"]
+    torch.testing.assert_close(fused.forward(X, k, v, beta, erase),
+                               reference.forward(X, k, v, beta, erase))
+    got = fused.backward(G, X, k, v, beta, erase)
+    want = reference.backward(G, X, k, v, beta, erase)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("name", [backend("triton")])
+def test_triton_kernels_take_bfloat16_states_with_a_float32_gate(name):
+    """To one bfloat16 ulp: Triton's interpreter truncates where a GPU rounds to nearest."""
+    X, k, v, beta = random_case((6,), 40, 3, seed=5)
+    X, k, v, beta = X.bfloat16(), k.bfloat16(), v.bfloat16(), beta.float()
+    G = torch.randn_like(X)
+    fused, reference = BACKENDS[name], BACKENDS["reference"]
+    torch.testing.assert_close(fused.forward(X, k, v, beta, True),
+                               reference.forward(X, k, v, beta, True))
+    for g, w in zip(fused.backward(G, X, k, v, beta, True),
+                    reference.backward(G, X, k, v, beta, True), strict=True):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w)
+
+
+def test_backend_is_chosen_automatically_or_forced(monkeypatch):
+    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    X = torch.zeros(2, 3, 1)
+    auto = "cpu" if BACKENDS["cpu"].unsupported(X) is None else "reference"
+    assert choose_backend(X) == auto
+    assert choose_backend(X.bfloat16()) == "reference"  # the C++ kernel runs float32/float64
+    monkeypatch.setenv(BACKEND_ENV, "reference")
+    assert choose_backend(X) == "reference"
+    assert choose_backend(X, "auto") == auto  # an argument overrides the environment
+
+
+def test_environment_variable_routes_the_update(monkeypatch):
+    calls = []
+    reference = BACKENDS["reference"]
+
+    def spy(*args):
+        calls.append(args[0].shape)
+        return reference.forward(*args)
+
+    monkeypatch.setitem(BACKENDS, "reference", delta_kernels.Backend(spy, reference.backward))
+    monkeypatch.setenv(BACKEND_ENV, "reference")
+    dd.delta_update(*random_case((2,), 4, 3))
+    assert calls == [(2, 4, 3)]
+
+
+def test_bad_backend_names_a_clear_error(monkeypatch):
+    case = random_case((2,), 4, 3)
+    with pytest.raises(ValueError, match="unknown delta update backend 'fast'; choose from auto"):
+        dd.delta_update(*case, backend="fast")
+    monkeypatch.setenv(BACKEND_ENV, "refrence")
+    with pytest.raises(ValueError, match="Did you mean 'reference'"):
+        dd.delta_update(*case)
+    if BACKENDS["cpu"].unsupported(case[0]) is None:
+        with pytest.raises(ValueError, match=r"'cpu' cannot run this state: .* torch\.bfloat16"):
+            dd.delta_update(*(t.bfloat16() for t in case), backend="cpu")
+
+
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="no C++ compiler")
+def test_the_cpu_kernel_is_built_where_a_compiler_is():
+    assert delta_kernels._delta_cpu is not None, (
+        "ddl_dynamics/models/_delta_cpu.cpp did not build: reinstall with `pip install -e .`"
+    )
+
+
+@pytest.mark.slow
+def test_torch_compile_runs_the_update_as_one_op():
+    X, k, v, beta = (t.float() for t in random_case((4,), 16, 2))
+    X.requires_grad_()
+    compiled = torch.compile(scalar_loss, fullgraph=True)
+    got = compiled(X, k, v, beta)
+    (got_grad,) = torch.autograd.grad(got, X)
+    want = scalar_loss(X, k, v, beta)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grad, torch.autograd.grad(want, X)[0])
+
+
+@pytest.mark.parametrize("name", [backend("cpu")])
+def test_cpu_kernel_splits_large_calls_across_threads(name):
+    X, k, v, beta = (t.float() for t in random_case((64,), 512, 4))  # 2¹⁷ elements
+    G = torch.randn_like(X)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = (BACKENDS[name].forward(X, k, v, beta, True),
+               *BACKENDS[name].backward(G, X, k, v, beta, True))
+    finally:
+        torch.set_num_threads(threads)
+    want = (BACKENDS["reference"].forward(X, k, v, beta, True),
+            *BACKENDS["reference"].backward(G, X, k, v, beta, True))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)

@@ -132,7 +132,7 @@ class _DeltaStack(DepthModel):
         """Layer ``i``'s raw direction ``k̃ (B, d)``, target ``v (B, d_v)`` and gate ``β (B,)``."""
         z = join(state, u_i) if self.context == "state" else u_i
         k_raw, v, logit = self.layer(i)(z)
-        return k_raw, v, gate(logit, self.beta_max).to(state.dtype)
+        return k_raw, v, gate(logit, self.beta_max)  # float32: the operator never rounds β
 
     def matrix(self, state: Tensor) -> Tensor:
         """The state as ``X``, ``(B, d, d_v)`` (a view)."""

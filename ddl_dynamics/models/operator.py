@@ -1,7 +1,12 @@
 """The Delta operator of Deep Delta Learning, as pure batched functions.
 
 The model path never builds the d×d matrix ``A = I − β k kᵀ``: one update costs
-``O(d·d_v)`` per sample. ``shortcut_matrix`` builds ``A`` densely for analysis and tests.
+``O(d·d_v)`` per sample. The update is one autograd Function with a closed-form backward,
+a forward-mode rule and a vmap rule (so ``torch.func`` works through it), backed by torch
+ops ``torch.ops.ddl_dynamics.rank_one_update[_backward]`` that carry FLOP formulas and
+fake-tensor rules (so ``FlopCounterMode`` counts it and ``torch.compile`` keeps it whole).
+Its kernels, one per backend (torch ops, a C++ CPU kernel, Triton), are in
+:mod:`.delta_kernels`. ``shortcut_matrix`` builds ``A`` densely for analysis and tests.
 The β regime thresholds live here and nowhere else.
 """
 
@@ -12,6 +17,12 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch._C._functorch import is_functorch_wrapped_tensor
+from torch._functorch.utils import unwrap_dead_wrappers
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+from torch.utils.flop_counter import register_flop_formula
+
+from .delta_kernels import BACKENDS, choose_backend, reference_jvp
 
 #: Gate regimes in increasing order of β; the boundaries are :data:`REGIME_BOUNDS`.
 REGIMES: tuple[str, ...] = ("identity", "write", "projection", "over-relaxed", "reflection")
@@ -31,7 +42,13 @@ def normalize_direction(k_raw: Tensor, eps: float = 1e-5) -> Tensor:
 
 
 def _check_shapes(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> bool:
-    """Validate shapes; return True when ``X`` carries value channels ``(..., d, d_v)``."""
+    """Validate shapes and devices; return True when ``X`` carries value channels
+    ``(..., d, d_v)``."""
+    if not X.device == k.device == v.device == beta.device:
+        raise ValueError(
+            f"delta update: X, k, v and beta must be on one device, got "
+            f"{', '.join(str(t.device) for t in (X, k, v, beta))}"
+        )
     batch, d = tuple(k.shape[:-1]), k.shape[-1]
     if X.shape == k.shape:
         expected_v, matrix = batch, False
@@ -55,80 +72,152 @@ def _check_shapes(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> bool:
     return matrix
 
 
-def _readout(k: Tensor, X: Tensor) -> Tensor:
-    """``kᵀX`` for ``X (..., d, d_v)``, ``(..., d_v)``, accumulated in at least float32."""
-    acc = torch.promote_types(X.dtype, torch.float32)
-    k, X = k.to(acc), X.to(acc)
-    if X.shape[-1] == 1:  # one dot per sample: multiply-and-sum beats a batch of 1×d matmuls
-        return (k * X.squeeze(-1)).sum(-1, keepdim=True)
-    return (k.unsqueeze(-2) @ X).squeeze(-2)
+# The kernels as torch ops, for what watches ops at the dispatcher: FlopCounterMode counts
+# them with the formulas below, fake tensors (torch.compile, meta) get shapes from
+# register_fake. Without such a watcher the autograd Function calls the kernels directly,
+# which saves two dispatcher round trips per call.
+@torch.library.custom_op("ddl_dynamics::rank_one_update", mutates_args=())
+def _forward_op(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) -> Tensor:
+    return BACKENDS[backend].forward(X, k, v, beta, erase)
 
 
-def _contract(X: Tensor, c: Tensor, into: Tensor | None = None) -> Tensor:
-    """``X c`` over the value channels, ``(..., d)``, in ≥ float32; or ``into − X c`` in place."""
-    acc = torch.promote_types(X.dtype, torch.float32)
-    X, c = X.to(acc), c.to(acc)
-    if X.shape[-1] == 1:
-        X = X.squeeze(-1)
-        return X * c if into is None else into.addcmul_(X, c, value=-1)
-    # Against Xᵀ the matmul runs along rows of length d rather than d_v: several times faster.
-    Xc = (c.unsqueeze(-2) @ X.mT).squeeze(-2)
-    return Xc if into is None else into.sub_(Xc)
+@torch.library.custom_op("ddl_dynamics::rank_one_update_backward", mutates_args=())
+def _backward_op(
+    G: Tensor, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return BACKENDS[backend].backward(G, X, k, v, beta, erase)
 
 
-def _rank_one(X: Tensor, k: Tensor, c: Tensor) -> Tensor:
-    """``X + k cᵀ`` in the dtype of ``X``."""
-    return torch.addcmul(X, k.unsqueeze(-1), c.to(X.dtype).unsqueeze(-2))
+@_forward_op.register_fake
+def _(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) -> Tensor:
+    return torch.empty_like(X)
 
 
-def _residual(X: Tensor, k: Tensor, v: Tensor, erase: bool) -> Tensor:
-    """``v − kᵀX`` (delta rule) or ``v`` (write only), in at least float32."""
-    v = v.to(torch.promote_types(X.dtype, torch.float32))
-    return v - _readout(k, X) if erase else v
+@_backward_op.register_fake
+def _(
+    G: Tensor, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return tuple(torch.empty_like(t) for t in (X, k, v, beta))
+
+
+def update_flops(n: int, d: int, d_v: int, erase: bool, backward: bool = False) -> int:
+    """FLOPs of the update on ``n`` states ``d × d_v`` (forward, or its backward alone).
+
+    Forward: the readout ``kᵀX`` and the rank-one write ``X + k cᵀ``, ``2·d·d_v`` each, so
+    ``4·n·d·d_v`` (write-only: no readout, ``2·n·d·d_v``). Backward: ``g = kᵀG``, the
+    recomputed readout, ``dX`` and the two contractions of ``dk``: ``10·n·d·d_v`` (write-only:
+    ``g`` and ``G c``, ``4·n·d·d_v``). ``O(n·d_v)`` terms are left out.
+    """
+    per_element = (10 if erase else 4) if backward else (4 if erase else 2)
+    return per_element * n * d * d_v
+
+
+@register_flop_formula(torch.ops.ddl_dynamics.rank_one_update)
+def _forward_flops(
+    X: torch.Size, k: Any, v: Any, beta: Any, erase: bool, *_: Any, **__: Any
+) -> int:
+    return update_flops(math.prod(X[:-2]), *X[-2:], erase=erase)
+
+
+@register_flop_formula(torch.ops.ddl_dynamics.rank_one_update_backward)
+def _backward_flops(
+    G: Any, X: torch.Size, k: Any, v: Any, beta: Any, erase: bool, *_: Any, **__: Any
+) -> int:
+    return update_flops(math.prod(X[:-2]), *X[-2:], erase=erase, backward=True)
+
+
+def _watched() -> bool:
+    """Whether something watches ops (FLOP counting, fake tensors, torch.compile): run the ops."""
+    return _get_current_dispatch_mode() is not None or torch.compiler.is_compiling()
+
+
+def _transformed(*tensors: Tensor) -> bool:
+    """Whether ``torch.func`` wraps any of ``tensors``: their data is not addressable, and the
+    transforms see through the reference's torch ops."""
+    return any(is_functorch_wrapped_tensor(t) for t in tensors)
 
 
 class _RankOneUpdate(torch.autograd.Function):
-    """``Y = X + k cᵀ``, ``c = β e``, ``e = v − kᵀX`` (delta rule) or ``e = v`` (write only).
+    """``Y = X + k cᵀ``, ``c = β (v − kᵀX)`` (``erase``) or ``c = β v``, with the closed-form
+    backward of :mod:`.delta_kernels` and a vmap rule, so ``torch.func`` works through it.
 
-    Autograd through the composite makes a pass over the state for every op it records;
-    the closed form needs about half as many. With upstream gradient ``G`` and ``g = kᵀG``:
-    ``dX = G − β k gᵀ``, ``dk = G c − β X g``, ``dv = β g``, ``dβ = eᵀg``, where the
-    ``β k gᵀ`` and ``β X g`` terms come from the erasure. The backward is made of
-    differentiable ops, so it can itself be differentiated.
+    A backward that must itself be differentiated (``create_graph``, ``torch.func.grad``)
+    runs the reference's torch ops, which autograd and the transforms see through.
     """
 
+    @classmethod
+    def apply(cls, *args: Any) -> Any:
+        # Function.apply binds the arguments through inspect.signature on every call, which
+        # costs more than the kernel on a small state. Outside torch.func the arguments (all
+        # positional) go straight to autograd, as Function.apply would hand them on.
+        if torch._C._are_functorch_transforms_active():
+            return super().apply(*args)
+        return super(torch.autograd.Function, cls).apply(*unwrap_dead_wrappers(args))
+
     @staticmethod
-    def forward(ctx: Any, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool) -> Tensor:
-        e = _residual(X, k, v, erase)
-        ctx.erase = erase
-        ctx.save_for_backward(X, k, v, beta, e)
-        return _rank_one(X, k, beta.to(e.dtype).unsqueeze(-1) * e)
+    def forward(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) -> Tensor:
+        if _watched():
+            return _forward_op(X, k, v, beta, erase, backend)
+        return BACKENDS[backend].forward(X, k, v, beta, erase)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        X, k, v, beta, ctx.erase, ctx.backend = inputs
+        ctx.save_for_backward(X, k, v, beta)
+        ctx.save_for_forward(X, k, v, beta)
 
     @staticmethod
     def backward(ctx: Any, G: Tensor) -> tuple[Tensor | None, ...]:
-        X, k, v, beta, e = ctx.saved_tensors
-        if torch.is_grad_enabled():  # double backward: e must be differentiable in X, k and v
-            e = _residual(X, k, v, ctx.erase)
-        g = _readout(k, G)
-        beta = beta.to(g.dtype).unsqueeze(-1)
-        dX = dk = None
-        if ctx.needs_input_grad[0]:
-            dX = _rank_one(G, k, -beta * g) if ctx.erase else G
-        if ctx.needs_input_grad[1]:
-            dk = _contract(G, beta * e)
-            if ctx.erase:
-                dk = _contract(X, beta * g, into=dk)
-        return dX, dk, beta * g, (e * g).sum(-1), None
+        X, k, v, beta = ctx.saved_tensors
+        if torch.is_grad_enabled() or _transformed(G, X, k, v, beta):
+            grads = BACKENDS["reference"].backward(G, X, k, v, beta, ctx.erase)
+        elif _watched():
+            grads = _backward_op(G, X, k, v, beta, ctx.erase, ctx.backend)
+        else:
+            grads = BACKENDS[ctx.backend].backward(G, X, k, v, beta, ctx.erase)
+        return (*grads, None, None)
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Tensor | None) -> Tensor:
+        """Forward mode (``torch.func.jvp``, ``jacfwd``, ``hessian``), by the reference's ops."""
+        primals = ctx.saved_tensors
+        tangents = tuple(
+            torch.zeros_like(p) if t is None else t
+            for p, t in zip(primals, tangents[:4], strict=True)
+        )
+        return reference_jvp(*primals, tangents, ctx.erase)
+
+    @staticmethod
+    def vmap(
+        info: Any, in_dims: tuple[int | None, ...], X: Tensor, k: Tensor, v: Tensor,
+        beta: Tensor, erase: bool, backend: str,
+    ) -> tuple[Tensor, int]:
+        """The vmapped axis becomes one more leading batch axis of the same update."""
+        tensors = (
+            t.movedim(dim, 0) if dim is not None else t.expand(info.batch_size, *t.shape)
+            for t, dim in zip((X, k, v, beta), in_dims, strict=False)
+        )
+        return _RankOneUpdate.apply(*tensors, erase, backend), 0
 
 
-def _update(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool) -> Tensor:
+# Under torch.compile the update enters the graph as the op, with the Function's backward:
+# dynamo does not trace a Function that defines jvp.
+_forward_op.register_autograd(_RankOneUpdate.backward, setup_context=_RankOneUpdate.setup_context)
+
+
+def _update(
+    X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str | None
+) -> Tensor:
     """Validate, view a vector state as one value channel, and apply :class:`_RankOneUpdate`."""
-    if _check_shapes(X, k, v, beta):
-        return _RankOneUpdate.apply(X, k, v, beta, erase)
-    return _RankOneUpdate.apply(X.unsqueeze(-1), k, v.unsqueeze(-1), beta, erase).squeeze(-1)
+    if not _check_shapes(X, k, v, beta):
+        return _update(X.unsqueeze(-1), k, v.unsqueeze(-1), beta, erase, backend).squeeze(-1)
+    update = _forward_op if torch.compiler.is_compiling() else _RankOneUpdate.apply
+    return update(X, k, v, beta, erase, choose_backend(X, backend))
 
 
-def delta_update(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tensor:
+def delta_update(
+    X: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, backend: str | None = None
+) -> Tensor:
     """``X + β k (vᵀ − kᵀX)``: erase the readout along ``k``, then write ``v`` there.
 
     Args:
@@ -136,16 +225,25 @@ def delta_update(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tensor:
         k: unit direction, ``(..., d)`` (see :func:`normalize_direction`).
         v: target readout, ``(...,)`` or ``(..., d_v)`` to match ``X``.
         beta: gate, ``(...,)``.
+        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` (see
+            :mod:`ddl_dynamics.models.delta_kernels`); default: the environment variable
+            ``DDL_DYNAMICS_DELTA_BACKEND``, else ``"auto"``.
 
-    The readout ``kᵀX`` is accumulated in at least float32, so bfloat16 states keep
-    the identity ``e_post = (1 − β) e_pre`` to float32 rounding of the reduction.
+    The readout, gate and residual are computed in at least float32, autocast or not, and
+    the result is cast back to the dtype of ``X``: a bfloat16 state keeps the identity
+    ``e_post = (1 − β) e_pre`` to float32 rounding before that final cast, and a float32
+    ``beta`` is never rounded to the state's dtype. Costs ``O(d·d_v)`` per sample
+    (:func:`update_flops`, counted by ``FlopCounterMode``); works under ``torch.func``
+    (``vmap``, ``grad``, ``jacrev``) and differentiates twice.
     """
-    return _update(X, k, v, beta, erase=True)
+    return _update(X, k, v, beta, erase=True, backend=backend)
 
 
-def write_update(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tensor:
+def write_update(
+    X: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, backend: str | None = None
+) -> Tensor:
     """``X + β k vᵀ``: the write-only control, the delta rule without its erase term."""
-    return _update(X, k, v, beta, erase=False)
+    return _update(X, k, v, beta, erase=False, backend=backend)
 
 
 def shortcut_matrix(k: Tensor, beta: Tensor) -> Tensor:
