@@ -27,7 +27,9 @@ from .models.operator import (
 # --- tasks
 from ._registry import load_file
 from ._task import (
+    IGNORE_INDEX,
     Expectation,
+    SequenceTask,
     Subject,
     Task,
     TaskData,
@@ -39,7 +41,7 @@ from ._task import (
     register_task,
     split_generator,
 )
-from .models import delta, ode, residual  # noqa: F401
+from .models import delta, ode, residual, transformer  # noqa: F401
 from .models.base import DepthModel, check_model, list_models, make_model, register_model
 from .models.delta import DeltaProbe
 from .models.params import count_parameters, match_hidden, parameter_count
@@ -59,6 +61,7 @@ from .analysis.probes import probe_run
 from .analysis.report import build_report
 
 __all__ = [
+    "IGNORE_INDEX",
     "REGIMES",
     "REGIME_BOUNDS",
     "Cell",
@@ -69,6 +72,7 @@ __all__ = [
     "ExperimentConfig",
     "ResultStore",
     "RunResult",
+    "SequenceTask",
     "Subject",
     "Task",
     "TaskData",

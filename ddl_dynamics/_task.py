@@ -26,7 +26,7 @@ from .models.operator import REGIMES
 
 TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks")
 
-Loss = Literal["mse", "bce"]
+Loss = Literal["mse", "bce", "ce"]
 Metric = Literal["mse", "accuracy"]
 #: The ``"long"`` OOD split runs this many times the training depth (length extrapolation).
 LONG_FACTOR = 4
@@ -36,6 +36,8 @@ IN_DISTRIBUTION = ("train", "val", "test")
 HELD_OUT = {"val": 0.1, "test": 0.2}
 #: The largest share of val or test examples whose content may also occur in train.
 MAX_OVERLAP = 0.01
+#: The target of a sequence position that is not scored (cross-entropy's ignore index).
+IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
@@ -238,12 +240,19 @@ class Task(ABC):
         return self.metric_name == "accuracy"
 
     def loss(self, pred: Tensor, target: Tensor) -> Tensor:
+        if self.loss_name == "ce":  # logits (..., classes) against class ids (...)
+            return F.cross_entropy(pred.flatten(0, -2), target.flatten(),
+                                   ignore_index=IGNORE_INDEX)
         if self.loss_name == "bce":
             return F.binary_cross_entropy_with_logits(pred, target)
         return F.mse_loss(pred, target)
 
     def metric(self, pred: Tensor, target: Tensor) -> float:
-        """The headline metric (MSE, or accuracy of logits against 0/1 labels)."""
+        """The headline metric: MSE; or accuracy of logits against 0/1 labels, or of the
+        argmax of class logits against class ids on the scored positions."""
+        if self.metric_name == "accuracy" and not target.is_floating_point():
+            scored = target != IGNORE_INDEX
+            return (pred.argmax(-1) == target)[scored].float().mean().item()
         if self.metric_name == "accuracy":
             return ((pred > 0).to(target.dtype) == target).float().mean().item()
         return F.mse_loss(pred, target).item()
@@ -262,6 +271,34 @@ class Task(ABC):
             raise ValueError(
                 f"task {type(self).__name__} has no split {split!r}; splits: {self.splits}"
             )
+
+
+@dataclass(frozen=True)
+class SequenceTask(Task):
+    """Base class of token-sequence tasks, run by the Transformer families.
+
+    ``sample`` returns int64 tokens ``(n, T)`` in ``[0, in_dim)`` as inputs and int64 targets
+    ``(n, T)`` in ``[0, out_dim)``, :data:`IGNORE_INDEX` where nothing is scored; the model
+    gives logits at every position (cross-entropy and accuracy on the scored positions).
+    ``steps`` is the sequence length: ``length`` on train, val and test,
+    ``length_factors[split]`` times it on an OOD split. ``depth`` is the model's number of
+    blocks; the task ignores it. Tasks whose content space is finite sample through
+    :func:`held_out`, like the vector tasks.
+    """
+
+    length: int = 64
+
+    kind: ClassVar[str] = "sequence"
+    loss_name: ClassVar[Loss] = "ce"
+    metric_name: ClassVar[Metric] = "accuracy"
+    supervise: ClassVar[Literal["final", "trajectory"]] = "trajectory"
+    #: OOD split → how many times ``length`` it runs; list the same names in ``ood_splits``.
+    length_factors: ClassVar[Mapping[str, int]] = {}
+
+    def split_steps(self, split: str) -> int:
+        """The sequence length of ``split`` (checked)."""
+        self.check_split(split)
+        return self.length * self.length_factors.get(split, 1)
 
 
 def register_task(name: str, task: type[Task] | None = None) -> Any:
@@ -309,41 +346,65 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> N
         data = task.sample(n, seed, split)
         assert isinstance(data, TaskData), f"{name}.sample must return TaskData"
         assert len(data) == n, f"{name}[{split}]: asked {n} samples, got {len(data)}"
-        assert data.inputs.shape == (n, task.in_dim), (
-            f"{name}[{split}]: inputs {tuple(data.inputs.shape)} != {(n, task.in_dim)}"
-        )
-        steps = data.steps
-        want = (n, task.out_dim) if task.supervise == "final" else (n, steps, task.out_dim)
-        assert tuple(data.targets.shape) == want, (
-            f"{name}[{split}]: targets {tuple(data.targets.shape)} != {want}"
-        )
-        if task.control_dim:
-            assert data.controls is not None, f"{name}[{split}]: control_dim>0 but no controls"
-            assert tuple(data.controls.shape) == (n, steps, task.control_dim), (
-                f"{name}[{split}]: controls {tuple(data.controls.shape)} != "
-                f"{(n, steps, task.control_dim)}"
-            )
+        if task.kind == "sequence":
+            _check_tokens(task, data, f"{name}[{split}]")
         else:
-            assert data.controls is None, f"{name}[{split}]: controls given but control_dim=0"
-        if data.trajectory is not None:
-            assert data.trajectory.shape[:2] == (n, steps + 1), (
-                f"{name}[{split}]: trajectory {tuple(data.trajectory.shape)} is not (n, steps+1, ·)"
+            assert data.inputs.shape == (n, task.in_dim), (
+                f"{name}[{split}]: inputs {tuple(data.inputs.shape)} != {(n, task.in_dim)}"
             )
-        for label, t in (("inputs", data.inputs), ("targets", data.targets),
-                         ("controls", data.controls)):
-            if t is not None:
-                assert t.is_floating_point(), f"{name}[{split}]: {label} must be floating point"
-                assert torch.isfinite(t).all(), f"{name}[{split}]: {label} has NaN/Inf"
+            steps = data.steps
+            want = (n, task.out_dim) if task.supervise == "final" else (n, steps, task.out_dim)
+            assert tuple(data.targets.shape) == want, (
+                f"{name}[{split}]: targets {tuple(data.targets.shape)} != {want}"
+            )
+            if task.control_dim:
+                assert data.controls is not None, f"{name}[{split}]: control_dim>0 but no controls"
+                assert tuple(data.controls.shape) == (n, steps, task.control_dim), (
+                    f"{name}[{split}]: controls {tuple(data.controls.shape)} != "
+                    f"{(n, steps, task.control_dim)}"
+                )
+            else:
+                assert data.controls is None, f"{name}[{split}]: controls given but control_dim=0"
+            if data.trajectory is not None:
+                assert data.trajectory.shape[:2] == (n, steps + 1), (
+                    f"{name}[{split}]: trajectory {tuple(data.trajectory.shape)} "
+                    "is not (n, steps+1, ·)"
+                )
+            for label, t in (("inputs", data.inputs), ("targets", data.targets),
+                             ("controls", data.controls)):
+                if t is not None:
+                    assert t.is_floating_point(), f"{name}[{split}]: {label} must be floating point"
+                    assert torch.isfinite(t).all(), f"{name}[{split}]: {label} has NaN/Inf"
         again = task.sample(n, seed, split)
         assert torch.equal(data.inputs, again.inputs) and torch.equal(
             data.targets, again.targets
         ), f"{name}[{split}]: sample is not deterministic in its seed"
         loss = task.loss(data.targets.clone(), data.targets) if task.loss_name == "mse" else None
         assert loss is None or loss.item() == 0.0, f"{name}: loss of a perfect prediction != 0"
-        task.metric(torch.zeros_like(data.targets), data.targets)
+        if task.kind == "sequence":
+            perfect = F.one_hot(data.targets.clamp(min=0), task.out_dim).float()
+            assert task.metric(perfect, data.targets) == 1.0, (
+                f"{name}: metric of a perfect prediction != 1")
+        else:
+            task.metric(torch.zeros_like(data.targets), data.targets)
     for split in IN_DISTRIBUTION[1:]:
         overlap = content_overlap(task, split, n_overlap, seed)
         assert overlap <= MAX_OVERLAP, (
             f"{name}: {overlap:.0%} of {split} examples also occur in train (at most "
             f"{MAX_OVERLAP:.0%} allowed); hold whole inputs out, e.g. with held_out()"
         )
+
+
+def _check_tokens(task: Task, data: TaskData, where: str) -> None:
+    """The split of a sequence task: int64 tokens and targets ``(n, T)`` in range, and at
+    least one scored position in every sequence."""
+    shape = (len(data), data.steps)
+    for label, t, size in (("inputs", data.inputs, task.in_dim),
+                           ("targets", data.targets, task.out_dim)):
+        assert t.dtype == torch.int64, f"{where}: {label} must be int64 tokens, got {t.dtype}"
+        assert tuple(t.shape) == shape, f"{where}: {label} {tuple(t.shape)} != {shape}"
+        ids = t[t != IGNORE_INDEX] if label == "targets" else t
+        assert ((ids >= 0) & (ids < size)).all(), f"{where}: {label} outside [0, {size})"
+    assert data.controls is None, f"{where}: a sequence task has no controls"
+    scored = data.targets != IGNORE_INDEX
+    assert scored.any(dim=1).all(), f"{where}: a sequence has no scored position"

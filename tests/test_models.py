@@ -44,8 +44,9 @@ def model(name: str, **options) -> DepthModel:
     return make_model(name, **{**BASE, **options})
 
 
-def test_list_models_lists_the_six_families():
-    assert list_models() == FAMILIES
+def test_list_models_lists_the_six_families_and_the_transformers():
+    transformers = ["ddl-transformer", "ddl-write-transformer", "transformer"]
+    assert list_models() == sorted(FAMILIES + transformers)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)

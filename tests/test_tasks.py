@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from scipy.integrate import solve_ivp
 from torchdiffeq import odeint
 
@@ -82,14 +83,26 @@ def test_splits_differ(task: Task) -> None:
 
 def test_split_steps(task: Task) -> None:
     for split in task.splits:
-        want = task.depth * (LONG_FACTOR if split == "long" else 1)
-        assert task.sample(4, 0, split).steps == task.split_steps(split) == want
+        data = task.sample(4, 0, split)
+        if task.kind == "sequence":  # steps are the sequence length
+            want = data.inputs.shape[1]
+        else:
+            want = task.depth * (LONG_FACTOR if split == "long" else 1)
+        assert data.steps == task.split_steps(split) == want
     with pytest.raises(ValueError, match="no split 'nope'"):
         task.sample(4, 0, "nope")
 
 
+def one_hot(task: Task, ids: torch.Tensor) -> torch.Tensor:
+    """Logits that pick class ``ids`` (clipped into range; unscored positions pick 0)."""
+    return F.one_hot(ids.clamp(0, task.out_dim - 1), task.out_dim).float()
+
+
 def trivial_predictions(task: Task, data: TaskData) -> list[torch.Tensor]:
-    """Predict zero, and predict the input (held constant over the steps)."""
+    """Predict zero, and predict the input (held constant over the steps); for sequences,
+    class 0 everywhere, and a copy of the input token."""
+    if task.kind == "sequence":
+        return [one_hot(task, torch.zeros_like(data.inputs)), one_hot(task, data.inputs)]
     guesses = [torch.zeros_like(data.targets)]
     if task.in_dim >= task.out_dim:
         held = data.inputs[:, : task.out_dim]
@@ -100,7 +113,8 @@ def trivial_predictions(task: Task, data: TaskData) -> list[torch.Tensor]:
 def test_metric_separates_perfect_from_trivial(task: Task) -> None:
     data = task.sample(512, 0, "test")
     if task.metric_name == "accuracy":
-        assert task.metric(2 * data.targets - 1, data.targets) == 1.0
+        perfect = one_hot(task, data.targets) if task.kind == "sequence" else 2 * data.targets - 1
+        assert task.metric(perfect, data.targets) == 1.0
         for guess in trivial_predictions(task, data):
             assert task.metric(guess, data.targets) < 0.8
     else:

@@ -9,7 +9,7 @@ a recurrence linear in its state (DeltaNet's, run over depth).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -44,6 +44,16 @@ class DeltaProbe:
     readout: Tensor
     e_pre: Tensor
     e_post: Tensor
+
+    @classmethod
+    def of_layers(cls, layers: Iterable[tuple[Tensor, ...]], dim: int) -> DeltaProbe:
+        """Stack each layer's ``(β, k̃, k, v, X before, X after)`` along the layer axis ``dim``;
+        ``X`` is the state as ``(..., d, d_v)``, read along ``k`` before and after the update."""
+        rows = []
+        for beta, k_raw, k, v, before, after in layers:
+            read, read_after = (torch.einsum("...d,...dv->...v", k, X) for X in (before, after))
+            rows.append((beta, k_raw.norm(dim=-1), k, v, read, read - v, read_after - v))
+        return cls(*(torch.stack(column, dim=dim) for column in zip(*rows, strict=True)))
 
 
 class _Generators(nn.Module):
@@ -146,15 +156,12 @@ class _DeltaStack(DepthModel):
     def probe(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> DeltaProbe:
         """Gates, directions, targets and readout errors of every layer (no gradients)."""
         states = self.trajectory(x, u, steps)  # (B, steps + 1, state_dim)
-        rows = []
+        layers = []
         for i in range(states.shape[1] - 1):
             k_raw, v, beta = self.generators(i, states[:, i], None if u is None else u[:, i])
-            k = normalize_direction(k_raw)
-            before, after = (
-                torch.einsum("bd,bdv->bv", k, self.matrix(states[:, j])) for j in (i, i + 1)
-            )
-            rows.append((beta, k_raw.norm(dim=-1), k, v, before, before - v, after - v))
-        return DeltaProbe(*(torch.stack(column, dim=1) for column in zip(*rows, strict=True)))
+            layers.append((beta, k_raw, normalize_direction(k_raw), v,
+                           self.matrix(states[:, i]), self.matrix(states[:, i + 1])))
+        return DeltaProbe.of_layers(layers, dim=1)
 
 
 @register_model("ddl")

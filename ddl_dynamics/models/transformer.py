@@ -1,0 +1,484 @@
+"""Transformers over token sequences: the additive baseline, the Deep Delta Learning block and
+its matched controls, in one nanoGPT-style file.
+
+Every variant is the same backbone — token embedding, pre-norm RMSNorm, multi-head causal
+attention with RoPE, SwiGLU MLP, final RMSNorm, LM head tied to the embedding — and differs
+only in how each sublayer's output ``h`` is written into the residual state of its token:
+
+    transformer              X ← X + h wᵀ                  additive (w = 1 when d_v = 1)
+    ddl-transformer          X ← X + β k (vᵀ − kᵀX)         k = h / sqrt(‖h‖² + ε²)
+    ddl-write-transformer    X ← X + β k vᵀ                  the same, without the erase term
+
+The state of a token is ``X ∈ R^{d×d_v}``. With ``value_channels`` d_v > 1 the layers follow
+Compress–Process–Rewrite: the embedding is expanded into d_v channels (``expansion``), every
+block compresses X to the width-d input of its two sublayers (``compressor``), and a last
+compressor reads X out before the final norm. ``transformer`` with d_v > 1 is therefore the
+additive expanded-state control: the expansion and compression of DDL, with a residual add.
+
+Per sublayer: ``x_in = compress(X)``, ``c = RMSNorm(x_in)``, ``h = sublayer(c)``. The Delta
+generators follow the authors' released code: ``k̃ = h``; ``β = 2σ(Linear(c))`` in float32,
+bias initialised so that ``β = beta_init`` for ``c = 0``; ``v = 4σ(Linear(x_in))`` read from
+the (compressed) residual stream. The update is :func:`~ddl_dynamics.models.operator.delta_update`
+(or ``write_update``), whose readout ``kᵀX`` accumulates in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils import flop_counter
+
+from .base import check_choice, check_int, register_model
+from .delta import DeltaProbe
+from .operator import delta_update, gate, gate_logit, normalize_direction, write_update
+
+EXPANSIONS = ("conv", "repeat")
+COMPRESSORS = ("channel", "token")
+VALUE_MAPS = ("sigmoid", "linear", "constant")
+VALUE_INPUTS = ("stream", "context")
+
+Update = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def causal_conv(x: Tensor, weight: Tensor) -> Tensor:
+    """Depthwise causal convolution over tokens: ``(B, T, C) → (B, T, C_out)``.
+
+    ``weight`` is ``(C_out, 1, K)`` with ``C_out`` a multiple of ``C``; output channel ``o``
+    reads input channel ``o // (C_out / C)`` at tokens ``t − K + 1 … t`` (tap ``K − 1`` is ``t``).
+    """
+    kernel = weight.shape[-1]
+    x = F.pad(x.transpose(1, 2), (kernel - 1, 0))  # (B, C, K − 1 + T): zeros before token 0
+    return F.conv1d(x, weight, groups=x.shape[1]).transpose(1, 2)
+
+
+def current_token_kernel(channels: int, kernel_size: int) -> nn.Parameter:
+    """A ``(channels, 1, K)`` kernel for :func:`causal_conv` that passes the current token
+    through unchanged (its last tap is 1, the history taps 0)."""
+    weight = torch.zeros(channels, 1, kernel_size)
+    weight[:, 0, -1] = 1.0
+    return nn.Parameter(weight)
+
+
+def rotary(x: Tensor, base: float) -> Tensor:
+    """RoPE on ``(B, H, T, head_dim)``: rotate the pairs ``(x_i, x_{i + hd/2})`` of token ``t``
+    by the angle ``t · base^(−2i/hd)``, so that ``qᵀk`` depends on relative positions only."""
+    T, hd = x.shape[-2], x.shape[-1]
+    freq = base ** (-torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
+    angle = torch.arange(T, device=x.device, dtype=torch.float32)[:, None] * freq  # (T, hd/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def _count_cpu_attention_flops() -> None:
+    """``FlopCounterMode`` counts the CUDA attention kernels but not the CPU one, which would
+    leave attention out of the FLOPs of a CPU run: count it with the same formulas."""
+    aten = torch.ops.aten
+    forward = aten._scaled_dot_product_flash_attention_for_cpu
+    backward = aten._scaled_dot_product_flash_attention_for_cpu_backward
+    if forward in flop_counter.flop_registry:
+        return
+
+    def forward_flops(q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> int:
+        return flop_counter.sdpa_flop_count(q, k, v)
+
+    def backward_flops(grad: Any, q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> int:
+        return flop_counter.sdpa_backward_flop_count(grad, q, k, v)
+
+    flop_counter.register_flop_formula(forward)(forward_flops)
+    flop_counter.register_flop_formula(backward)(backward_flops)
+
+
+_count_cpu_attention_flops()
+
+
+class _Attention(nn.Module):
+    """Multi-head causal self-attention with RoPE: ``(B, T, d) → (B, T, d)``."""
+
+    def __init__(self, width: int, heads: int, head_dim: int, rope_base: float) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.rope_base = heads, head_dim, rope_base
+        self.qkv = nn.Linear(width, 3 * heads * head_dim, bias=False)
+        self.out = nn.Linear(heads * head_dim, width, bias=False)
+
+    def forward(self, c: Tensor) -> Tensor:
+        B, T, _ = c.shape
+        qkv = self.qkv(c).view(B, T, 3, self.heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, hd)
+        q, k = rotary(q, self.rope_base), rotary(k, self.rope_base)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+        return self.out(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
+
+
+class _SwiGLU(nn.Module):
+    """``W_out (silu(W_gate c) ⊙ W_up c)``: ``(B, T, d) → (B, T, d)`` through ``hidden``."""
+
+    def __init__(self, width: int, hidden: int) -> None:
+        super().__init__()
+        self.gate = nn.Linear(width, hidden, bias=False)
+        self.up = nn.Linear(width, hidden, bias=False)
+        self.out = nn.Linear(hidden, width, bias=False)
+
+    def forward(self, c: Tensor) -> Tensor:
+        return self.out(F.silu(self.gate(c)) * self.up(c))
+
+
+# --- the residual state: expansion (embedding → X) and compression (X → width-d input)
+
+
+class _Unsqueeze(nn.Module):
+    """d_v = 1: the state is the embedding with one value channel, ``(B, T, d, 1)``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.unsqueeze(-1)
+
+
+class _Squeeze(nn.Module):
+    """d_v = 1: the sublayer input is the state itself."""
+
+    def forward(self, X: Tensor) -> Tensor:
+        return X.squeeze(-1)
+
+
+class _Repeat(nn.Module):
+    """Expansion "repeat" (the paper's "w/o EC"): ``X_0 = x_emb 1ᵀ``, ``(B, T, d, d_v)``."""
+
+    def __init__(self, value_channels: int) -> None:
+        super().__init__()
+        self.value_channels = value_channels
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.unsqueeze(-1).expand(*x.shape, self.value_channels)
+
+
+class _ConvExpansion(nn.Module):
+    """Expansion "conv" (EC): a causal depthwise convolution over tokens maps each embedding
+    coordinate to d_v channels. Identity-initialised (only the current-token tap is 1), so it
+    starts as repetition."""
+
+    def __init__(self, width: int, value_channels: int, kernel_size: int) -> None:
+        super().__init__()
+        self.value_channels = value_channels
+        self.weight = current_token_kernel(width * value_channels, kernel_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return causal_conv(x, self.weight).unflatten(-1, (x.shape[-1], self.value_channels))
+
+
+class _ChannelCompressor(nn.Module):
+    """Compressor "channel" (CC): ``x_in_i = Σ_j c_ij X_ij``, per-coordinate mixing of the d_v
+    channels of the current token only. Initialised to their mean (the authors' code draws
+    compressor weights at random; with the mean, every d_v > 1 variant whose expansion
+    repeats the embedding starts from the function of its d_v = 1 counterpart)."""
+
+    def __init__(self, width: int, value_channels: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((width, value_channels), 1.0 / value_channels))
+
+    def forward(self, X: Tensor) -> Tensor:
+        return (X * self.weight).sum(-1)
+
+
+class _TokenCompressor(nn.Module):
+    """Compressor "token" (TC): a causal depthwise convolution over tokens on each of the
+    d·d_v state entries, then a learned read vector pools the d_v channels. Initialised, like
+    CC, to the mean of the current token's channels."""
+
+    def __init__(self, width: int, value_channels: int, kernel_size: int) -> None:
+        super().__init__()
+        self.weight = current_token_kernel(width * value_channels, kernel_size)
+        self.read = nn.Parameter(torch.full((value_channels,), 1.0 / value_channels))
+
+    def forward(self, X: Tensor) -> Tensor:
+        mixed = causal_conv(X.flatten(-2), self.weight).view(X.shape)  # (B, T, d, d_v)
+        return mixed @ self.read
+
+
+# --- residual updates: how a sublayer's output h enters the state
+
+
+class _AddResidual(nn.Module):
+    """``X + h wᵀ``: the additive residual. With d_v > 1, ``w`` is a learned write vector over
+    the value channels (initialised to 1, so the channels can diverge); with d_v = 1, ``x + h``."""
+
+    def __init__(self, value_channels: int) -> None:
+        super().__init__()
+        self.write = nn.Parameter(torch.ones(value_channels)) if value_channels > 1 else None
+
+    def forward(self, X: Tensor, x_in: Tensor, c: Tensor, h: Tensor) -> Tensor:
+        h = h.unsqueeze(-1)
+        return X + (h if self.write is None else h * self.write)
+
+
+@dataclass(frozen=True)
+class Generators:
+    """How a Delta sublayer makes its target ``v`` and gate ``β`` (the direction is ``h``).
+
+    Attributes:
+        beta_init: β of a token whose gate input is 0, in (0, 2).
+        beta_hidden: 0 for ``β = 2σ(Linear(c))``; else the width of the two-layer gate
+            ``2σ(Linear(tanh(Linear(c))))``.
+        value: ``"sigmoid"``: ``v = value_scale · σ(Linear(·))``; ``"linear"``: ``Linear(·)``;
+            ``"constant"``: ``v = value_scale / 2``, what the sigmoid map gives with zero weights.
+        value_scale: see ``value``.
+        value_input: ``"stream"`` reads v from the residual stream ``x_in`` (the authors' code),
+            ``"context"`` from ``c = RMSNorm(x_in)`` (the paper's ``v = W_v c``).
+    """
+
+    beta_init: float = 1.0
+    beta_hidden: int = 0
+    value: str = "sigmoid"
+    value_scale: float = 4.0
+    value_input: str = "stream"
+
+    def __post_init__(self) -> None:
+        gate_logit(self.beta_init)  # raises unless 0 < beta_init < 2
+        check_int("beta_hidden", self.beta_hidden, 0)
+        check_choice("value", self.value, VALUE_MAPS)
+        check_choice("value_input", self.value_input, VALUE_INPUTS)
+        if not math.isfinite(self.value_scale) or self.value_scale <= 0:
+            raise ValueError(f"value_scale must be positive, got {self.value_scale!r}")
+
+
+class _DeltaResidual(nn.Module):
+    """``update(X, k, v, β)`` with ``k = h / sqrt(‖h‖² + ε²)`` and ``v``, ``β`` from
+    lightweight maps of the sublayer's input (see :class:`Generators`)."""
+
+    def __init__(self, update: Update, width: int, value_channels: int, spec: Generators) -> None:
+        super().__init__()
+        self.update, self.spec = update, spec
+        if spec.beta_hidden:
+            self.gate = nn.Sequential(nn.Linear(width, spec.beta_hidden, bias=False), nn.Tanh(),
+                                      nn.Linear(spec.beta_hidden, 1))
+        else:
+            self.gate = nn.Sequential(nn.Linear(width, 1))
+        with torch.no_grad():
+            self.gate[-1].bias.fill_(gate_logit(spec.beta_init))
+        self.value = None if spec.value == "constant" else nn.Linear(width, value_channels)
+        self.value_channels = value_channels
+
+    def generators(self, x_in: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        """Target ``v`` ``(B, T, d_v)`` and gate ``β`` ``(B, T)``; β is computed in float32."""
+        with torch.autocast(c.device.type, enabled=False):
+            beta = gate(self.gate(c.float()).squeeze(-1))
+        if self.value is None:
+            v = c.new_full((*c.shape[:-1], self.value_channels), self.spec.value_scale / 2)
+        else:
+            v = self.value(x_in if self.spec.value_input == "stream" else c)
+            if self.spec.value == "sigmoid":
+                v = self.spec.value_scale * torch.sigmoid(v)
+        return v, beta
+
+    def forward(self, X: Tensor, x_in: Tensor, c: Tensor, h: Tensor) -> Tensor:
+        v, beta = self.generators(x_in, c)
+        k = normalize_direction(h)
+        return self.update(X, k.to(X.dtype), v.to(X.dtype), beta.to(X.dtype))
+
+
+class _Block(nn.Module):
+    """Attention, then MLP; each: compress → RMSNorm → sublayer → residual update."""
+
+    def __init__(self, compress: nn.Module, sublayers: tuple[nn.Module, nn.Module],
+                 residuals: tuple[nn.Module, nn.Module], width: int) -> None:
+        super().__init__()
+        self.compress = compress  # one compressor serves both sublayers of the block
+        self.norms = nn.ModuleList([nn.RMSNorm(width), nn.RMSNorm(width)])
+        self.sublayers = nn.ModuleList(sublayers)
+        self.residuals = nn.ModuleList(residuals)
+
+    def process(self, i: int, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Sublayer ``i`` on the state ``X``: its input ``x_in``, context ``c`` and output ``h``,
+        each ``(B, T, d)``."""
+        x_in = self.compress(X)
+        c = self.norms[i](x_in)
+        return x_in, c, self.sublayers[i](c)
+
+    def forward(self, X: Tensor) -> Tensor:  # (B, T, d, d_v) → (B, T, d, d_v)
+        for i, residual in enumerate(self.residuals):
+            X = residual(X, *self.process(i, X))
+        return X
+
+
+@register_model("transformer")
+class Transformer(nn.Module):
+    """Pre-norm Transformer (RoPE attention, SwiGLU), additive residual x + F(x); with
+    value_channels > 1, the additive expanded-state control.
+
+    Built as ``make_model(name, in_dim=vocabulary, out_dim=classes, **options)`` and called as
+    ``model(tokens (B, T), per_step=True)`` → logits ``(B, T, out_dim)`` (``per_step=False``:
+    the last token's, ``(B, out_dim)``). RoPE lets it run sequences of any length. The LM head
+    is tied to the embedding when ``out_dim == in_dim``.
+
+    Args:
+        width: model width d. depth: number of blocks (each attention + MLP).
+        heads: attention heads. head_dim: size of a head (default ``width // heads``).
+        hidden: SwiGLU hidden size (default ``⌊8·width/3⌋``); parameter matching sizes it.
+        value_channels: d_v, value channels of the residual state.
+        expansion: d_v > 1: ``"conv"`` (EC, identity-initialised causal convolution) or
+            ``"repeat"``. compressor: d_v > 1: ``"channel"`` (CC) or ``"token"`` (TC).
+        kernel_size: token-axis kernel of the EC expansion and the TC compressor.
+        rope_base: RoPE frequency base.
+    """
+
+    kind: ClassVar[str] = "sequence"
+    can_extrapolate: ClassVar[bool] = True  # RoPE: any sequence length
+
+    def __init__(
+        self,
+        *,
+        in_dim: int,
+        out_dim: int,
+        control_dim: int = 0,
+        width: int = 64,
+        depth: int = 2,
+        heads: int = 4,
+        head_dim: int | None = None,
+        hidden: int | None = None,
+        value_channels: int = 1,
+        expansion: str = "conv",
+        compressor: str = "channel",
+        kernel_size: int = 4,
+        rope_base: float = 10000.0,
+    ) -> None:
+        super().__init__()
+        self.in_dim = check_int("in_dim (vocabulary size)", in_dim, 1)
+        self.out_dim = check_int("out_dim", out_dim, 1)
+        if control_dim:
+            raise ValueError(f"{type(self).__name__} takes no per-step controls (control_dim "
+                             f"must be 0, got {control_dim!r})")
+        self.width = check_int("width", width, 1)
+        self.depth = check_int("depth", depth, 1)
+        heads = check_int("heads", heads, 1)
+        if head_dim is None and width % heads:
+            raise ValueError(f"width {width} is not divisible by heads={heads}; set head_dim")
+        head_dim = check_int("head_dim", width // heads if head_dim is None else head_dim, 2)
+        if head_dim % 2:
+            raise ValueError(f"head_dim must be even for RoPE, got {head_dim}")
+        self.hidden = check_int("hidden", 8 * width // 3 if hidden is None else hidden, 1)
+        self.value_channels = d_v = check_int("value_channels", value_channels, 1)
+        check_choice("expansion", expansion, EXPANSIONS)
+        check_choice("compressor", compressor, COMPRESSORS)
+        kernel_size = check_int("kernel_size", kernel_size, 1)
+        if not rope_base > 1:
+            raise ValueError(f"rope_base must be > 1, got {rope_base!r}")
+
+        def compress() -> nn.Module:
+            if d_v == 1:
+                return _Squeeze()
+            if compressor == "channel":
+                return _ChannelCompressor(width, d_v)
+            return _TokenCompressor(width, d_v, kernel_size)
+
+        self.embed = nn.Embedding(in_dim, width)
+        if d_v == 1:
+            self.expand: nn.Module = _Unsqueeze()
+        elif expansion == "conv":
+            self.expand = _ConvExpansion(width, d_v, kernel_size)
+        else:
+            self.expand = _Repeat(d_v)
+        self.blocks = nn.ModuleList(
+            _Block(compress(),
+                   (_Attention(width, heads, head_dim, rope_base), _SwiGLU(width, self.hidden)),
+                   (self.residual(), self.residual()), width)
+            for _ in range(depth)
+        )
+        self.readout = compress()
+        self.norm = nn.RMSNorm(width)
+        self.head = nn.Linear(width, out_dim, bias=False)
+        self._init_weights()
+        if out_dim == in_dim:
+            self.head.weight = self.embed.weight
+
+    def residual(self) -> nn.Module:
+        """A fresh residual update for one sublayer; the Delta families override it."""
+        return _AddResidual(self.value_channels)
+
+    def _init_weights(self) -> None:
+        """As the authors' code: embedding and head N(0, 0.02²); other matrices N(0, 0.25/d),
+        the sublayers' output projections further scaled by 1/√depth."""
+        std = 0.5 / math.sqrt(self.width)
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, nn.Linear):
+                    module.weight.normal_(0.0, std)
+            for block in self.blocks:
+                for sublayer in block.sublayers:
+                    sublayer.out.weight.normal_(0.0, std / math.sqrt(self.depth))
+            self.embed.weight.normal_(0.0, 0.02)
+            self.head.weight.normal_(0.0, 0.02)
+
+    def forward(self, tokens: Tensor, u: Tensor | None = None, steps: int | None = None,
+                per_step: bool = True) -> Tensor:
+        """Logits at every position ``(B, T, out_dim)``, or at the last one (``per_step=False``)."""
+        X = self.state(tokens, u, steps)
+        for block in self.blocks:
+            X = block(X)
+        logits = self.head(self.norm(self.readout(X)))  # (B, T, out_dim)
+        return logits if per_step else logits[:, -1]
+
+    def state(self, tokens: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
+        """The initial residual state ``(B, T, d, d_v)`` of ``tokens`` (checked)."""
+        name = type(self).__name__
+        if tokens.dim() != 2 or tokens.is_floating_point():
+            raise ValueError(f"{name}: tokens must be integer ids of shape (batch, length), got "
+                             f"{tuple(tokens.shape)} {tokens.dtype}")
+        if u is not None:
+            raise ValueError(f"{name} takes no per-step controls u")
+        if steps is not None and steps != tokens.shape[1]:
+            raise ValueError(f"{name}: steps={steps} differs from the sequence length "
+                             f"{tokens.shape[1]}")
+        return self.expand(self.embed(tokens))
+
+
+class _DeltaTransformer(Transformer):
+    """Shared body of ``ddl-transformer`` and ``ddl-write-transformer``: they differ only in
+    :attr:`update`. Options are those of :class:`Transformer` and :class:`Generators`."""
+
+    update: ClassVar[Update]
+
+    def __init__(self, *, beta_init: float = 1.0, beta_hidden: int = 0, value: str = "sigmoid",
+                 value_scale: float = 4.0, value_input: str = "stream", **common: object) -> None:
+        # set before the base builds the blocks: residual() reads it
+        self.spec = Generators(float(beta_init), beta_hidden, value, float(value_scale),
+                               value_input)
+        super().__init__(**common)  # type: ignore[arg-type]
+
+    def residual(self) -> nn.Module:
+        return _DeltaResidual(type(self).update, self.width, self.value_channels, self.spec)
+
+    @torch.no_grad()
+    def probe(self, tokens: Tensor) -> DeltaProbe:
+        """What every Delta sublayer did to every token, as a :class:`DeltaProbe` whose
+        arrays are ``(B, T, S, ·)`` for ``S = 2 · depth`` sublayers (attention, MLP, attention,
+        …): gate β, ‖k̃‖, direction k, target v, and the readout ``kᵀX`` before the update with
+        the discrepancies ``e = kᵀX − v`` before and after it."""
+        X = self.state(tokens)
+        layers = []
+        for block in self.blocks:
+            for i, residual in enumerate(block.residuals):
+                x_in, c, h = block.process(i, X)
+                v, beta = residual.generators(x_in, c)
+                after = residual(X, x_in, c, h)
+                layers.append((beta, h, normalize_direction(h).to(X.dtype), v, X, after))
+                X = after
+        return DeltaProbe.of_layers(layers, dim=2)
+
+
+@register_model("ddl-transformer")
+class DeltaTransformer(_DeltaTransformer):
+    """Deep Delta Learning Transformer: each residual add replaced by X + βk(vᵀ − kᵀX)."""
+
+    update = staticmethod(delta_update)
+
+
+@register_model("ddl-write-transformer")
+class DeltaWriteTransformer(_DeltaTransformer):
+    """Write-only control of ddl-transformer: the same generators and state, X + βkvᵀ."""
+
+    update = staticmethod(write_update)

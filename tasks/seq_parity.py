@@ -1,0 +1,63 @@
+"""Running parity of a bit string, trained at one length and tested at 2× and 4×.
+
+The sequence version of ``parity``: the bits arrive as tokens and the target at every
+position is the parity of the bits so far. A recurrence over tokens with negative
+eigenvalues solves it at any length (Grazzi et al. 2025); a Transformer must count 1-bits
+through attention, and length generalisation is the known hard part. The Delta rule acts
+over depth here, on each token's state, so reflections of the shortcut do not carry parity
+from token to token. Example::
+
+    inputs    1  0  1  1  0
+    targets   1  1  0  1  1
+
+The headline metric is the accuracy over all positions; ``final_accuracy`` scores the last
+position alone (on the OOD splits, the most extrapolated one). Train, val and test hold
+whole bit strings out from each other (:func:`~ddl_dynamics.held_out`): at length 16 there
+are only 2¹⁶ of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ddl_dynamics import SequenceTask, TaskData, held_out, register_task, split_generator
+
+
+@register_task("seq-parity")
+@dataclass(frozen=True)
+class SeqParity(SequenceTask):
+    """Running parity of a bit string; OOD splits at 2× and 4× the training length.
+
+    Metric: accuracy over all positions; ``final_accuracy`` at the last position.
+    """
+
+    length: int = 32
+
+    regime: ClassVar = "counting over tokens; length extrapolation at 2× and 4×"
+    length_factors: ClassVar = {"long-2x": 2, "long-4x": 4}
+    ood_splits: ClassVar = tuple(length_factors)
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"length must be at least 1, got {self.length}")
+
+    @property
+    def in_dim(self) -> int:
+        return 2
+
+    @property
+    def out_dim(self) -> int:
+        return 2
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        T = self.split_steps(split)
+        g = split_generator(seed, split)
+        bits = held_out(lambda m: torch.randint(0, 2, (m, T), generator=g), n, split)
+        return TaskData(inputs=bits, targets=bits.cumsum(dim=1) % 2, steps=T)
+
+    def extra_metrics(self, pred: Tensor, data: TaskData) -> dict[str, float]:
+        return {"final_accuracy": self.metric(pred[:, -1:], data.targets[:, -1:])}

@@ -1,0 +1,245 @@
+"""The Transformer families: causality, the Delta block against a hand computation, the
+expanded state's expansion and compressors, parameter counts, probes and bad options."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from ddl_dynamics import count_parameters, make_model, match_hidden
+from ddl_dynamics.models.transformer import _ConvExpansion, _TokenCompressor
+
+VOCAB, WIDTH, DEPTH, T = 11, 16, 2, 9
+BASE = {"in_dim": VOCAB, "out_dim": VOCAB, "width": WIDTH, "depth": DEPTH, "heads": 2}
+
+VARIANTS = [
+    ("transformer", {}),
+    ("transformer", {"value_channels": 4}),
+    ("transformer", {"value_channels": 4, "compressor": "token", "expansion": "repeat"}),
+    ("ddl-transformer", {}),
+    ("ddl-transformer", {"beta_hidden": 8, "value": "linear", "value_input": "context"}),
+    ("ddl-transformer", {"value": "constant", "beta_init": 0.5}),
+    ("ddl-transformer", {"value_channels": 4}),
+    ("ddl-transformer", {"value_channels": 4, "compressor": "token"}),
+    ("ddl-transformer", {"value_channels": 3, "expansion": "repeat", "kernel_size": 2}),
+    ("ddl-write-transformer", {}),
+    ("ddl-write-transformer", {"value_channels": 4, "compressor": "token"}),
+]
+
+
+def variant_id(variant: tuple[str, dict]) -> str:
+    name, options = variant
+    return "-".join([name, *(f"{k}={v}" for k, v in options.items())])
+
+
+def model(name: str, seed: int = 0, **options) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return make_model(name, **{**BASE, **options})
+
+
+def scrambled(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` with every parameter perturbed: identity-initialised kernels then look
+    at past tokens too, so causality is tested on weights that could break it."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return module
+
+
+def tokens(batch: int = 3, length: int = T, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_causal_and_runs_longer_sequences(variant):
+    name, options = variant
+    m = scrambled(model(name, **options))
+    x = tokens()
+    out = m(x)
+    assert out.shape == (3, T, VOCAB) and torch.isfinite(out).all()
+    for t in (0, 4, T - 1):
+        changed = x.clone()
+        changed[:, t] = (changed[:, t] + 1) % VOCAB
+        again = m(changed)
+        assert torch.equal(again[:, :t], out[:, :t]), f"token {t} changed an earlier output"
+        assert not torch.allclose(again[:, t], out[:, t])
+    assert m(tokens(length=4 * T)).shape == (3, 4 * T, VOCAB)  # RoPE: any length
+    assert torch.equal(m(x, per_step=False), out[:, -1])
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_gradients_reach_every_parameter(variant):
+    name, options = variant
+    m = model(name, **options)
+    m(tokens()).square().mean().backward()
+    for pname, p in m.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+        assert p.grad.abs().sum() > 0, f"{pname} gets a zero gradient"
+
+
+def test_scalar_block_equals_the_update_by_hand():
+    """d_v = 1: x + βk(v − kᵀx) per sublayer with k = h/sqrt(‖h‖² + ε²), β = 2σ(w·c + b)
+    in float32 and v = 4σ(w_v·x + b_v) from the residual stream, written out here."""
+    m = scrambled(model("ddl-transformer", beta_init=0.7))
+    block = m.blocks[0]
+    x = torch.randn(2, T, WIDTH)
+    expect = x
+    for i in range(2):
+        norm, sublayer, residual = block.norms[i], block.sublayers[i], block.residuals[i]
+        eps = torch.finfo(torch.float32).eps  # nn.RMSNorm's default
+        c = expect * torch.rsqrt(expect.square().mean(-1, keepdim=True) + eps) * norm.weight
+        h = sublayer(c)
+        k = h / torch.sqrt(h.square().sum(-1, keepdim=True) + 1e-10)
+        gate, value = residual.gate[0], residual.value
+        beta = 2 * torch.sigmoid(c @ gate.weight.T + gate.bias)  # (B, T, 1)
+        v = 4 * torch.sigmoid(expect @ value.weight.T + value.bias)  # (B, T, 1)
+        readout = (k * expect).sum(-1, keepdim=True)
+        expect = expect + beta * k * (v - readout)
+    got = block(x.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(got, expect, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got, x + 0.0)
+
+
+def test_gates_start_at_beta_init_and_a_constant_target():
+    m = model("ddl-transformer", beta_init=0.3, value="constant", value_scale=3.0)
+    zero = torch.zeros(1, 2, WIDTH)
+    for block in m.blocks:
+        for residual in block.residuals:
+            v, beta = residual.generators(zero, zero)
+            assert beta.dtype == torch.float32
+            torch.testing.assert_close(beta, torch.full((1, 2), 0.3))
+            torch.testing.assert_close(v, torch.full((1, 2, 1), 1.5))
+
+
+def test_expansion_conv_at_init_equals_repetition():
+    expand = _ConvExpansion(WIDTH, 4, kernel_size=3)
+    x = torch.randn(2, T, WIDTH)
+    assert torch.equal(expand(x), x.unsqueeze(-1).expand(2, T, WIDTH, 4))
+    scrambled(expand)
+    assert not torch.allclose(expand(x), x.unsqueeze(-1).expand(2, T, WIDTH, 4))
+
+
+def test_token_compressor_reads_a_short_causal_history():
+    compress = scrambled(_TokenCompressor(WIDTH, 4, kernel_size=3))
+    X = torch.randn(2, T, WIDTH, 4)
+    out = compress(X)
+    changed = X.clone()
+    changed[:, 4] += 1.0
+    moved = (compress(changed) - out).abs().amax(dim=(0, 2))  # per token
+    assert moved[:4].eq(0).all(), "a later token changed an earlier compressed input"
+    assert (moved[4:7] > 0).all(), "tokens t .. t + K − 1 read token t"
+    assert moved[7:].eq(0).all(), "the kernel reaches further back than K − 1 tokens"
+
+
+def test_expanded_additive_control_starts_as_the_baseline():
+    """With repeated channels, mean compression and w = 1, d_v = 4 computes what d_v = 1
+    computes with the same weights: the control differs only once training moves it."""
+    base = scrambled(model("transformer"))
+    for expansion in ("repeat", "conv"):
+        wide = model("transformer", value_channels=4, expansion=expansion)
+        missing = wide.load_state_dict(base.state_dict(), strict=False).missing_keys
+        assert missing and all(k.endswith(("weight", "write")) for k in missing)
+        torch.testing.assert_close(wide(tokens()), base(tokens()), atol=1e-5, rtol=1e-5)
+
+
+def test_parameter_counts_against_the_baseline():
+    d, L, K, d_v = WIDTH, DEPTH, 4, 4
+    base = count_parameters(model("transformer"))
+    hidden = 8 * d // 3
+    per_block = 3 * d * d + d * d + 3 * d * hidden + 2 * d  # qkv, out, SwiGLU, norms
+    assert base == VOCAB * d + L * per_block + d  # tied head, final norm
+    generators = lambda d_v: 2 * L * ((d + 1) + (d + 1) * d_v)  # noqa: E731  β and v maps
+    expanded = d * d_v * K + (L + 1) * d * d_v  # EC kernel, CC compressors and read-out
+    counts = {
+        ("ddl-transformer", 1): base + generators(1),
+        ("ddl-write-transformer", 1): base + generators(1),
+        ("ddl-transformer", d_v): base + expanded + generators(d_v),
+        ("ddl-write-transformer", d_v): base + expanded + generators(d_v),
+        ("transformer", d_v): base + expanded + 2 * L * d_v,  # write vectors
+    }
+    for (name, channels), want in counts.items():
+        assert count_parameters(model(name, value_channels=channels)) == want, (name, channels)
+    tc = count_parameters(model("ddl-transformer", value_channels=d_v, compressor="token"))
+    assert tc == base + d * d_v * K + (L + 1) * (d * d_v * K + d_v) + generators(d_v)
+
+
+def test_match_hidden_sizes_the_mlp_to_the_baseline():
+    target = count_parameters(model("transformer", width=32))
+    options = {**BASE, "width": 32, "value_channels": 4}
+    hidden = match_hidden("ddl-transformer", target, **options)
+    got = count_parameters(make_model("ddl-transformer", hidden=hidden, **options))
+    assert hidden < 8 * 32 // 3 and abs(got - target) <= 0.1 * target
+
+
+@pytest.mark.parametrize("name", ["ddl-transformer", "ddl-write-transformer"])
+@pytest.mark.parametrize("channels", [1, 4])
+def test_probe_records_every_sublayer(name, channels):
+    m = scrambled(model(name, value_channels=channels))
+    x = tokens()
+    probe = m.probe(x)
+    S = 2 * DEPTH
+    assert probe.beta.shape == (3, T, S) and probe.k.shape == (3, T, S, WIDTH)
+    assert probe.v.shape == probe.e_pre.shape == (3, T, S, channels)
+    assert ((probe.beta > 0) & (probe.beta < 2)).all()
+    torch.testing.assert_close(probe.k.norm(dim=-1), torch.ones(3, T, S), atol=1e-5, rtol=0)
+    ratio = probe.e_post.norm(dim=-1) / probe.e_pre.norm(dim=-1)
+    if name == "ddl-transformer":  # e_post = (1 − β) e_pre, the operator's identity
+        torch.testing.assert_close(ratio, (1 - probe.beta).abs(), atol=1e-4, rtol=1e-4)
+    else:  # writing without erasing: e_post = e_pre + β v (kᵀk = 1)
+        torch.testing.assert_close(probe.e_post, probe.e_pre + probe.beta[..., None] * probe.v,
+                                   atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"value_channels": 0}, "value_channels must be an integer >= 1"),
+        ({"compressor": "tokens"}, "unknown compressor 'tokens'"),
+        ({"expansion": "tile"}, "unknown expansion 'tile'"),
+        ({"heads": 3}, "not divisible by heads=3"),
+        ({"head_dim": 5}, "head_dim must be even"),
+        ({"beta_init": 2.0}, "initial gate 2.0 must lie strictly inside"),
+        ({"value": "tanh"}, "unknown value 'tanh'"),
+        ({"value_scale": 0.0}, "value_scale must be positive"),
+        ({"control_dim": 1}, "takes no per-step controls"),
+    ],
+)
+def test_bad_options_fail_with_one_clear_message(options, message):
+    with pytest.raises(ValueError, match=message):
+        model("ddl-transformer", **options)
+
+
+def test_bad_inputs_fail_with_one_clear_message():
+    m = model("transformer")
+    with pytest.raises(ValueError, match="integer ids of shape"):
+        m(torch.randn(2, T))
+    with pytest.raises(ValueError, match="no per-step controls"):
+        m(tokens(), u=torch.zeros(3, T, 1))
+    with pytest.raises(ValueError, match="differs from the sequence length"):
+        m(tokens(), steps=T + 1)
+
+
+def test_head_is_tied_to_the_embedding_unless_classes_differ_from_the_vocabulary():
+    tied, untied = model("transformer"), model("transformer", out_dim=3)
+    assert tied.head.weight is tied.embed.weight
+    assert untied(tokens()).shape == (3, T, 3) and untied.head.weight is not untied.embed.weight
+
+
+def test_bf16_autocast_keeps_gates_in_float32():
+    m = model("ddl-transformer", value_channels=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(tokens())
+        beta = m.probe(tokens()).beta
+    assert torch.isfinite(out.float()).all() and beta.dtype == torch.float32
+    assert F.mse_loss(out.float(), m(tokens())) < 1e-2
+
+
+def test_flops_count_attention_on_cpu():
+    """Linear layers cost ∝ T, attention's QKᵀ and AV ∝ T²: the T² term must be counted."""
+
+    def flops(length: int) -> int:
+        with FlopCounterMode(display=False) as counter:
+            model("transformer")(tokens(batch=1, length=length))
+        return counter.get_total_flops()
+
+    assert flops(2 * T) - 2 * flops(T) == 2 * DEPTH * 4 * WIDTH * T**2
