@@ -57,7 +57,7 @@ def trajectory_figures(run_dir: Path, samples: int = 3) -> list[Path]:
     train_steps: dict[str, int] = {}
     norms: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
     for row, arrays in load_probes(run_dir):  # ordered by seed: keep each model's first seed
-        if row.model in norms[row.task]:
+        if row.model in norms[row.task] or "test_states" not in arrays:  # sequence models
             continue
         norms[row.task][row.model] = np.linalg.norm(arrays["test_states"], axis=-1).mean(0)
         split = max((k[: -len("_truth")] for k in arrays if k.endswith("_truth")),

@@ -19,6 +19,8 @@ from .._task import Task
 from ..experiment.config import COUNTED
 from ..experiment.store import RunResult, load_trained, model_path, open_run
 from ..models.base import DepthModel
+from ..models.delta import DeltaProbe
+from ..models.transformer import Transformer
 
 PROBE_SAMPLES = 256
 
@@ -35,14 +37,17 @@ def usable_rows(run_dir: Path) -> list[RunResult]:
 
 @torch.no_grad()
 def probe_model(
-    task: Task, model: DepthModel, seed: int, n: int = PROBE_SAMPLES
+    task: Task, model: DepthModel | Transformer, seed: int, n: int = PROBE_SAMPLES
 ) -> dict[str, np.ndarray]:
     """Arrays of one trained model on ``n`` samples of each split it can run.
 
     Per split ``s``: ``s_states`` (hidden trajectory), ``s_pred`` (decoded per step),
     ``s_truth`` (ground-truth trajectory, if the task has one). For Delta stacks, on the
-    test split: ``beta``, ``k_raw_norm``, ``readout``, ``v``, ``e_pre``, ``e_post``.
+    test split: ``beta``, ``k_raw_norm``, ``readout``, ``v``, ``e_pre``, ``e_post``; for a
+    sequence model, these gate arrays only.
     """
+    if task.kind == "sequence":
+        return _probe_gates(task, model, seed, n)
     arrays: dict[str, np.ndarray] = {}
     for split in task.splits[1:]:  # test and the OOD splits
         data = task.sample(n, seed, split)
@@ -55,9 +60,22 @@ def probe_model(
             arrays[f"{split}_truth"] = data.trajectory.numpy()
         if split == "test" and hasattr(model, "probe"):
             probe = model.probe(data.inputs, data.controls, data.steps)
-            for name in ("beta", "k_raw_norm", "readout", "v", "e_pre", "e_post"):
-                arrays[name] = getattr(probe, name).float().numpy()
+            arrays.update(_gate_arrays(probe))
     return arrays
+
+
+def _probe_gates(task: Task, model: Transformer, seed: int, n: int) -> dict[str, np.ndarray]:
+    """A sequence model's gates on ``n`` test sequences, every token counted as a sample and
+    every sublayer as a layer: ``(n · T, 2 · depth, ·)``. Additive models have none."""
+    if not hasattr(model, "probe"):
+        return {}
+    probe = model.probe(task.sample(n, seed, "test").inputs)  # (n, T, sublayers, ·)
+    return {name: a.reshape(-1, *a.shape[2:]) for name, a in _gate_arrays(probe).items()}
+
+
+def _gate_arrays(probe: DeltaProbe) -> dict[str, np.ndarray]:
+    names = ("beta", "k_raw_norm", "readout", "v", "e_pre", "e_post")
+    return {name: getattr(probe, name).float().numpy() for name in names}
 
 
 def probe_run(run_dir: str | Path, n: int = PROBE_SAMPLES, progress: bool = True) -> int:
@@ -81,7 +99,7 @@ def load_probes(run_dir: Path) -> Iterator[tuple[RunResult, dict[str, np.ndarray
 
 
 def erases(row: RunResult) -> bool:
-    """Whether the cell's model is a Delta stack with the erase term (family ``ddl``): only
-    there does β set the shortcut's eigenvalue 1 − β, so only there do gate regimes apply
-    (``ddl-write``'s β merely scales its write)."""
-    return row.config.get("model") == "ddl"
+    """Whether the cell's model is a Delta stack with the erase term (``ddl`` or
+    ``ddl-transformer``): only there does β set the shortcut's eigenvalue 1 − β, so only
+    there do gate regimes apply (the write-only controls' β merely scales their write)."""
+    return row.config.get("model") in ("ddl", "ddl-transformer")
