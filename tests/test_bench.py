@@ -1,11 +1,18 @@
-"""bench_operator measures what it says, on a tiny configuration (timings are not checked)."""
+"""bench_operator and bench_transformer measure what they say, on tiny configurations
+(timings are not checked)."""
 
 import json
 
 import pytest
 import torch
 
-from ddl_dynamics.experiment.bench import bench_operator, format_operator_table, traffic_ratio
+from ddl_dynamics.experiment.bench import (
+    bench_operator,
+    bench_transformer,
+    format_operator_table,
+    format_transformer_table,
+    traffic_ratio,
+)
 
 
 def test_bench_operator_rows_hold_times_ratios_and_the_dense_comparison():
@@ -34,3 +41,18 @@ def test_traffic_ratio_counts_reads_and_writes():
     # add 3S; update 5S + 3K with K = S/d_v; accumulating adds 6S and 3S + 3K.
     assert traffic_ratio(1) == 8 / 3 and traffic_ratio(4) == (5 + 0.75) / 3
     assert traffic_ratio(1, accumulate=True) == 14 / 9
+
+
+def test_bench_transformer_rows_hold_throughput_ratios_against_the_first_variant():
+    variants = {"transformer": ("transformer", {}),
+                "ddl d_v=2": ("ddl-transformer", {"value_channels": 2})}
+    rows = bench_transformer(width=8, depth=1, length=6, batch=2, vocab=5, steps=1, repeats=2,
+                             variants=variants)
+    assert [r["variant"] for r in rows] == list(variants)
+    first, ddl = rows
+    assert first["x_transformer"] == 1.0 and ddl["params"] > first["params"]
+    for r in rows:
+        assert r["tokens_per_s"] == pytest.approx(2 * 6 / (r["ms_per_step"] / 1e3))
+    assert ddl["x_transformer"] == pytest.approx(ddl["tokens_per_s"] / first["tokens_per_s"])
+    json.dumps(rows)  # rows are plain data
+    assert len(format_transformer_table(rows).splitlines()) == 3

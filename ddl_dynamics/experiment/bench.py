@@ -1,23 +1,39 @@
-"""Micro-benchmarks of the Delta operator, as data: rows of measured times and ratios.
+"""Benchmarks as data: rows of measured times and ratios.
 
 ``bench_operator`` times one forward + backward of the Delta update against a plain
 residual add ``X + F`` and against the dense ``d × d`` operator the model path avoids;
-``format_operator_table`` prints its rows. Scripts and the CLI call these two.
+``bench_transformer`` times training steps of the Transformer variants against the
+additive baseline; ``format_operator_table`` and ``format_transformer_table`` print their
+rows. Scripts and the CLI call these.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from ..models.base import make_model
 from ..models.delta_kernels import choose_backend
 from ..models.operator import delta_update, normalize_direction, shortcut_matrix, write_update
+from ..models.params import count_parameters
+
+#: label → (model name, options): the rows of ``experiments/transformer.toml``, and TC.
+TRANSFORMER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "transformer": ("transformer", {}),
+    "ddl d_v=1": ("ddl-transformer", {}),
+    "ddl d_v=4 CC": ("ddl-transformer", {"value_channels": 4}),
+    "ddl d_v=4 TC": ("ddl-transformer", {"value_channels": 4, "compressor": "token"}),
+    "ddl-write d_v=4 CC": ("ddl-write-transformer", {"value_channels": 4}),
+    "additive d_v=4 CC": ("transformer", {"value_channels": 4}),
+}
 
 # mallopt parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -118,6 +134,25 @@ def bench_operator(
     the ratios ``delta_x_add``, ``reference_x_add``, ``write_x_add``, ``dense_x_delta``
     (per element) and ``traffic_x_add`` (:func:`traffic_ratio`), and the backend used.
     """
+    rows = []
+    with timing(threads, device) as (clock, sync):
+        for d_v in value_channels:
+            for d in dims:
+                rows.append(_bench_shape(
+                    d, d_v, elements // d, repeats, clock, sync, device, dtype, dense_elements,
+                    accumulate,
+                ))
+    return rows
+
+
+@contextlib.contextmanager
+def timing(
+    threads: int | None, device: str
+) -> Iterator[tuple[Callable[[], float], Callable[[], None]]]:
+    """``(clock, sync)`` for timing on ``device`` with ``threads`` torch threads (restored on
+    exit): the thread's CPU time for a single-threaded CPU run, which other processes on a
+    shared machine do not inflate, else wall time with CUDA synchronised. Freed memory is
+    kept (:func:`keep_freed_memory`), so that page faults are not what is timed."""
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -125,17 +160,10 @@ def bench_operator(
     clock = time.thread_time if cpu_clock else time.perf_counter
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     keep_freed_memory()
-    rows = []
     try:
-        for d_v in value_channels:
-            for d in dims:
-                rows.append(_bench_shape(
-                    d, d_v, elements // d, repeats, clock, sync, device, dtype, dense_elements,
-                    accumulate,
-                ))
+        yield clock, sync
     finally:
         torch.set_num_threads(previous)
-    return rows
 
 
 def _bench_shape(
@@ -202,6 +230,67 @@ def format_operator_table(rows: list[dict[str, Any]]) -> str:
             f"{r['add_ns_per_element']:>11.3f} {r['delta_ns_per_element']:>6.3f} "
             f"{r['backend']:>9}"
         )
+    return "\n".join(lines)
+
+
+def bench_transformer(
+    width: int = 64, depth: int = 2, length: int = 64, batch: int = 32, vocab: int = 64,
+    steps: int = 3, repeats: int = 5, threads: int | None = 1, device: str = "cpu",
+    variants: Mapping[str, tuple[str, dict[str, Any]]] = TRANSFORMER_VARIANTS,
+) -> list[dict[str, Any]]:
+    """Training throughput of each Transformer variant relative to the first (``transformer``).
+
+    Every variant trains at the same width, depth, batch and sequence length on random
+    tokens: ``steps`` training steps (forward, cross-entropy, backward, AdamW step) per call,
+    the variants' calls interleaved within every repeat and timed as in
+    :func:`bench_operator`. Returns one row per variant: its model and options, parameter
+    count, ms per step, training tokens/s and ``x_transformer``, the ratio of its tokens/s
+    to the first variant's. Only ratios measured in one call are comparable.
+    """
+    gen = torch.Generator().manual_seed(0)
+    tokens, targets = (torch.randint(0, vocab, (batch, length), generator=gen).to(device)
+                       for _ in range(2))
+    calls, params = {}, {}
+    for label, (name, options) in variants.items():
+        torch.manual_seed(0)
+        model = make_model(name, in_dim=vocab, out_dim=vocab, width=width, depth=depth,
+                           **options).to(device)
+        params[label] = count_parameters(model)
+        calls[label] = _training_steps(model, tokens, targets, steps)
+    with timing(threads, device) as (clock, sync):
+        seconds = median_times(calls, repeats, clock, sync, warmup=1)
+    first = next(iter(seconds.values()))
+    return [
+        {"variant": label, "model": name, "options": options, "width": width, "depth": depth,
+         "batch": batch, "length": length, "params": params[label],
+         "ms_per_step": 1e3 * seconds[label] / steps,
+         "tokens_per_s": batch * length * steps / seconds[label],
+         "x_transformer": first / seconds[label]}
+        for label, (name, options) in variants.items()
+    ]
+
+
+def _training_steps(model: torch.nn.Module, tokens: Tensor, targets: Tensor,
+                    steps: int) -> Callable[[], None]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def run() -> None:
+        for _ in range(steps):
+            logits = model(tokens)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+    return run
+
+
+def format_transformer_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`bench_transformer` as a plain-text table."""
+    lines = [f"{'variant':<20} {'params':>10} {'ms/step':>8} {'tokens/s':>9} {'×transformer':>12}"]
+    for r in rows:
+        lines.append(f"{r['variant']:<20} {r['params']:>10,} {r['ms_per_step']:>8.1f} "
+                     f"{r['tokens_per_s']:>9.0f} {r['x_transformer']:>12.2f}")
     return "\n".join(lines)
 
 
