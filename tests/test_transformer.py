@@ -1,12 +1,14 @@
 """The Transformer families: causality, the Delta block against a hand computation, the
 expanded state's expansion and compressors, parameter counts, probes and bad options."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from ddl_dynamics import count_parameters, make_model, match_hidden
+from ddl_dynamics import count_parameters, load_experiment, make_model, make_task, match_hidden
 from ddl_dynamics.models.transformer import _ConvExpansion, _TokenCompressor
 
 VOCAB, WIDTH, DEPTH, T = 11, 16, 2, 9
@@ -243,3 +245,21 @@ def test_flops_count_attention_on_cpu():
         return counter.get_total_flops()
 
     assert flops(2 * T) - 2 * flops(T) == 2 * DEPTH * 4 * WIDTH * T**2
+
+
+def test_transformer_suite_rows_are_parameter_matched():
+    root = Path(__file__).resolve().parents[1]
+    config = load_experiment(root / "experiments" / "transformer.toml")
+    assert len(config.seeds) >= 3
+    assert {t.name for t in config.tasks} == {"mqar", "seq-parity", "seq-overwrite"}
+    counts: dict[str, dict[str, int]] = {}
+    for cell in config.cells(seeds=[0]):
+        task = make_task(cell.task, **cell.spec)
+        with torch.device("meta"):
+            built = make_model(cell.model, in_dim=task.in_dim, out_dim=task.out_dim,
+                               **cell.config)
+        counts.setdefault(cell.task_label, {})[cell.label] = count_parameters(built)
+    for task, rows in counts.items():
+        assert len(rows) == 5, task
+        for label, n in rows.items():
+            assert abs(n / rows["transformer"] - 1) < 0.01, (task, label, n)
