@@ -276,9 +276,8 @@ class _DeltaResidual(nn.Module):
         return v, beta
 
     def forward(self, X: Tensor, x_in: Tensor, c: Tensor, h: Tensor) -> Tensor:
-        v, beta = self.generators(x_in, c)
-        k = normalize_direction(h)
-        return self.update(X, k.to(X.dtype), v.to(X.dtype), beta.to(X.dtype))
+        v, beta = self.generators(x_in, c)  # β stays float32: the operator never rounds it
+        return self.update(X, normalize_direction(h), v, beta)
 
 
 class _Block(nn.Module):
