@@ -15,6 +15,7 @@ from .figures import make_figures
 from .report import (
     COMPARISON_NOTE,
     EXPECTATION_NOTE,
+    REGIME_NOTE,
     Report,
     build_report,
     comparison_cells,
@@ -126,10 +127,8 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
                             f"{html.escape(p.message)}</li>" for p in table.problems)
             parts.append(f"<ul>{items}</ul>")
     if report.regimes:
-        parts.append("<h2>Gate regimes used by the trained Delta stacks</h2><p>Share of "
-                     "(sample, layer) gates per regime on the test split, pooled over seeds, "
-                     "for the <code>ddl</code> family (with <code>ddl-write</code>, β only "
-                     "scales a write).</p>")
+        note = re.sub("`([^`]+)`", r"<code>\1</code>", html.escape(REGIME_NOTE))
+        parts.append(f"<h2>Gate regimes used by the trained Delta stacks</h2><p>{note}</p>")
         parts.append(_table(*regime_cells(report)))
     figures = [path for path in figures if path not in matrix]
     if figures:

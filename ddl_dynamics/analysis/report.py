@@ -431,6 +431,13 @@ def expectation_cells(report: Report) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+#: What the regime audit pools, said once for every renderer.
+REGIME_NOTE = ("Share of (sample, layer) gates per regime on the test split, pooled over seeds, "
+               "for the stacks with the erase term, `ddl` and `ddl-transformer` (for a "
+               "Transformer a sample is a token and a layer a sublayer); the write-only "
+               "controls are left out, their β only scales a write.")
+
+
 def regime_cells(report: Report) -> tuple[list[str], list[list[str]]]:
     """One row per task × Delta stack: share of gates per regime, dominant vs stated."""
     head = ["task", "model", *REGIMES, "dominant", "stated", "share in stated"]
@@ -480,8 +487,7 @@ def render_markdown(report: Report) -> str:
         lines.append("")
     if report.regimes:
         lines += ["## Gate regimes used by the trained Delta stacks (test split)", "",
-                  "Share of (sample, layer) gates per regime, pooled over seeds, for the `ddl` "
-                  "family (with `ddl-write`, β only scales a write).", ""]
+                  REGIME_NOTE, ""]
         lines += [*_md_table(*regime_cells(report)), ""]
     return "\n".join(lines)
 
