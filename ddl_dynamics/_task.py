@@ -51,6 +51,9 @@ class TaskData:
         steps: how many depth steps the model takes on this split (OOD splits may ask more).
         controls: ``(n, steps, control_dim)``; row ``l`` is fed at depth step ``l``.
         trajectory: ground-truth depth trajectory ``(n, steps + 1, ·)``, for figures.
+        step_regimes: ``(n, steps)`` integers: where the exact step is one Delta update, the
+            index in ``REGIMES`` of its gate's regime, else −1 (e.g. a smooth flow step); for
+            figures that ask whether the trained gates follow the task's events.
     """
 
     inputs: Tensor
@@ -58,6 +61,7 @@ class TaskData:
     steps: int
     controls: Tensor | None = None
     trajectory: Tensor | None = None
+    step_regimes: Tensor | None = None
 
     def __len__(self) -> int:
         return self.inputs.shape[0]
@@ -74,6 +78,7 @@ class TaskData:
             targets=self.targets[index],
             controls=pick(self.controls),
             trajectory=pick(self.trajectory),
+            step_regimes=pick(self.step_regimes),
         )
 
 
@@ -214,6 +219,9 @@ class Task(ABC):
     #: Model-config defaults the task needs (e.g. an identity encoder for 1-D flows).
     model_defaults: ClassVar[Mapping[str, Any]] = {}
     expectations: ClassVar[tuple[Expectation, ...]] = ()
+    #: The spec field that moves the task from one regime to another (e.g. an event rate),
+    #: the x-axis of the crossover figure when an experiment sweeps it; None: no such knob.
+    knob: ClassVar[str | None] = None
 
     @property
     @abstractmethod
@@ -342,6 +350,8 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> N
     name = type(task).__name__
     unknown = sorted(set(task.regimes) - set(REGIMES))
     assert not unknown, f"{name}.regimes: unknown regime {unknown[0]!r}; regimes: {REGIMES}"
+    fields = [f.name for f in dataclasses.fields(task)]
+    assert task.knob in (None, *fields), f"{name}.knob {task.knob!r} is not a spec field"
     for split in task.splits:
         data = task.sample(n, seed, split)
         assert isinstance(data, TaskData), f"{name}.sample must return TaskData"
@@ -369,6 +379,14 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> N
                 assert data.trajectory.shape[:2] == (n, steps + 1), (
                     f"{name}[{split}]: trajectory {tuple(data.trajectory.shape)} "
                     "is not (n, steps+1, ·)"
+                )
+            if data.step_regimes is not None:
+                regimes = data.step_regimes
+                assert tuple(regimes.shape) == (n, steps) and not regimes.is_floating_point(), (
+                    f"{name}[{split}]: step_regimes must be integers of shape {(n, steps)}"
+                )
+                assert ((regimes >= -1) & (regimes < len(REGIMES))).all(), (
+                    f"{name}[{split}]: step_regimes must be −1 or an index in REGIMES"
                 )
             for label, t in (("inputs", data.inputs), ("targets", data.targets),
                              ("controls", data.controls)):

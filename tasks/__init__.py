@@ -10,6 +10,7 @@ from . import (
     seq_overwrite,
     seq_parity,
     sign_flip,
+    switched,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "seq_overwrite",
     "seq_parity",
     "sign_flip",
+    "switched",
 ]

@@ -1,13 +1,17 @@
 """The built-in tasks: the interface on every one, then each task's own semantics."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from ddl_dynamics.tasks import switched
 from scipy.integrate import solve_ivp
 from torchdiffeq import odeint
 
 from ddl_dynamics import (
+    REGIMES,
     Subject,
     Task,
     TaskData,
@@ -45,6 +49,8 @@ def test_check_task(task: Task) -> None:
         ("overwrite", {"per_step": True}),
         ("depth-recall", {"read": "query"}),
         ("nested-spheres", {"dim": 3}),
+        ("switched", {"p": 0.0, "event": "overwrite"}),
+        ("switched", {"p": 1.0, "event": "reflect", "dim": 2}),
     ],
 )
 def test_check_task_on_variants(name: str, spec: dict) -> None:
@@ -144,6 +150,9 @@ def test_make_task_overrides_and_rejects_unknown_options() -> None:
         ("depth-recall", {"value_dim": 0}),
         ("depth-recall", {"read": "all"}),
         ("nested-spheres", {"dim": 0}),
+        ("switched", {"p": 1.5}),
+        ("switched", {"event": "erase"}),
+        ("switched", {"dim": 3}),
     ],
 )
 def test_bad_spec_values_raise(name: str, spec: dict) -> None:
@@ -254,6 +263,101 @@ def test_overwrite_target_replays_the_writes(per_step: bool) -> None:
         want = torch.tensor(history if per_step else history[-1])
         assert torch.equal(data.targets[i], want)
     assert task.supervise == ("trajectory" if per_step else "final")
+
+
+# --- the switched system: a smooth flow, or with probability p an event
+
+PROJECTION, REFLECTION = REGIMES.index("projection"), REGIMES.index("reflection")
+
+
+def replay_switched(x: torch.Tensor, controls: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
+    """The trajectory the controls describe, step by step and sample by sample."""
+    states = [x]
+    for control in controls:
+        overwrite, reflect, n, c = control[0], control[1], control[2:-1], control[-1]
+        if overwrite:
+            x = x + n * (c - n @ x)
+        elif reflect:
+            x = x - 2 * (n @ x) * n
+        else:
+            x = flow @ x
+        states.append(x)
+    return torch.stack(states)
+
+
+@pytest.mark.parametrize("event", ["overwrite", "reflect", "mixed"])
+@pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
+def test_switched_trajectory_follows_its_controls(event: str, p: float) -> None:
+    task = make_task("switched", p=p, event=event, dim=4, depth=6)
+    data = task.sample(N, 0)
+    flow = switched.flow_map(4)
+    assert data.targets.shape == (N, 6, 4) and data.controls.shape == (N, 6, 7)
+    for i in range(N):
+        want = replay_switched(data.inputs[i], data.controls[i], flow)
+        torch.testing.assert_close(data.trajectory[i], want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(data.targets, data.trajectory[:, 1:])
+    overwrite, reflect = data.controls[..., 0] == 1, data.controls[..., 1] == 1
+    happens = overwrite | reflect
+    assert not (overwrite & reflect).any()
+    # p = 0 is a pure flow, p = 1 an event at every step; event kinds as asked
+    assert happens.all() if p == 1 else (not happens.any() if p == 0 else 0 < happens.float(
+        ).mean() < 1)
+    assert not (reflect.any() if event == "overwrite" else
+                overwrite.any() if event == "reflect" else False)
+    # the events' regimes, and a control that is zero on every flow step
+    want = torch.where(overwrite, PROJECTION, torch.where(reflect, REFLECTION, -1))
+    assert torch.equal(data.step_regimes, want)
+    assert (data.controls[~happens] == 0).all()
+    assert (data.controls[reflect][:, -1] == 0).all()
+    torch.testing.assert_close(data.controls[happens][:, 2:-1].norm(dim=-1),
+                               torch.ones(int(happens.sum())))
+
+
+def test_switched_events_overwrite_or_reflect_the_readout_along_n() -> None:
+    data = make_task("switched", p=1.0, event="mixed", dim=4).sample(N, 0)
+    before, after = data.trajectory[:, :-1], data.trajectory[:, 1:]
+    n, c = data.controls[..., 2:-1], data.controls[..., -1]
+    readout = (n * before).sum(-1), (n * after).sum(-1)
+    overwrite, reflect = data.controls[..., 0] == 1, data.controls[..., 1] == 1
+    torch.testing.assert_close(readout[1][overwrite], c[overwrite])
+    torch.testing.assert_close(readout[1][reflect], -readout[0][reflect])
+    torch.testing.assert_close(after[reflect].norm(dim=-1), before[reflect].norm(dim=-1))
+    # the rest of the state is untouched: only the component along n changes
+    kept = after - readout[1][..., None] * n - (before - readout[0][..., None] * n)
+    torch.testing.assert_close(kept, torch.zeros_like(kept))
+    assert 0.4 < reflect.float().mean() < 0.6
+
+
+def test_switched_rates_and_positions_share_one_draw_across_settings() -> None:
+    """The same seed puts events at the same steps for every event kind, and a larger p
+    keeps every event of a smaller one: settings differ only in what they vary."""
+    rate = {p: make_task("switched", p=p, event="reflect").sample(512, 3).controls[..., 1] == 1
+            for p in (0.05, 0.25, 0.5)}
+    assert (rate[0.05] <= rate[0.25]).all() and (rate[0.25] <= rate[0.5]).all()
+    for p, events in rate.items():
+        assert abs(events.float().mean().item() - p) < 0.02
+    overwrite = make_task("switched", p=0.25, event="overwrite").sample(512, 3).controls
+    assert torch.equal(overwrite[..., 0] == 1, rate[0.25])
+
+
+def test_switched_flow_is_a_damped_rotation_of_each_plane() -> None:
+    flow = switched.flow_map(4).double()
+    scale = math.exp(-switched.DAMPING)
+    torch.testing.assert_close(flow @ flow.T, scale**2 * torch.eye(4, dtype=torch.float64))
+    angles = [math.atan2(flow[1, 0], flow[0, 0]), math.atan2(flow[3, 2], flow[2, 2])]
+    assert angles == pytest.approx(list(switched.ANGLES))
+    assert flow[:2, 2:].abs().max() == 0 and flow[2:, :2].abs().max() == 0
+
+
+def test_switched_states_its_hypotheses_by_p() -> None:
+    claims = {p: {(str(e.model), e.relation, str(e.control))
+                  for e in make_task("switched", p=p).expectations} for p in (0.0, 0.5, 1.0)}
+    assert ("ddl", "worse", "resnet") in claims[0.0]
+    assert ("ddl (context='control')", "worse", "resnet") in claims[0.0]
+    assert claims[0.5] == set()
+    assert {("ddl", "better", "resnet"), ("ddl", "better", "ddl-write")} <= claims[1.0]
+    assert make_task("switched", p=0).regimes == ()
+    assert make_task("switched", p=1, event="mixed").regimes == ("projection", "reflection")
 
 
 def test_every_split_is_held_out_from_train_by_content(task: Task) -> None:
