@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -40,11 +41,12 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _only(text: str | None) -> dict[str, list[str]] | None:
-    """``task=a,model=b,model=c`` → ``{"task": ["a"], "model": ["b", "c"]}``."""
+    """``task=a,model=b,model=c`` → ``{"task": ["a"], "model": ["b", "c"]}``; a comma that
+    starts no ``task=`` or ``model=`` belongs to a label (``task=switched[event=reflect,p=0]``)."""
     if text is None:
         return None
     only: dict[str, list[str]] = {}
-    for part in text.split(","):
+    for part in re.split(r",(?=\s*(?:task|model)\s*=)", text):
         axis, sep, label = part.partition("=")
         if not sep or axis.strip() not in ("task", "model") or not label.strip():
             raise ValueError(f"--only: expected task=LABEL or model=LABEL, got {part!r}")

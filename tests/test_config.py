@@ -1,11 +1,14 @@
 """Experiment files: resolution order, cell keys, and rejection of bad input before training."""
 
 import copy
+import dataclasses
 import math
 
 import pytest
+import torch
 
 import ddl_dynamics as dd
+from ddl_dynamics._task import TASKS
 from ddl_dynamics.experiment.config import ConfigWarning, model_options
 
 BASE = {
@@ -288,3 +291,115 @@ def test_a_default_that_a_task_replaces_is_named_in_a_warning(recwarn):
     recwarn.clear()  # the same width set for the task itself is the file's choice: no note
     config(tasks=[{"name": "sign-flip", "spec": {"variant": "1d"}, "model": {"width": 1}}])
     assert not [w for w in recwarn if w.category is ConfigWarning]
+
+
+# --- sweeps of a task's spec
+
+SWEEP = {"name": "switched", "spec": {"event": ["overwrite", "reflect"], "p": [0, 0.05, 1]}}
+
+
+def swept(tasks=(SWEEP,), **changes):
+    return config(tasks=list(copy.deepcopy(tasks)), **changes)
+
+
+def test_a_spec_list_expands_into_one_entry_per_combination_with_readable_labels():
+    cfg = swept()
+    labels = [t.label for t in cfg.tasks]
+    assert labels == [f"switched[event={e},p={p}]" for e in ("overwrite", "reflect")
+                      for p in ("0", "0.05", "1")]
+    first = cfg.tasks[0]
+    assert first.spec == {"event": "overwrite", "p": 0.0} and isinstance(first.spec["p"], float)
+    assert {t.sweep for t in cfg.tasks} == {"switched"}
+    cells = by_label(cfg.cells())
+    assert len(cells) == 6 * 3 * 2
+    cell = cells["switched[event=reflect,p=0.05]", "ddl", 1]
+    assert (cell.task, cell.spec["event"], cell.spec["p"]) == ("switched", "reflect", 0.05)
+    # an unswept field stays one value, and a label of its own replaces the task's name
+    cfg = swept([{"name": "switched", "label": "sw", "spec": {"event": "mixed", "p": [0.5, 1]}}])
+    assert [t.label for t in cfg.tasks] == ["sw[p=0.5]", "sw[p=1]"]
+    assert cfg.tasks[1].spec == {"event": "mixed", "p": 1.0}
+
+
+def test_a_swept_depth_sets_each_entrys_model_depth():
+    cfg = swept([{"name": "parity", "spec": {"depth": [3, 5]}}])
+    cells = by_label(cfg.cells())
+    assert cells["parity[depth=5]", "resnet", 0].config["depth"] == 5
+    assert cells["parity[depth=3]", "ddl", 0].spec["depth"] == 3
+
+
+def test_sweep_labels_name_one_entry_and_the_sweeps_label_all_of_them():
+    models = [*BASE["models"],
+              {"name": "ddl", "label": "ddl-p1", "tasks": ["switched[event=reflect,p=1]"]},
+              {"name": "ddl", "label": "ddl-all", "tasks": "switched"}]
+    overrides = [{"tasks": ["switched[event=overwrite,p=0]"], "train": {"steps": 7}},
+                 {"tasks": "switched", "models": ["ddl-all"], "train": {"lr": 0.01}}]
+    cfg = swept(models=models, overrides=overrides)
+    cells = by_label(cfg.cells())
+    assert {t for t, m, _ in cells if m == "ddl-p1"} == {"switched[event=reflect,p=1]"}
+    assert len({t for t, m, _ in cells if m == "ddl-all"}) == 6
+    assert cells["switched[event=overwrite,p=0]", "resnet", 0].train.steps == 7
+    assert cells["switched[event=overwrite,p=0.05]", "resnet", 0].train.steps == 20
+    assert {c.train.lr for (_, m, _), c in cells.items() if m == "ddl-all"} == {0.01}
+    only = cfg.cells(only={"task": ["switched[event=reflect,p=0.05]"], "model": ["ddl"]})
+    assert {(c.task_label, c.label) for c in only} == {("switched[event=reflect,p=0.05]", "ddl")}
+    assert len(cfg.cells(only={"task": ["switched"]}, seeds=[0])) == 6 * 4 + 1  # + ddl-p1
+    with pytest.raises(ValueError, match=r"no task labelled 'switched\[p=0\]'.*Did you mean"):
+        cfg.cells(only={"task": ["switched[p=0]"]})
+    with pytest.raises(dd.ConfigError, match=r"models\[3\]\.tasks: no entry labelled 'swiched'"):
+        swept(models=[*BASE["models"], {"name": "ddl", "label": "x", "tasks": ["swiched"]}])
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ({"p": [0, "x"]}, "tasks[0].spec.p[1]: expected float, got str 'x'"),
+        ({"p": [0, True]}, "tasks[0].spec.p[1]: expected float, got bool"),
+        ({"p": []}, "tasks[0].spec.p: an empty list sweeps nothing"),
+        ({"p": [0, 0.5, 0.0]}, "tasks[0].spec.p[2]: 0.0 is swept twice"),
+        ({"p": [0.5, 1.5]}, "task 'switched[p=1.5]' × model 'resnet': p must lie in [0, 1]"),
+        ({"event": ["reflect", "refelct"]}, "unknown switched event 'refelct'"),
+        ({"pp": [0, 1]}, "tasks[0].spec.pp: unknown key"),
+    ],
+)
+def test_every_swept_value_is_checked_like_a_single_one(spec, fragment):
+    with pytest.raises(dd.ConfigError) as err:
+        swept([{"name": "switched", "spec": spec}])
+    assert fragment in str(err.value)
+
+
+def test_two_sweeps_under_one_label_collide():
+    tasks = [{"name": "switched", "spec": {"p": [0, 1]}}, {"name": "switched", "spec": {"p": 1}},
+             {"name": "switched", "spec": {"p": [1]}}]
+    with pytest.raises(dd.ConfigError, match=r"tasks\.label: duplicate label 'switched\[p=1\]'"):
+        swept(tasks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes(dd.Task):
+    """A task whose spec field is itself a list of sizes."""
+
+    sizes: tuple[int, ...] = (1, 2)
+
+    @property
+    def in_dim(self) -> int:
+        return 1
+
+    @property
+    def out_dim(self) -> int:
+        return 1
+
+    def sample(self, n, seed, split="train"):
+        x = torch.randn(n, 1, generator=dd.split_generator(seed, split))
+        return dd.TaskData(x, x, self.depth)
+
+
+def test_a_list_typed_field_takes_a_list_as_one_value_and_a_list_of_lists_sweeps_it(
+        monkeypatch):
+    monkeypatch.setitem(TASKS._factories, "shapes", Shapes)
+    one = swept([{"name": "shapes", "spec": {"sizes": [3, 4]}}])
+    assert [(t.label, t.spec["sizes"]) for t in one.tasks] == [("shapes", [3, 4])]
+    empty = swept([{"name": "shapes", "spec": {"sizes": []}}])
+    assert empty.tasks[0].spec["sizes"] == []
+    many = swept([{"name": "shapes", "spec": {"sizes": [[3], [4, 5]]}}])
+    assert [(t.label, t.spec["sizes"]) for t in many.tasks] == [
+        ("shapes[sizes=[3]]", [3]), ("shapes[sizes=[4,5]]", [4, 5])]

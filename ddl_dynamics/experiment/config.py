@@ -29,12 +29,24 @@ Only ``[defaults.model]`` ranks below a task's ``model_defaults``: a task that n
 width 1 replaces an experiment-wide ``width = 32``, as suites want, and a
 :class:`ConfigWarning` names each value so replaced (an error would forbid the normal
 case; a value set for the pair itself always wins over the task's).
+
+A task entry *sweeps* a spec field by giving a list of values::
+
+    spec = { event = ["overwrite", "reflect"], p = [0, 0.5, 1] }
+
+expands into one task entry per combination (the first field outermost), each value checked
+like a single one, labelled ``switched[event=overwrite,p=0]`` and so on: the entry's label,
+then every swept field and its value as written. A field whose values are themselves lists
+(a ``list`` or ``tuple`` type) takes a list as one value; only a list of lists sweeps it.
+The entry's own label still names the whole sweep wherever task labels are given (a model
+entry's ``tasks``, an override's ``tasks``, ``only``), and each expanded label one entry.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import tomllib
@@ -138,6 +150,8 @@ class TaskEntry:
     spec: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
+    #: The label of the ``[[tasks]]`` entry a sweep expanded this one from ("": not swept).
+    sweep: str = ""
 
 
 @dataclass(frozen=True)
@@ -256,15 +270,18 @@ class ExperimentConfig:
                 raise ValueError(f"seeds: {err}") from None
         only = dict(only or {})
         for axis, labels in only.items():
-            known = {"task": [t.label for t in self.tasks], "model": [m.label for m in self.models]}
-            if axis not in known:
+            entries = {"task": self.tasks, "model": self.models}.get(axis)
+            if entries is None:
                 raise ValueError(f"only: unknown axis {axis!r}; use 'task' or 'model'")
-            for label in labels:
-                if label not in known[axis]:
+            named = [_named(label, entries) for label in labels]
+            for label, found in zip(labels, named, strict=True):
+                if not found:
+                    known = _references(entries)
                     raise ValueError(
                         f"only: no {axis} labelled {label!r} in experiment {self.name!r}; "
-                        f"{axis}s: {', '.join(known[axis])}." + did_you_mean(label, known[axis])
+                        f"{axis}s: {', '.join(known)}." + did_you_mean(label, known)
                     )
+            only[axis] = [label for found in named for label in found]
         parser = _Parser(self.source)
         cells = []
         for t_index, entry in enumerate(self.tasks):
@@ -416,15 +433,15 @@ class _Parser:
                                     "folder runs/<name>): no '/', '\\' or '..'")
         defaults = self.table(data.get("defaults", {}), "defaults")
         self.keys(defaults, ("model", "train"), "defaults")
-        tasks = tuple(self.task_entry(t, f"tasks[{i}]")
-                      for i, t in enumerate(self.entries(data, "tasks")))
+        tasks = tuple(entry for i, t in enumerate(self.entries(data, "tasks"))
+                      for entry in self.task_entries(t, f"tasks[{i}]"))
         models = tuple(self.model_entry(m, f"models[{i}]", tasks)
                        for i, m in enumerate(self.entries(data, "models")))
         for section, entries in (("tasks", tasks), ("models", models)):
             labels = [e.label for e in entries]
             for i, label in enumerate(labels):
                 if label in labels[:i]:
-                    raise self.fail(f"{section}[{i}].label",
+                    raise self.fail(f"{section}.label",
                                     f"duplicate label {label!r}; give each entry its own label")
         option_names = {o for m in models for o in model_options(m.name)}
         model_defaults = self.model_table(defaults.get("model", {}), "defaults.model",
@@ -475,27 +492,51 @@ class _Parser:
             raise self.fail(key, f"expected at least one [[{key}]] entry")
         return [self.table(v, f"{key}[{i}]") for i, v in enumerate(value)]
 
-    def task_entry(self, data: dict[str, Any], where: str) -> TaskEntry:
+    def task_entries(self, data: dict[str, Any], where: str) -> list[TaskEntry]:
+        """One ``[[tasks]]`` entry, or one per combination of the spec values it sweeps."""
         self.keys(data, ("name", "label", "spec", "model", "train"), where)
         name = self.string(data, "name", where)
         names = list_tasks()
         if name not in TASKS:
             raise self.fail(f"{where}.name", f"unknown task {name!r}; tasks: "
                             f"{', '.join(names)}." + did_you_mean(name, names))
+        label = self.string(data, "label", where, name)
         spec = self.table(data.get("spec", {}), f"{where}.spec")
         model = self.table(data.get("model", {}), f"{where}.model")
+        train = self.train_table(data.get("train", {}), f"{where}.train")
         cls = TASKS.get(name)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         hints = typing.get_type_hints(cls)
         self.keys(spec, list(fields), f"{where}.spec")
+        choices: dict[str, list[tuple[str, Any]]] = {}  # field → (its label tag, value)
         for key, value in spec.items():
             default = fields[key].default
-            spec[key] = self.coerce(value, None if default is dataclasses.MISSING else default,
-                                    hints.get(key), f"{where}.spec.{key}")
-        if "depth" in spec:  # the task runs at its model's depth; see the module docstring
-            model.setdefault("depth", spec.pop("depth"))
-        return TaskEntry(name, self.string(data, "label", where, name), spec, model,
-                         self.train_table(data.get("train", {}), f"{where}.train"))
+            default = None if default is dataclasses.MISSING else default
+            swept = _swept(value, default, hints.get(key))
+            if swept == []:
+                raise self.fail(f"{where}.spec.{key}", "an empty list sweeps nothing; give at "
+                                "least one value")
+            here = f"{where}.spec.{key}"
+            values = [value] if swept is None else swept
+            coerced = [self.coerce(v, default, hints.get(key),
+                                   here if swept is None else f"{here}[{j}]")
+                       for j, v in enumerate(values)]
+            for j, v in enumerate(coerced):
+                if v in coerced[:j]:
+                    raise self.fail(f"{here}[{j}]",
+                                    f"{values[j]!r} is swept twice; list each value once")
+            tags = [""] if swept is None else [f"{key}={_spelled(v)}" for v in swept]
+            choices[key] = list(zip(tags, coerced, strict=True))
+        entries = []
+        for combination in itertools.product(*choices.values()):
+            resolved = {k: v for k, (_, v) in zip(choices, combination, strict=True)}
+            tag = ",".join(t for t, _ in combination if t)
+            entry_model = dict(model)
+            if "depth" in resolved:  # the task runs at its model's depth; see the docstring
+                entry_model.setdefault("depth", resolved.pop("depth"))
+            entries.append(TaskEntry(name, f"{label}[{tag}]" if tag else label, resolved,
+                                     entry_model, train, label if tag else ""))
+        return entries
 
     def model_entry(self, data: dict[str, Any], where: str,
                     tasks: Sequence[TaskEntry]) -> ModelEntry:
@@ -510,7 +551,7 @@ class _Parser:
             name, self.string(data, "label", where, name),
             self.model_table(options, where, set(model_options(name))),
             self.train_table(data.get("train", {}), f"{where}.train"),
-            self.known_labels(data.get("tasks", []), f"{where}.tasks", tasks),
+            self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
             self.string(data, "baseline", where) if "baseline" in data else None,
         )
 
@@ -524,12 +565,24 @@ class _Parser:
                                 f"{', '.join(known)}." + did_you_mean(label, known))
         return labels
 
+    def task_labels(self, value: Any, where: str, tasks: Sequence[TaskEntry]) -> tuple[str, ...]:
+        """The task entries that labels name: each its own, or every entry of a sweep."""
+        found = []
+        for label in self.labels(value, where):
+            named = _named(label, tasks)
+            if not named:
+                known = _references(tasks)
+                raise self.fail(where, f"no entry labelled {label!r}; labels: "
+                                f"{', '.join(known)}." + did_you_mean(label, known))
+            found += named
+        return tuple(dict.fromkeys(found))
+
     def override(self, data: Any, where: str, tasks: Sequence[TaskEntry],
                  models: Sequence[ModelEntry], option_names: set[str]) -> Override:
         data = self.table(data, where)
         self.keys(data, ("tasks", "models", "model", "train"), where)
         return Override(
-            self.known_labels(data.get("tasks", []), f"{where}.tasks", tasks),
+            self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
             self.known_labels(data.get("models", []), f"{where}.models", models),
             self.model_table(data.get("model", {}), f"{where}.model", option_names),
             self.train_table(data.get("train", {}), f"{where}.train"),
@@ -653,6 +706,45 @@ class _Pair:
     train: TrainConfig
     match_params: str | int | None
     params_target: int | None
+
+
+def _named(label: str, entries: Sequence[TaskEntry] | Sequence[ModelEntry]) -> list[str]:
+    """The labels of the entries ``label`` names: the one labelled so, or a sweep's entries."""
+    return [e.label for e in entries if label in (e.label, getattr(e, "sweep", ""))]
+
+
+def _references(entries: Sequence[TaskEntry] | Sequence[ModelEntry]) -> list[str]:
+    """Every label that names some of ``entries``: sweeps first, then each entry's."""
+    sweeps = [getattr(e, "sweep", "") for e in entries]
+    return [r for r in dict.fromkeys([*sweeps, *(e.label for e in entries)]) if r]
+
+
+def _sequence_typed(default: Any, hint: Any) -> bool:
+    """Whether a spec field's single values are lists (a ``list`` or ``tuple`` type)."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union,
+                                                                   types.UnionType) else (hint,)
+    return isinstance(default, list | tuple) or any(
+        a in (list, tuple) or typing.get_origin(a) in (list, tuple) for a in args)
+
+
+def _swept(value: Any, default: Any, hint: Any) -> list[Any] | None:
+    """The values a spec entry sweeps, or None when it is one value: any list sweeps, but a
+    field whose values are lists is swept only by a non-empty list of lists."""
+    if not isinstance(value, list):
+        return None
+    if _sequence_typed(default, hint) and not (value and all(isinstance(v, list)
+                                                             for v in value)):
+        return None
+    return value
+
+
+def _spelled(value: Any) -> str:
+    """A spec value as an experiment file writes it, for labels: ``0.05``, ``true``, ``a``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(map(_spelled, value)) + "]"
+    return str(value)
 
 
 def _same_kind(entry: TaskEntry, model: ModelEntry) -> bool:
