@@ -90,6 +90,9 @@ n_test = 64
 name = "oscillator"
 [[tasks]]
 name = "parity"
+[[tasks]]
+name = "switched"
+spec = { event = "reflect", p = [0, 1] }
 [[models]]
 name = "resnet"
 [[models]]
@@ -128,7 +131,7 @@ def test_every_plot_command_writes_images(tiny_run, kind, capsys):
 
 def test_probes_are_cached_and_plotting_never_retrains(tiny_run):
     probes = sorted((tiny_run / "probes").glob("*.npz"))
-    assert len(probes) == 16  # 2 tasks × 4 models × 2 seeds
+    assert len(probes) == 32  # 4 tasks × 4 models × 2 seeds
     stamps = [p.stat().st_mtime_ns for p in probes]
     assert main(["plot", "regimes", str(tiny_run)]) == 0
     assert [p.stat().st_mtime_ns for p in probes] == stamps
@@ -144,7 +147,8 @@ def test_report_judges_expectations_and_audits_regimes(tiny_run):
     (parity,) = [v for v in report.expectations if v.task == "parity"]
     assert parity.verdict == "insufficient evidence" and parity.note.startswith("no cell of")
     rows = {(r.task, r.model): r for r in report.regimes}
-    assert set(rows) == {(t, m) for t in ("oscillator", "parity") for m in ("ddl", "ddl-bmax1")}
+    tasks = ("oscillator", "parity", "switched[p=0]", "switched[p=1]")
+    assert set(rows) == {(t, m) for t in tasks for m in ("ddl", "ddl-bmax1")}
     for row in rows.values():
         assert sum(row.fractions.values()) == pytest.approx(1.0)
         assert row.dominant == max(row.fractions, key=row.fractions.get)
@@ -179,8 +183,10 @@ def test_html_report_is_self_contained(tiny_run):
         assert section in page
     # The verdicts open the report: their table and matrix come before every other section.
     order = [page.index(s) for s in ("<h2>Verdicts", 'alt="verdicts"', "<h2>Expectations",
+                                     "<h2>Crossover", 'alt="crossover_switched"',
                                      "<h2>Results per task", "<h2>Figures")]
     assert order == sorted(order) and page.count('alt="verdicts"') == 1
+    assert page.count('alt="crossover_switched"') == 1 and "none in range" in page
     assert (tiny_run / "figures" / "verdicts.png").is_file()
     assert "probe_consistency" in page and "not evidence about training" in page
 

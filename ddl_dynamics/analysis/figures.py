@@ -9,12 +9,15 @@ import numpy as np
 
 from ..experiment.store import open_run
 from . import plots
+from .crossover import curve, gate_use, star_text
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
 from .report import build_report, signed
 
 #: The figure groups of ``ddl-dyn plot``.
-FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare")
+FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover")
+#: The groups that read probes (made first, for the cells that have none yet).
+_PROBED = {"regimes", "trajectories", "crossover"}
 
 
 def figure_dir(run_dir: str | Path) -> Path:
@@ -128,11 +131,35 @@ def compare_figures(run_dir: Path) -> list[Path]:
     return out
 
 
+def crossover_figures(run_dir: Path) -> list[Path]:
+    """Per swept task family with a knob: every model's paired difference against its
+    controls across the knob, with the crossover, and the Delta stacks' gate use."""
+    report = build_report(run_dir)
+    gates = gate_use(run_dir)
+    out: list[Path] = []
+    for family in dict.fromkeys(c.setting.family for c in report.crossovers):
+        found = [c for c in report.crossovers if c.setting.family == family]
+        differences: dict[str, dict[str, tuple]] = defaultdict(dict)
+        for c in found:
+            name = f"{c.model} − {c.control}: {star_text(c)}"
+            differences[c.setting.label or family][name] = (curve(c.points), c.star)
+        uses: dict[str, dict[str, tuple]] = defaultdict(dict)
+        for g in gates:
+            if g.setting.family == family:
+                uses[g.setting.label or family][f"{g.model}: {g.regime}"] = (
+                    curve(g.at_events), curve(g.elsewhere))
+        fig = plots.crossover(differences, uses, found[0].setting.knob, found[0].metric,
+                              found[0].higher_is_better)
+        out += plots.save_figure(fig, figure_dir(run_dir) / f"crossover_{family}")
+    return out
+
+
 _BUILDERS = {
     "regimes": regime_figures,
     "trajectories": trajectory_figures,
     "curves": curve_figures,
     "compare": compare_figures,
+    "crossover": crossover_figures,
 }
 
 
@@ -144,6 +171,6 @@ def make_figures(run_dir: str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
     unknown = sorted(set(kinds) - set(FIGURE_KINDS))
     if unknown:
         raise ValueError(f"unknown figure kind {unknown[0]!r}; choose from {FIGURE_KINDS}")
-    if set(kinds) & {"regimes", "trajectories"}:
+    if set(kinds) & _PROBED:
         probe_run(run_dir, progress=progress)
     return [path for kind in kinds for path in _BUILDERS[kind](run_dir)]

@@ -14,11 +14,13 @@ from pathlib import Path
 from .figures import make_figures
 from .report import (
     COMPARISON_NOTE,
+    CROSSOVER_NOTE,
     EXPECTATION_NOTE,
     REGIME_NOTE,
     Report,
     build_report,
     comparison_cells,
+    crossover_cells,
     expectation_cells,
     flag_notes,
     regime_cells,
@@ -32,6 +34,12 @@ CAPTIONS = {
                 "against the model's baseline (mean ± 95% CI over the seeds both finished, "
                 "n pairs); colour: win / tie / loss, hatched: fewer than 3 pairs; blank: no "
                 "comparison (the baseline itself, or not run there).",
+    "crossover": "Crossover: per setting, each model's paired test-metric difference "
+                 "against its control (its baseline; for ddl also ddl-write) across the knob, "
+                 "mean and 95% CI over seeds, with p*, the smallest knob value from which on "
+                 "the CI stays on the model's better side (dotted), or none in range. Right: "
+                 "for the ddl stacks, the share of gates in each event's regime at the steps "
+                 "with that event (solid) and at the steps without an event (dashed).",
     "compare": "Test metric per task and model: each finished seed (hollow) and their mean "
                "with its 95% CI (filled).",
     "regime_atlas": "Regime atlas: per layer, the fraction of test samples whose gate β falls "
@@ -113,6 +121,14 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
         parts.append("<h2>Expectations against the measured seeds</h2>")
         parts.append(f"<p>{html.escape(EXPECTATION_NOTE)}</p>")
         parts.append(_table(head, rows, tag=head.index("verdict")))
+    crossover = [path for path in figures if path.stem.startswith("crossover")]
+    if report.crossovers:
+        parts.append("<h2>Crossover</h2>")
+        parts.append(f"<p>{html.escape(CROSSOVER_NOTE)}</p>")
+        for title, head, rows in crossover_cells(report):
+            parts.append(f"<h3>{html.escape(title)}</h3>")
+            parts.append(_table(head, rows))
+        parts += [_figure(path) for path in crossover]
     parts.append("<h2>Results per task</h2>")
     parts.append("<p>n: seeds that finished / seeds run; mean ± 95% CI over the finished "
                  "seeds (a bare mean: one seed), every seed's value beside it; params × "
@@ -130,7 +146,7 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
         note = re.sub("`([^`]+)`", r"<code>\1</code>", html.escape(REGIME_NOTE))
         parts.append(f"<h2>Gate regimes used by the trained Delta stacks</h2><p>{note}</p>")
         parts.append(_table(*regime_cells(report)))
-    figures = [path for path in figures if path not in matrix]
+    figures = [path for path in figures if path not in matrix + crossover]
     if figures:
         parts.append("<h2>Figures</h2>")
         parts += [_figure(path) for path in figures]

@@ -333,3 +333,76 @@ def nfe_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]]) -> Figure:
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+#: One knob value's point of a curve: (knob value, mean, 95% CI half-width; 0 for none).
+Curve = tuple[Sequence[float], Sequence[float], Sequence[float]]
+
+
+def _knob_axis(ax, values: Sequence[float], knob: str) -> None:
+    """A symlog x-axis that keeps 0 in view, linear below the smallest positive value."""
+    positive = [v for v in values if v > 0]
+    if positive and min(values) == 0 and max(positive) / min(positive) > 4:
+        ax.set_xscale("symlog", linthresh=min(positive), linscale=0.6)
+    ax.set_xticks(sorted(set(values)), [f"{v:g}" for v in sorted(set(values))])
+    ax.minorticks_off()
+    ax.set_xlabel(knob)
+
+
+@styled
+def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]],
+              gates: Mapping[str, Mapping[str, tuple[Curve, Curve]]], knob: str,
+              metric: str, higher_is_better: bool) -> Figure:
+    """One row per setting: the paired test-metric difference model − control against the
+    knob, with 95% CIs and each curve's crossover in its legend (a dotted line where it
+    lies); beside it, the Delta stacks' gate use against the knob.
+
+    Args:
+        differences: setting → legend label (e.g. ``"ddl − resnet: p* = 0.25"``) →
+            ((values, means, CI half-widths), the crossover value or None).
+        gates: setting → "stack: regime" → (the share of gates in the regime at the steps
+            of that event, the share at steps without an event), each a curve; a setting
+            without probed gates draws no second panel.
+        knob, metric, higher_is_better: axis labels and the sign of a win.
+    """
+    settings = list(differences)
+    fig = Figure(figsize=(10.5, 3.6 * len(settings)))
+    axes = fig.subplots(len(settings), 2, squeeze=False)
+    colors = model_colors(differences)
+    gate_colors = model_colors(gates)
+    better = "above" if higher_is_better else "below"
+    for (left, right), setting in zip(axes, settings, strict=True):
+        curves = differences[setting]
+        means = np.array([m for (_, ms, _), _ in curves.values() for m in ms], dtype=float)
+        scale = np.abs(means[np.isfinite(means) & (means != 0)])
+        for name, ((values, mean, half), star) in curves.items():
+            left.errorbar(values, mean, yerr=half, fmt="o-", ms=4, lw=1.2, capsize=3,
+                          color=colors[name], label=name)
+            if star is not None:
+                left.axvline(star, color=colors[name], lw=0.9, ls=":")
+        left.axhline(0.0, color="black", lw=0.8)
+        if scale.size:
+            left.set_yscale("symlog", linthresh=float(np.percentile(scale, 10)), linscale=0.5)
+        _knob_axis(left, [v for (vs, _, _), _ in curves.values() for v in vs], knob)
+        left.set(title=f"{setting}: model − control ({better} 0: model better)",
+                 ylabel=f"Δ test {metric} (mean, 95% CI)")
+        left.legend(fontsize=6.5, loc="best")
+        if not gates.get(setting):
+            right.set_visible(False)
+            continue
+        for name, (at_events, elsewhere) in gates[setting].items():
+            for curve, style, where in ((at_events, "o-", "at its events"),
+                                        (elsewhere, "s--", "elsewhere")):
+                values, mean, half = curve
+                if len(values):
+                    right.errorbar(values, mean, yerr=half, fmt=style, ms=3.5, lw=1.1,
+                                   capsize=2, color=gate_colors[name], label=f"{name} {where}")
+        _knob_axis(right, [v for pair in gates[setting].values() for v in pair[0][0]]
+                   + [v for pair in gates[setting].values() for v in pair[1][0]], knob)
+        right.set(title=f"{setting}: do the gates follow the events?", ylim=(-0.02, 1.02),
+                  ylabel="share of gates in the event's regime")
+        right.legend(fontsize=6.5, loc="best")
+    fig.suptitle("crossover: paired over seeds; p*: the smallest value from which on the CI "
+                 "stays on the model's better side", fontsize=8)
+    fig.tight_layout()
+    return fig

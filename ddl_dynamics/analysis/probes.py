@@ -42,8 +42,9 @@ def probe_model(
     """Arrays of one trained model on ``n`` samples of each split it can run.
 
     Per split ``s``: ``s_states`` (hidden trajectory), ``s_pred`` (decoded per step),
-    ``s_truth`` (ground-truth trajectory, if the task has one). For Delta stacks, on the
-    test split: ``beta``, ``k_raw_norm``, ``readout``, ``v``, ``e_pre``, ``e_post``; for a
+    ``s_truth`` (ground-truth trajectory) and ``s_step_regimes`` (the regime of each exact
+    step, see :class:`TaskData`), where the task has them. For Delta stacks, on the test
+    split: ``beta``, ``k_raw_norm``, ``readout``, ``v``, ``e_pre``, ``e_post``; for a
     sequence model, these gate arrays only.
     """
     if task.kind == "sequence":
@@ -58,6 +59,8 @@ def probe_model(
         arrays[f"{split}_pred"] = model.decode(states[:, 1:]).numpy()
         if data.trajectory is not None:
             arrays[f"{split}_truth"] = data.trajectory.numpy()
+        if data.step_regimes is not None:
+            arrays[f"{split}_step_regimes"] = data.step_regimes.numpy()
         if split == "test" and hasattr(model, "probe"):
             probe = model.probe(data.inputs, data.controls, data.steps)
             arrays.update(_gate_arrays(probe))

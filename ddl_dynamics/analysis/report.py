@@ -39,28 +39,15 @@ from .._task import make_task
 from ..experiment.config import COUNTED, DEFAULT_BASELINE
 from ..experiment.store import STATUSES, RunResult, open_run
 from ..models.operator import REGIMES
+from .crossover import Crossover, crossovers, star_text
 from .expectations import Verdict, check_expectations, seed_values
 from .probes import erases, load_probes
 from .regimes import regime_fractions
-from .stats import WILCOXON_MIN_PAIRS, Outcome, Paired, mean_ci
+from .stats import WILCOXON_MIN_PAIRS, Estimate, Outcome, Paired
 
 #: A comparison's mark by the outcome of its paired test.
 MARKS: dict[Outcome, str] = {"better": "win", "worse": "loss", "no difference": "tie",
                              "too few seeds": "n < 3"}
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A figure over seeds: mean, 95% CI half-width (None for n = 1), seeds used."""
-
-    mean: float | None = None
-    ci: float | None = None
-    n: int = 0
-
-    @classmethod
-    def of(cls, values: Sequence[float | None]) -> Estimate:
-        finite = [v for v in values if _finite(v)]
-        return cls(*mean_ci(finite), len(finite)) if finite else cls()
 
 
 @dataclass(frozen=True)
@@ -159,7 +146,8 @@ class RegimeRow:
 
 @dataclass(frozen=True)
 class Report:
-    """A run's report, in reading order: comparisons, expectations, tables, regimes."""
+    """A run's report, in reading order: comparisons, expectations, crossovers (where a
+    task's knob is swept), tables, regimes."""
 
     name: str
     run_dir: str
@@ -168,6 +156,7 @@ class Report:
     expectations: list[Verdict]
     tables: list[TaskTable]
     regimes: list[RegimeRow] = field(default_factory=list)
+    crossovers: list[Crossover] = field(default_factory=list)
 
     @property
     def statuses(self) -> Counter[str]:
@@ -186,10 +175,12 @@ def build_report(run_dir: str | Path) -> Report:
     experiment = store.experiment() or {}
     tables = [_table(task, models) for task, models in sorted(by_task.items())]
     name = experiment.get("name") or Path(run_dir).name
-    return Report(name, str(run_dir), experiment,
-                  [c for task, models in sorted(by_task.items())
-                   for c in _comparisons(task, models)],
-                  check_expectations(list(latest.values())), tables, _regimes(Path(run_dir)))
+    comparisons = [c for task, models in sorted(by_task.items())
+                   for c in _comparisons(task, models)]
+    rows = list(latest.values())
+    return Report(name, str(run_dir), experiment, comparisons, check_expectations(rows), tables,
+                  _regimes(Path(run_dir)),
+                  crossovers(rows, [(c.task, c.model, c.baseline, c.paired) for c in comparisons]))
 
 
 def baseline_of(label: str, rows: Sequence[RunResult], labels: Sequence[str]) -> str | None:
@@ -299,10 +290,6 @@ def _extras(row: RunResult) -> dict[str, float]:
         if row.metrics.get(key) is not None:
             found[name] = row.metrics[key]
     return found
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
 
 
 # --- renderers
@@ -438,6 +425,37 @@ REGIME_NOTE = ("Share of (sample, layer) gates per regime on the test split, poo
                "controls are left out, their β only scales a write.")
 
 
+#: How to read the crossover tables.
+CROSSOVER_NOTE = (
+    "Where the run sweeps a task's knob (e.g. the event rate p), each model against its "
+    "baseline and ddl against ddl-write at every knob value: model − control per seed, mean ± "
+    "95% CI over the seeds both finished, and the verdict mark as above. The crossover p* is "
+    "the smallest knob value from which on the model wins at every larger value in the run; "
+    "none in range: it does not win at the largest.")
+
+
+def crossover_cells(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per swept task family: a title, a header and one row per setting × model × control
+    with ``p*`` and the paired difference at every knob value."""
+    tables = []
+    for family in dict.fromkeys(c.setting.family for c in report.crossovers):
+        found = [c for c in report.crossovers if c.setting.family == family]
+        first = found[0]
+        values = sorted({v for c in found for v, _ in c.points})
+        head = ["setting", "model − control", "crossover",
+                *(f"{first.setting.knob} = {v:g}" for v in values)]
+        rows = []
+        for c in found:
+            at = dict(c.points)
+            rows.append([c.setting.label or "—", f"{c.model} − {c.control}", star_text(c),
+                         *(f"{signed(at[v])} ({MARKS[at[v].outcome(c.higher_is_better)]})"
+                           if v in at else "—" for v in values)])
+        title = (f"{family}: test {first.metric} {_direction(first.higher_is_better)} "
+                 f"against {first.setting.knob}")
+        tables.append((title, head, rows))
+    return tables
+
+
 def regime_cells(report: Report) -> tuple[list[str], list[list[str]]]:
     """One row per task × Delta stack: share of gates per regime, dominant vs stated."""
     head = ["task", "model", *REGIMES, "dominant", "stated", "share in stated"]
@@ -472,6 +490,10 @@ def render_markdown(report: Report) -> str:
     if report.expectations:
         lines += ["## Expectations against the measured seeds", "", EXPECTATION_NOTE, ""]
         lines += [*_md_table(*expectation_cells(report)), ""]
+    if report.crossovers:
+        lines += ["## Crossover", "", CROSSOVER_NOTE, ""]
+        for title, head, rows in crossover_cells(report):
+            lines += [f"### {title}", "", *_md_table(head, rows), ""]
     lines += ["## Results per task", "",
               "n: seeds that finished / seeds run; mean ± 95% CI over the finished seeds (a "
               "bare mean: one seed), every seed's value beside it; ↑/↓: higher/lower is "

@@ -37,6 +37,21 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, f
     return mean, float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1)) * sem
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """A figure over seeds: mean, 95% CI half-width (None for n = 1), seeds used."""
+
+    mean: float | None = None
+    ci: float | None = None
+    n: int = 0
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Estimate:
+        """Over the finite values among ``values`` (None, NaN and ∞ are left out)."""
+        finite = [v for v in values if isinstance(v, int | float) and math.isfinite(v)]
+        return cls(*mean_ci(finite), len(finite)) if finite else cls()
+
+
 def paired_t_p(differences: Sequence[float]) -> float | None:
     """Two-sided p of the paired t-test on per-seed differences (``scipy.stats.ttest_rel``):
     None below 2 pairs or when every difference is 0; 0 when they are equal and non-zero."""

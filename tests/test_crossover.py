@@ -1,0 +1,180 @@
+"""The crossover study: the paired difference across a task's knob, p*, and the gate use."""
+
+import numpy as np
+import pytest
+import torch
+
+import ddl_dynamics as dd
+from ddl_dynamics.analysis import plots
+from ddl_dynamics.analysis.crossover import Setting, crossovers, gate_use
+from ddl_dynamics.analysis.probes import probe_model, probe_path
+from ddl_dynamics.analysis.report import render
+from ddl_dynamics.experiment.store import model_path
+
+P = (0.0, 0.1, 0.5, 1.0)
+SEEDS = (0, 1, 2, 3)
+#: Test MSE of resnet per seed, and the offsets of each model from it per p (per seed).
+RESNET = (1.00, 1.10, 0.90, 1.05)
+OFFSETS = {
+    # worse at 0, a tie at 0.1 (the signs differ across seeds), better from 0.5 on
+    "ddl": {0.0: (0.2, 0.25, 0.22, 0.21), 0.1: (0.1, -0.1, 0.05, -0.06),
+            0.5: (-0.5, -0.45, -0.52, -0.48), 1.0: (-0.8, -0.85, -0.82, -0.79)},
+    # better at every p: the crossover lies at p = 0
+    "ddl-lin": {p: (-0.3, -0.31, -0.29, -0.3) for p in P},
+    # better at 0.5 only: it does not stay there, so no crossover in range
+    "gated": {0.0: (0.0, 0.1, -0.1, 0.0), 0.1: (0.1, -0.1, 0.1, -0.1),
+              0.5: (-0.2, -0.21, -0.19, -0.2), 1.0: (0.1, -0.1, 0.0, 0.05)},
+    # worse than ddl wherever ddl wins
+    "ddl-write": {0.0: (0.2, 0.26, 0.2, 0.22), 0.1: (0.0, 0.1, -0.05, 0.02),
+                  0.5: (-0.1, -0.1, -0.12, -0.09), 1.0: (-0.2, -0.22, -0.19, -0.2)},
+}
+REFLECTION = dd.REGIMES.index("reflection")
+FAMILIES = {"resnet": ("resnet", {}), "ddl": ("ddl", {}), "ddl-write": ("ddl-write", {}),
+            "ddl-lin": ("ddl", {"context": "control"}), "gated": ("gated", {})}
+
+
+def label(event: str, p: float) -> str:
+    return f"switched[event={event},p={p:g}]"
+
+
+def row(event: str, p: float, model: str, seed: int, test: float) -> dd.RunResult:
+    family, options = FAMILIES[model]
+    spec = {"depth": 8, "p": p, "event": event, "dim": 4}
+    return dd.RunResult(
+        status="ok", message="", key=f"{label(event, p)}-{model}-{seed}",
+        task=label(event, p), model=model, seed=seed, params=100, flops=1.0, wall_time=1.0,
+        config={"task": "switched", "spec": spec, "model": family, "config": options},
+        metrics={"metric": "mse", "higher_is_better": False, "test": test},
+    )
+
+
+def hand_made(events=("overwrite", "reflect")) -> list[dd.RunResult]:
+    rows = []
+    for event in events:
+        for p in P:
+            for seed, base in zip(SEEDS, RESNET, strict=True):
+                rows.append(row(event, p, "resnet", seed, base))
+                rows += [row(event, p, m, seed, base + offsets[p][seed])
+                         for m, offsets in OFFSETS.items()]
+    return rows
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    store = dd.ResultStore(tmp_path / "results.sqlite")
+    for r in hand_made():
+        store.put(r)
+    return tmp_path
+
+
+def test_crossover_is_where_the_ci_stays_on_the_winning_side(run_dir):
+    report = dd.build_report(run_dir)
+    found = {(c.setting.label, c.model, c.control): c for c in report.crossovers}
+    assert {(m, c) for _, m, c in found} == {("ddl", "resnet"), ("ddl-lin", "resnet"),
+                                             ("gated", "resnet"), ("ddl-write", "resnet"),
+                                             ("ddl", "ddl-write")}
+    for event in ("overwrite", "reflect"):
+        ddl = found[f"event={event}", "ddl", "resnet"]
+        assert [v for v, _ in ddl.points] == list(P)
+        assert ddl.star == 0.5
+        assert [p.outcome(False) for _, p in ddl.points] == ["worse", "no difference",
+                                                              "better", "better"]
+        assert ddl.points[2][1].mean == pytest.approx(np.mean(OFFSETS["ddl"][0.5]))
+        assert found[f"event={event}", "ddl-lin", "resnet"].star == 0.0
+        assert found[f"event={event}", "gated", "resnet"].star is None
+        erase = found[f"event={event}", "ddl", "ddl-write"]
+        assert erase.star == 0.5
+        diffs = np.subtract(OFFSETS["ddl"][1.0], OFFSETS["ddl-write"][1.0])
+        assert erase.points[-1][1].differences == pytest.approx(tuple(diffs))
+
+
+def test_the_report_has_a_crossover_table(run_dir):
+    md = render(dd.build_report(run_dir), "md")
+    assert "## Crossover" in md and "### switched: test mse ↓ against p" in md
+    lines = [line for line in md.splitlines() if "| ddl − resnet |" in line]
+    assert len(lines) == 2 and lines[0].startswith("| event=overwrite | ddl − resnet | p* = 0.5 |")
+    assert "(loss)" in lines[0] and "(tie)" in lines[0] and lines[0].count("(win)") == 2
+    assert any("| ddl-lin − resnet | p* = 0 |" in line for line in md.splitlines())
+    assert any("| gated − resnet | none in range |" in line for line in md.splitlines())
+    assert md.index("## Crossover") < md.index("## Results per task")
+
+
+def test_one_setting_is_labelled_by_nothing_and_one_knob_value_makes_no_curve():
+    rows = hand_made(events=("reflect",))
+    (ddl,) = [c for c in crossovers(rows, []) if c.model == "ddl"]
+    assert ddl.setting == Setting("switched", "p", "")
+    assert ddl.control == "ddl-write"  # only the contrast: no comparisons were given
+    single = [r for r in rows if r.config["spec"]["p"] == 1.0]
+    assert crossovers(single, []) == []
+
+
+def test_a_missing_seed_pairs_only_the_seeds_both_finished():
+    rows = [r for r in hand_made(events=("reflect",)) if not (r.model == "ddl" and r.seed == 3)]
+    (erase,) = [c for c in crossovers(rows, []) if c.model == "ddl"]
+    assert all(paired.seeds == (0, 1, 2) for _, paired in erase.points)
+
+
+def test_gate_use_follows_the_probed_events(tmp_path):
+    """Planted probes: a stack that reflects exactly at the reflect events and sits at the
+    identity elsewhere, and one that reflects everywhere."""
+    store = dd.ResultStore(tmp_path / "results.sqlite")
+    task = dd.make_task("switched", p=0.5, event="reflect")
+    regimes = task.sample(64, 0, "test").step_regimes.numpy()
+    reflecting = regimes == REFLECTION
+    for p in (0.5, 1.0):
+        for model, beta in (("ddl", np.where(reflecting, 2.0, 0.0)),
+                            ("ddl-write", np.full(regimes.shape, 2.0)),  # no erase: not audited
+                            ("ddl-lin", np.full(regimes.shape, 1.9))):
+            r = row("reflect", p, model, 0, 0.1)
+            store.put(r)
+            model_path(tmp_path, r.key).parent.mkdir(exist_ok=True)
+            model_path(tmp_path, r.key).touch()
+            probe_path(tmp_path, r.key).parent.mkdir(exist_ok=True)
+            events = regimes if p == 0.5 else np.full(regimes.shape, REFLECTION)
+            np.savez(probe_path(tmp_path, r.key), beta=beta, test_step_regimes=events)
+    found = {(g.model, g.regime): g for g in gate_use(tmp_path)}
+    assert set(found) == {("ddl", "reflection"), ("ddl-lin", "reflection")}
+    ddl, lin = found["ddl", "reflection"], found["ddl-lin", "reflection"]
+    assert [(v, e.mean) for v, e in ddl.at_events] == [(0.5, 1.0), (1.0, pytest.approx(
+        reflecting.mean()))]
+    assert [(v, e.mean) for v, e in ddl.elsewhere] == [(0.5, 0.0)]  # p = 1: no quiet step
+    assert [(v, e.mean) for v, e in lin.at_events] == [(0.5, 1.0), (1.0, 1.0)]
+    assert [(v, e.mean) for v, e in lin.elsewhere] == [(0.5, 1.0)]
+
+
+def test_crossover_figure_marks_p_star_and_keeps_p_zero_in_view():
+    curve = ([0.0, 0.05, 0.5, 1.0], [0.2, 0.01, -0.3, -0.6], [0.05, 0.02, 0.1, 0.1])
+    differences = {"event=reflect": {"ddl − resnet: p* = 0.5": (curve, 0.5),
+                                     "gated − resnet: none in range": (curve, None)}}
+    gates = {"event=reflect": {"ddl: reflection": (([0.05, 0.5, 1.0], [0.6, 0.8, 0.9],
+                                                    [0.1, 0.05, 0.0]),
+                                                   ([0.0, 0.05, 0.5], [0.0, 0.1, 0.2],
+                                                    [0.0, 0.0, 0.1]))}}
+    fig = plots.crossover(differences, gates, "p", "mse", higher_is_better=False)
+    left, right = fig.axes[:2]
+    assert left.get_xscale() == "symlog" and left.get_xlim()[0] < 0.0 < left.get_xlim()[1]
+    assert [t.get_text() for t in left.get_legend().get_texts()] == list(differences[
+        "event=reflect"])
+    vertical = [line for line in left.get_lines() if list(line.get_xdata()) == [0.5, 0.5]]
+    assert len(vertical) == 1  # one crossover in range, one dotted line
+    assert "below 0: model better" in left.get_title()
+    assert right.get_visible() and len(right.get_legend().get_texts()) == 2
+    alone = plots.crossover(differences, {}, "p", "mse", higher_is_better=False)
+    assert not alone.axes[1].get_visible()
+
+
+def test_the_knob_is_a_spec_field():
+    assert dd.make_task("switched").knob == "p" and dd.make_task("parity").knob is None
+    with pytest.raises(AssertionError, match="knob 'q' is not a spec field"):
+        dd.check_task(type("Bad", (type(dd.make_task("switched")),), {"knob": "q"})())
+
+
+@torch.no_grad()
+def test_probes_record_the_events_of_a_task_that_marks_them():
+    task = dd.make_task("switched", p=0.5, event="mixed", depth=3)
+    model = dd.make_model("ddl", in_dim=task.in_dim, out_dim=task.out_dim,
+                          control_dim=task.control_dim, width=8, depth=3)
+    arrays = probe_model(task, model.eval(), seed=0, n=16)
+    np.testing.assert_array_equal(arrays["test_step_regimes"],
+                                  task.sample(16, 0, "test").step_regimes.numpy())
+    assert arrays["beta"].shape == arrays["test_step_regimes"].shape
