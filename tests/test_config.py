@@ -3,6 +3,7 @@
 import copy
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -403,3 +404,21 @@ def test_a_list_typed_field_takes_a_list_as_one_value_and_a_list_of_lists_sweeps
     many = swept([{"name": "shapes", "spec": {"sizes": [[3], [4, 5]]}}])
     assert [(t.label, t.spec["sizes"]) for t in many.tasks] == [
         ("shapes[sizes=[3]]", [3]), ("shapes[sizes=[4,5]]", [4, 5])]
+
+
+EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
+def test_every_shipped_experiment_file_loads(path):
+    assert dd.load_experiment(path).cells()
+
+
+def test_the_quick_crossover_is_the_crossover_at_fewer_steps():
+    full, quick = (dd.load_experiment(EXPERIMENTS[0].parent / f"{name}.toml").cells()
+                   for name in ("crossover", "crossover-quick"))
+    assert len(full) == len(quick) == 6 * 2 * 7 * 3
+    for a, b in zip(full, quick, strict=True):
+        assert dataclasses.replace(a, train=b.train) == b
+        assert dataclasses.replace(a.train, steps=b.train.steps) == b.train
+        assert a.train.steps > b.train.steps

@@ -105,31 +105,24 @@ def curve(points: Sequence[tuple[float, Paired | Estimate]]) -> tuple[list[float
 
 def _settings(rows: Sequence[RunResult]) -> dict[str, tuple[Setting, float]]:
     """Task label → its setting and knob value, for the labels of knob families that the run
-    has at two or more knob values in some setting."""
+    has at two or more knob values in the same setting."""
     found: dict[str, tuple[str, str, tuple[tuple[str, Any], ...], float]] = {}
     for row in rows:
         config = row.config
         if row.task in found or "task" not in config:
             continue
-        knob = make_task(config["task"], **config.get("spec", {})).knob
-        if knob is None:
-            continue
-        spec = config["spec"]
-        others = tuple(sorted((k, v) for k, v in spec.items() if k != knob))
-        found[row.task] = (config["task"], knob, others, float(spec[knob]))
-    varied: dict[str, set[str]] = defaultdict(set)  # family → spec fields whose values differ
-    for family in {f for f, *_ in found.values()}:
-        groups = [dict(o) for f, _, o, _ in found.values() if f == family]
-        varied[family] = {k for k in groups[0] if len({repr(g[k]) for g in groups}) > 1}
-    values: dict[tuple[str, tuple], set[float]] = defaultdict(set)
-    for family, _, others, value in found.values():
-        values[family, others].add(value)
+        spec = config.get("spec", {})
+        knob = make_task(config["task"], **spec).knob
+        if knob is not None:
+            others = tuple(sorted((k, v) for k, v in spec.items() if k != knob))
+            found[row.task] = (config["task"], knob, others, float(spec[knob]))
     settings = {}
     for label, (family, knob, others, value) in found.items():
-        if len(values[family, others]) < 2:
+        peers = [(o, v) for f, _, o, v in found.values() if f == family]
+        if len({v for o, v in peers if o == others}) < 2:
             continue
-        shown = ",".join(f"{k}={v}" for k, v in others if k in varied[family])
-        settings[label] = (Setting(family, knob, shown), value)
+        shown = [f"{k}={v}" for k, v in others if any(dict(o)[k] != v for o, _ in peers)]
+        settings[label] = (Setting(family, knob, ",".join(shown)), value)
     return settings
 
 
@@ -139,9 +132,12 @@ def crossovers(rows: Sequence[RunResult],
     comparisons ``(task label, model, baseline, paired difference)``."""
     settings = _settings(rows)
     by_task: dict[str, list[RunResult]] = defaultdict(list)
+    described: dict[Setting, dict[str, Any]] = {}  # how the metric reads, from any row
     for row in rows:
         if row.task in settings:
             by_task[row.task].append(row)
+            if "metric" in row.metrics:
+                described.setdefault(settings[row.task][0], row.metrics)
     pairs = {(t, m, c): p for t, m, c, p in comparisons if t in settings}
     for task, task_rows in by_task.items():
         for model, control in CONTRASTS:
@@ -154,11 +150,9 @@ def crossovers(rows: Sequence[RunResult],
     for (task, model, control), paired in pairs.items():
         setting, value = settings[task]
         curves[setting, model, control].append((value, paired))
-    described = {r.task: r.metrics for r in rows if "metric" in r.metrics}
-    tasks = {settings[t][0]: t for t in sorted(by_task)}
     out = []
     for (setting, model, control), points in curves.items():
-        metrics = described.get(tasks[setting], {})
+        metrics = described.get(setting, {})
         out.append(Crossover(setting, model, control, metrics.get("metric", "metric"),
                              bool(metrics.get("higher_is_better", False)),
                              tuple(sorted(points, key=lambda point: point[0]))))
