@@ -355,24 +355,25 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
               metric: str, higher_is_better: bool) -> Figure:
     """One row per setting: the paired test-metric difference model − control against the
     knob, with 95% CIs and each curve's crossover in its legend (a dotted line where it
-    lies); beside it, the Delta stacks' gate use against the knob.
+    lies); beside it, where gates were probed, the Delta stacks' gate use against the knob.
 
     Args:
         differences: setting → legend label (e.g. ``"ddl − resnet: p* = 0.25"``) →
             ((values, means, CI half-widths), the crossover value or None).
         gates: setting → "stack: regime" → (the share of gates in the regime at the steps
-            of that event, the share at steps without an event), each a curve; a setting
-            without probed gates draws no second panel.
+            of that event, the share at steps without an event), each a curve.
         knob, metric, higher_is_better: axis labels and the sign of a win.
     """
     settings = list(differences)
-    fig = Figure(figsize=(10.5, 3.6 * len(settings)))
-    axes = fig.subplots(len(settings), 2, squeeze=False)
+    columns = 2 if any(gates.get(s) for s in settings) else 1
+    fig = Figure(figsize=(6.2 * columns, 5.2 * len(settings)))
+    axes = fig.subplots(len(settings), columns, squeeze=False)
     colors = model_colors(differences)
     gate_colors = model_colors(gates)
     better = "above" if higher_is_better else "below"
-    for (left, right), setting in zip(axes, settings, strict=True):
-        curves = differences[setting]
+    legend = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncol": 2}
+    for row, setting in zip(axes, settings, strict=True):
+        left, curves = row[0], differences[setting]
         means = np.array([m for (_, ms, _), _ in curves.values() for m in ms], dtype=float)
         scale = np.abs(means[np.isfinite(means) & (means != 0)])
         for name, ((values, mean, half), star) in curves.items():
@@ -381,28 +382,31 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
             if star is not None:
                 left.axvline(star, color=colors[name], lw=0.9, ls=":")
         left.axhline(0.0, color="black", lw=0.8)
-        if scale.size:
-            left.set_yscale("symlog", linthresh=float(np.percentile(scale, 10)), linscale=0.5)
+        if scale.size:  # linear within a decade of 0, its ticks a decade's height apart
+            decade = 10.0 ** np.floor(np.log10(np.percentile(scale, 10)))
+            left.set_yscale("symlog", linthresh=decade, linscale=1.0)
         _knob_axis(left, [v for (vs, _, _), _ in curves.values() for v in vs], knob)
         left.set(title=f"{setting}: model − control ({better} 0: model better)",
                  ylabel=f"Δ test {metric} (mean, 95% CI)")
-        left.legend(fontsize=6.5, loc="best")
+        left.legend(**legend)
+        if columns == 1:
+            continue
+        right = row[1]
         if not gates.get(setting):
             right.set_visible(False)
             continue
-        for name, (at_events, elsewhere) in gates[setting].items():
-            for curve, style, where in ((at_events, "o-", "at its events"),
-                                        (elsewhere, "s--", "elsewhere")):
-                values, mean, half = curve
+        for name, pair in gates[setting].items():
+            for (values, mean, half), style, where in zip(
+                    pair, ("o-", "s--"), ("at its events", "elsewhere"), strict=True):
                 if len(values):
                     right.errorbar(values, mean, yerr=half, fmt=style, ms=3.5, lw=1.1,
                                    capsize=2, color=gate_colors[name], label=f"{name} {where}")
-        _knob_axis(right, [v for pair in gates[setting].values() for v in pair[0][0]]
-                   + [v for pair in gates[setting].values() for v in pair[1][0]], knob)
+        _knob_axis(right, [v for pair in gates[setting].values() for c in pair for v in c[0]],
+                   knob)
         right.set(title=f"{setting}: do the gates follow the events?", ylim=(-0.02, 1.02),
                   ylabel="share of gates in the event's regime")
-        right.legend(fontsize=6.5, loc="best")
-    fig.suptitle("crossover: paired over seeds; p*: the smallest value from which on the CI "
+        right.legend(**legend)
+    fig.suptitle(f"paired over seeds; {knob}*: the smallest {knob} from which on the 95% CI "
                  "stays on the model's better side", fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     return fig
