@@ -1,5 +1,7 @@
 """The crossover study: the paired difference across a task's knob, p*, and the gate use."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -89,7 +91,12 @@ def test_crossover_is_where_the_ci_stays_on_the_winning_side(run_dir):
 
 
 def test_the_report_has_a_crossover_table(run_dir):
-    md = render(dd.build_report(run_dir), "md")
+    report = dd.build_report(run_dir)
+    stars = {(c["setting"]["label"], c["model"], c["control"]): c["star"]
+             for c in json.loads(render(report, "json"))["crossovers"]}
+    assert stars["event=reflect", "ddl", "resnet"] == 0.5
+    assert stars["event=reflect", "gated", "resnet"] is None
+    md = render(report, "md")
     assert "## Crossover" in md and "### switched: test mse ↓ against p" in md
     lines = [line for line in md.splitlines() if "| ddl − resnet |" in line]
     assert len(lines) == 2 and lines[0].startswith("| event=overwrite | ddl − resnet | p* = 0.5 |")

@@ -62,17 +62,20 @@ class Crossover:
     higher_is_better: bool
     #: ``(knob value, model − control over paired seeds)``, by increasing knob value.
     points: tuple[tuple[float, Paired], ...]
+    #: ``p*`` (:func:`crossover_point`).
+    star: float | None
 
-    @property
-    def star(self) -> float | None:
-        """``p*``: the smallest knob value from which on the model wins at every larger one
-        (None: it does not win at the largest)."""
-        star = None
-        for value, paired in reversed(self.points):
-            if paired.outcome(self.higher_is_better) != "better":
-                break
-            star = value
-        return star
+
+def crossover_point(points: Sequence[tuple[float, Paired]], higher_is_better: bool
+                    ) -> float | None:
+    """``p*``: the smallest knob value from which on the model wins at every larger one
+    (None: it does not win at the largest). ``points`` go by increasing knob value."""
+    star = None
+    for value, paired in reversed(points):
+        if paired.outcome(higher_is_better) != "better":
+            break
+        star = value
+    return star
 
 
 @dataclass(frozen=True)
@@ -153,9 +156,10 @@ def crossovers(rows: Sequence[RunResult],
     out = []
     for (setting, model, control), points in curves.items():
         metrics = described.get(setting, {})
-        out.append(Crossover(setting, model, control, metrics.get("metric", "metric"),
-                             bool(metrics.get("higher_is_better", False)),
-                             tuple(sorted(points, key=lambda point: point[0]))))
+        higher = bool(metrics.get("higher_is_better", False))
+        ordered = tuple(sorted(points, key=lambda point: point[0]))
+        out.append(Crossover(setting, model, control, metrics.get("metric", "metric"), higher,
+                             ordered, crossover_point(ordered, higher)))
     return sorted(out, key=lambda c: (c.setting.family, c.setting.label, c.model, c.control))
 
 
