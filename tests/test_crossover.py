@@ -151,21 +151,27 @@ def test_gate_use_follows_the_probed_events(tmp_path):
 
 def test_crossover_figure_marks_p_star_and_keeps_p_zero_in_view():
     curve = ([0.0, 0.05, 0.5, 1.0], [0.2, 0.01, -0.3, -0.6], [0.05, 0.02, 0.1, 0.1])
-    differences = {"event=reflect": {"ddl − resnet: p* = 0.5": (curve, 0.5),
-                                     "gated − resnet: none in range": (curve, None)}}
-    gates = {"event=reflect": {"ddl: reflection": (([0.05, 0.5, 1.0], [0.6, 0.8, 0.9],
-                                                    [0.1, 0.05, 0.0]),
-                                                   ([0.0, 0.05, 0.5], [0.0, 0.1, 0.2],
-                                                    [0.0, 0.0, 0.1]))}}
+    differences = {"event=reflect": {"ddl − resnet": (curve, 0.5),
+                                     "gated − resnet": (curve, None)}}
+    gates = {"event=reflect": {("ddl", "reflection"): (([0.05, 0.5, 1.0], [0.6, 0.8, 0.9],
+                                                        [0.1, 0.05, 0.0]),
+                                                       ([0.0, 0.05, 0.5], [0.0, 0.1, 0.2],
+                                                        [0.0, 0.0, 0.1]))}}
     fig = plots.crossover(differences, gates, "p", "mse", higher_is_better=False)
     left, right = fig.axes[:2]
     assert left.get_xscale() == "symlog" and left.get_xlim()[0] < 0.0 < left.get_xlim()[1]
-    assert [t.get_text() for t in left.get_legend().get_texts()] == list(differences[
-        "event=reflect"])
+    assert [t.get_text() for t in left.get_legend().get_texts()] == [
+        "ddl − resnet: p* = 0.5", "gated − resnet: none in range"]
     vertical = [line for line in left.get_lines() if list(line.get_xdata()) == [0.5, 0.5]]
     assert len(vertical) == 1  # one crossover in range, one dotted line
     assert "below 0: model better" in left.get_title()
-    assert right.get_visible() and len(right.get_legend().get_texts()) == 2
+    assert [t.get_text() for t in right.get_legend().get_texts()] == [
+        "ddl: reflection at its events", "ddl: reflection elsewhere"]
+    # a curve keeps its colour in every row, whatever its crossover there
+    two = {"event=overwrite": {"ddl − resnet": (curve, None)}, **differences}
+    fig = plots.crossover(two, gates, "p", "mse", higher_is_better=False)
+    first, second = (fig.axes[i].containers[0].lines[0] for i in (0, 2))  # ddl − resnet
+    assert first.get_color() == second.get_color()
     alone = plots.crossover(differences, {}, "p", "mse", higher_is_better=False)
     assert len(alone.axes) == 1  # no probed gates: no second column
 

@@ -94,10 +94,9 @@ class GateUse:
     elsewhere: tuple[tuple[float, Estimate], ...]
 
 
-def star_text(crossover: Crossover) -> str:
+def star_text(star: float | None, knob: str) -> str:
     """``p* = 0.25``, or ``none in range``."""
-    star = crossover.star
-    return "none in range" if star is None else f"{crossover.setting.knob}* = {star:g}"
+    return "none in range" if star is None else f"{knob}* = {star:g}"
 
 
 def curve(points: Sequence[tuple[float, Paired | Estimate]]) -> tuple[list[float], ...]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..experiment.store import open_run
 from . import plots
-from .crossover import curve, gate_use, star_text
+from .crossover import curve, gate_use
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
 from .report import build_report, signed
@@ -141,12 +141,12 @@ def crossover_figures(run_dir: Path) -> list[Path]:
         found = [c for c in report.crossovers if c.setting.family == family]
         differences: dict[str, dict[str, tuple]] = defaultdict(dict)
         for c in found:
-            name = f"{c.model} − {c.control}: {star_text(c)}"
-            differences[c.setting.label or family][name] = (curve(c.points), c.star)
-        uses: dict[str, dict[str, tuple]] = defaultdict(dict)
+            differences[c.setting.label or family][f"{c.model} − {c.control}"] = (
+                curve(c.points), c.star)
+        uses: dict[str, dict[tuple[str, str], tuple]] = defaultdict(dict)
         for g in gates:
             if g.setting.family == family:
-                uses[g.setting.label or family][f"{g.model}: {g.regime}"] = (
+                uses[g.setting.label or family][g.model, g.regime] = (
                     curve(g.at_events), curve(g.elsewhere))
         fig = plots.crossover(differences, uses, found[0].setting.knob, found[0].metric,
                               found[0].higher_is_better)

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ..models.operator import REGIME_BOUNDS, REGIMES
+from .crossover import star_text
 
 #: Okabe–Ito palette (colour-blind safe), then two from Tol's muted set for larger sweeps.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -351,16 +352,17 @@ def _knob_axis(ax, values: Sequence[float], knob: str) -> None:
 
 @styled
 def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]],
-              gates: Mapping[str, Mapping[str, tuple[Curve, Curve]]], knob: str,
+              gates: Mapping[str, Mapping[tuple[str, str], tuple[Curve, Curve]]], knob: str,
               metric: str, higher_is_better: bool) -> Figure:
     """One row per setting: the paired test-metric difference model − control against the
     knob, with 95% CIs and each curve's crossover in its legend (a dotted line where it
     lies); beside it, where gates were probed, the Delta stacks' gate use against the knob.
+    A curve, and a stack, has one colour in every row.
 
     Args:
-        differences: setting → legend label (e.g. ``"ddl − resnet: p* = 0.25"``) →
-            ((values, means, CI half-widths), the crossover value or None).
-        gates: setting → "stack: regime" → (the share of gates in the regime at the steps
+        differences: setting → ``"model − control"`` → ((values, means, CI half-widths),
+            the crossover value or None).
+        gates: setting → (stack, regime) → (the share of gates in the regime at the steps
             of that event, the share at steps without an event), each a curve.
         knob, metric, higher_is_better: axis labels and the sign of a win.
     """
@@ -369,7 +371,7 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
     fig = Figure(figsize=(6.2 * columns, 5.2 * len(settings)))
     axes = fig.subplots(len(settings), columns, squeeze=False)
     colors = model_colors(differences)
-    gate_colors = model_colors(gates)
+    gate_colors = model_colors({s: {m: None for m, _ in g} for s, g in gates.items()})
     better = "above" if higher_is_better else "below"
     legend = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncol": 2}
     for row, setting in zip(axes, settings, strict=True):
@@ -378,7 +380,7 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
         scale = np.abs(means[np.isfinite(means) & (means != 0)])
         for name, ((values, mean, half), star) in curves.items():
             left.errorbar(values, mean, yerr=half, fmt="o-", ms=4, lw=1.2, capsize=3,
-                          color=colors[name], label=name)
+                          color=colors[name], label=f"{name}: {star_text(star, knob)}")
             if star is not None:
                 left.axvline(star, color=colors[name], lw=0.9, ls=":")
         left.axhline(0.0, color="black", lw=0.8)
@@ -395,12 +397,13 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
         if not gates.get(setting):
             right.set_visible(False)
             continue
-        for name, pair in gates[setting].items():
+        for (model, regime), pair in gates[setting].items():
             for (values, mean, half), style, where in zip(
                     pair, ("o-", "s--"), ("at its events", "elsewhere"), strict=True):
                 if len(values):
                     right.errorbar(values, mean, yerr=half, fmt=style, ms=3.5, lw=1.1,
-                                   capsize=2, color=gate_colors[name], label=f"{name} {where}")
+                                   capsize=2, color=gate_colors[model],
+                                   label=f"{model}: {regime} {where}")
         _knob_axis(right, [v for pair in gates[setting].values() for c in pair for v in c[0]],
                    knob)
         right.set(title=f"{setting}: do the gates follow the events?", ylim=(-0.02, 1.02),

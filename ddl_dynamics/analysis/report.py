@@ -447,7 +447,8 @@ def crossover_cells(report: Report) -> list[tuple[str, list[str], list[list[str]
         rows = []
         for c in found:
             at = dict(c.points)
-            rows.append([c.setting.label or "—", f"{c.model} − {c.control}", star_text(c),
+            rows.append([c.setting.label or "—", f"{c.model} − {c.control}",
+                         star_text(c.star, c.setting.knob),
                          *(f"{signed(at[v])} ({MARKS[at[v].outcome(c.higher_is_better)]})"
                            if v in at else "—" for v in values)])
         title = (f"{family}: test {first.metric} {_direction(first.higher_is_better)} "
