@@ -233,3 +233,21 @@ def test_argparse_errors_exit_2(capsys):
     assert main(["frobnicate"]) == 2
     assert main(["run", "x.toml", "--jobs", "many"]) == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_only_keeps_the_commas_of_a_swept_label(tmp_path, capsys):
+    experiment = tmp_path / "sweep.toml"
+    experiment.write_text('[defaults.model]\nwidth = 8\ndepth = 2\nhidden = 8\n'
+                          '[defaults.train]\nsteps = 2\nn_train = 32\nn_test = 16\n'
+                          '[[tasks]]\nname = "switched"\n'
+                          'spec = { event = ["overwrite", "reflect"], p = [0, 0.5] }\n'
+                          '[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n')
+    run_dir = tmp_path / "run"
+    assert main(["run", str(experiment), "--run-dir", str(run_dir),
+                 "--only", "task=switched[event=reflect,p=0.5],model=ddl"]) == 0
+    rows = dd.ResultStore(run_dir / "results.sqlite").rows()
+    assert {(r.task, r.model) for r in rows} == {("switched[event=reflect,p=0.5]", "ddl")}
+    capsys.readouterr()
+    assert main(["run", str(experiment), "--run-dir", str(run_dir),
+                 "--only", "task=switched[p=0.5]"]) == 2
+    assert "no task labelled 'switched[p=0.5]'" in capsys.readouterr().err
