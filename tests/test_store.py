@@ -11,7 +11,7 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.experiment.store import keep_task_files, open_run
-from ddl_dynamics.experiment.train import run_cell
+from ddl_dynamics.experiment.train import run_cells
 
 
 def result(key, status="ok", task="parity", model="ddl", seed=0, test=0.5):
@@ -86,8 +86,8 @@ def test_load_trained_rebuilds_the_trained_model(tmp_path):
                      "train": {"steps": 5, "n_train": 64, "n_test": 32}},
     })
     cell = cfg.cells()[0]
-    res = run_cell(cell, tmp_path)
-    dd.ResultStore(tmp_path / "results.sqlite").put(res)
+    [trained] = run_cells([cell])
+    trained.save(tmp_path)
     task, model = dd.load_trained(tmp_path, cell.key)
     _, fresh = cell.build()
     data = task.sample(16, 0, "test")

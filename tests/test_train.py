@@ -9,7 +9,7 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.experiment.config import COUNTED, FINISHED
-from ddl_dynamics.experiment.train import PEAK_MEMORY_MEASURES, _lr_factor, run_cell
+from ddl_dynamics.experiment.train import PEAK_MEMORY_MEASURES, _lr_factor, run_cells
 
 TINY = {"width": 8, "depth": 3, "hidden": 8}
 
@@ -198,16 +198,21 @@ def test_peak_memory_is_measured_per_cell_in_one_process(monkeypatch):
     assert after.peak_mem < big.peak_mem - 300e6
 
 
-def test_run_cell_turns_exceptions_into_failed_rows(tmp_path, monkeypatch):
+def test_run_cells_turns_exceptions_into_failed_rows(tmp_path, monkeypatch):
     c = cell(task="overwrite")
+    other = dataclasses.replace(c, seed=1)
 
     def broken(*args, **kwargs):
         raise RuntimeError("sampler exploded")
 
     monkeypatch.setattr(type(c.build()[0]), "sample", broken)
-    r = run_cell(c, tmp_path)
-    assert r.status == "failed" and "RuntimeError: sampler exploded" in r.message
-    assert r.key == c.key and r.config == c.to_dict() and r.model == "ddl"
+    trained = run_cells([c, other])
+    for t, source in zip(trained, [c, other], strict=True):
+        r = t.result
+        assert r.status == "failed" and "RuntimeError: sampler exploded" in r.message
+        assert r.key == source.key and r.config == source.to_dict() and r.model == "ddl"
+        assert t.weights is None
+        t.save(tmp_path)
     assert not (tmp_path / "models").exists()
 
 

@@ -47,7 +47,7 @@ from .store import (
     load_task_file,
     store_path,
 )
-from .train import run_cell, stamp
+from .train import run_cells, stamp
 
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"
 #: Seconds between a run's heartbeats on its claims.
@@ -231,9 +231,9 @@ def _cost(cell: Cell) -> tuple[bool, int]:
 
 def _work(cell: Cell, run_dir: Path, progress: bool = False) -> RunResult:
     """Train one cell and store its row (runs in a worker process)."""
-    result = run_cell(cell, run_dir, progress=progress)
-    ResultStore(store_path(run_dir)).put(result)
-    return result
+    [trained] = run_cells([cell], progress=progress)
+    trained.save(run_dir)
+    return trained.result
 
 
 @contextlib.contextmanager

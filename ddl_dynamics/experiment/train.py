@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import re
@@ -18,7 +19,8 @@ import resource
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +30,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .._task import Task, TaskData
+from ..models.ensemble import Ensemble, alone, fold
 from ..models.params import count_parameters
 from .config import Cell, TrainConfig
-from .store import RunResult, model_path
+from .store import ResultStore, RunResult, model_path, store_path
 
 #: A training loss above this multiple of the first step's loss (or a non-finite one)
 #: means the run diverged: a finite blow-up (lr far too high, no clipping) is not a result.
@@ -53,116 +56,283 @@ def train(
     that is non-finite or above :data:`DIVERGENCE_FACTOR` × the first step's loss stops the
     run as ``"diverged"``, a time or solver cap (in training or in the final evaluation) as
     ``"capped"``: both are failures, scored where possible.
-    Exceptions propagate (:func:`run_cell` records them as failed).
+    Exceptions propagate (:func:`run_cells` records them as failed).
     """
+    return _train(alone(model), task, cfg, [seed], progress)[0]
+
+
+def train_seeds(
+    task: Task, models: Sequence[nn.Module], cfg: TrainConfig, seeds: Sequence[int], *,
+    progress: bool = False,
+) -> list[RunResult]:
+    """Train ``models[i]``, initialised for ``seeds[i]``, as :func:`train` would on that seed,
+    all at once where they fold into one ensemble (:func:`~ddl_dynamics.models.ensemble.fold`),
+    else one after another.
+
+    In an ensemble each member sees its own seed's data, batches and minibatch order, has
+    its own optimiser state (AdamW acts per element), gradient clipping, early stop and
+    divergence check: a member that diverges or reaches ``target_metric`` is frozen with its
+    weights of that moment while the others go on. So each result is the one its seed gets
+    alone, to float rounding. ``wall_time`` is the ensemble's divided among its members,
+    ``peak_mem`` the ensemble's, and ``metrics["ensemble"]`` the number of seeds trained
+    together. Members that fold but whose folded forward differs from their own (a model
+    whose ops mix the batch) are trained one after another.
+    """
+    ensemble = fold(models)
+    if ensemble is not None:
+        with contextlib.suppress(_Unfolded):
+            return _train(ensemble, task, cfg, seeds, progress)
+    return [_train(alone(m), task, cfg, [seed], progress)[0] for m, seed in zip(models, seeds,
+                                                                                  strict=True)]
+
+
+class _Unfolded(Exception):
+    """The folded ensemble's forward differs from its members' own."""
+
+
+class _Member:
+    """How one member of an ensemble is doing: its status, curve and counters."""
+
+    def __init__(self, seed: int, data: TaskData, val: TaskData) -> None:
+        self.seed, self.data, self.val = seed, data, val
+        self.status, self.message, self.done, self.training = "ok", "", 0, True
+        self.first_loss = math.nan
+        self.curve: list[list[float]] = []
+        self.losses: list[float] = []
+        self.nfe: list[tuple[float, float]] = []  # (forward, backward) per step, ODE models
+        self.flops = 0.0
+
+    def stop(self, status: str, message: str) -> None:
+        self.status, self.message, self.training = status, message, False
+
+
+def _train(ensemble: Ensemble, task: Task, cfg: TrainConfig, seeds: Sequence[int],
+           progress: bool) -> list[RunResult]:
+    """The training loop of :func:`train_seeds`, over the folded batches of ``ensemble``."""
     start = time.perf_counter()
     device = torch.device(cfg.device)
     memory = _reset_peak_memory(device)
-    model = model.to(device).train()
-    ode = hasattr(model, "reset_nfe")
-    data = _to(task.sample(cfg.n_train, seed, "train"), device)
-    val = _to(task.sample(cfg.n_val, seed, "val"), device)
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
-                if cfg.bf16 and device.type == "cuda" else contextlib.nullcontext())
+    size = ensemble.size
+    module = ensemble.module.to(device).train()
+    for model in ensemble.members:
+        model.to(device).train()
+    ode = hasattr(module, "reset_nfe")
+    members = [_Member(seed, _to(task.sample(cfg.n_train, seed, "train"), device),
+                       _to(task.sample(cfg.n_val, seed, "val"), device)) for seed in seeds]
+    data, val = _fold([m.data for m in members]), _fold([m.val for m in members])
+    predict = _predictor(task, cfg.bf16 and device.type == "cuda")
+    if size > 1:
+        _check_fold(ensemble, task, members, min(cfg.batch_size, cfg.n_train))
 
-    def predict(batch: TaskData) -> Tensor:
+    optimizer = torch.optim.AdamW(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                  fused=True)  # one kernel for all tensors: ~6x faster on CPU
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
+    orders = [_batches(len(m.data), cfg.batch_size, torch.Generator().manual_seed(m.seed))
+              for m in members]
+    flops_per_unit = 0.0
+    bar = tqdm(total=cfg.steps, disable=not progress, leave=False, unit="step")
+    try:
+        for step in range(1, cfg.steps + 1):
+            index = torch.cat([next(order) + i * len(members[i].data)
+                               for i, order in enumerate(orders)])
+            batch = data.subset(index)
+            counter = FlopCounterMode(display=False) if step == 1 else contextlib.nullcontext()
+            if ode:
+                module.reset_nfe()
+            with _solver_cap(), counter:
+                losses = torch.stack([task.loss(pred, target) for pred, target in zip(
+                    _unfold(predict(module, batch), size), _unfold(batch.targets, size),
+                    strict=True)])
+                values = losses.tolist()
+                for i, member in enumerate(members):
+                    if step == 1:
+                        member.first_loss = values[i]
+                    if member.training and _diverged(values[i], member.first_loss):
+                        member.stop("diverged", f"loss became {values[i]:.4g} at step {step} "
+                                    f"(first step: {member.first_loss:.4g}); training stopped")
+                        ensemble.export(i)
+                training = [m.training for m in members]
+                if not any(training):
+                    break
+                optimizer.zero_grad(set_to_none=True)
+                mask = torch.tensor(training, device=device)
+                torch.where(mask, losses, 0.0).sum().backward()
+            nfe = (float(module.nfe_forward), float(module.nfe_backward)) if ode else None
+            # FLOPs are counted on step 1; an ODE step's FLOPs scale with its NFE
+            units = max(sum(nfe), 1.0) if nfe else 1.0
+            if step == 1:
+                flops_per_unit = counter.get_total_flops() / size / units
+            if cfg.grad_clip:
+                _clip_per_member(ensemble, cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            bar.update()
+            evaluate = step % cfg.eval_every == 0 or step == cfg.steps
+            metrics = _evaluate(module, task, val, predict, size) if evaluate else []
+            for i, member in enumerate(members):
+                if not member.training:
+                    continue
+                member.done = step
+                member.losses.append(values[i])
+                member.flops += flops_per_unit * units
+                if nfe:
+                    member.nfe.append(nfe)
+                if evaluate:
+                    recent = [f for f, _ in member.nfe[-len(member.losses):]]
+                    member.curve.append([step, sum(member.losses) / len(member.losses),
+                                         metrics[i], member.flops,
+                                         sum(recent) / len(recent) if recent else None])
+                    member.losses.clear()
+                    if cfg.target_metric is not None and _reached(task, metrics[i],
+                                                                 cfg.target_metric):
+                        member.stop("ok", f"val metric reached target_metric "
+                                          f"{cfg.target_metric} at step {step}")
+                        ensemble.export(i)
+            if not any(m.training for m in members):
+                break
+            elapsed = (time.perf_counter() - start) / size  # each member's share
+            if cfg.max_seconds is not None and elapsed > cfg.max_seconds and step < cfg.steps:
+                raise _Capped(f"time cap: stopped at step {step}/{cfg.steps} after "
+                              f"{elapsed:.1f} s (max_seconds={cfg.max_seconds})")
+    except _Capped as cap:
+        for member in members:
+            if member.training:
+                member.stop("capped", str(cap))
+    finally:
+        bar.close()
+    models = [ensemble.export(i) if m.training else ensemble.members[i]
+              for i, m in enumerate(members)]
+    results = [_result(model, task, cfg, member, predict, ode)
+               for model, member in zip(models, members, strict=True)]
+    peak_mem, measure = _peak_memory(device, memory)
+    wall_time = (time.perf_counter() - start) / size
+    for result in results:
+        result.metrics.update(peak_mem_measure=measure, ensemble=size)
+        result.peak_mem, result.wall_time = peak_mem, wall_time
+    return results
+
+
+def _result(model: nn.Module, task: Task, cfg: TrainConfig, member: _Member,
+            predict: Callable[[nn.Module, TaskData], Tensor], ode: bool) -> RunResult:
+    """One trained member's row: its final metrics, counts and curve."""
+    metrics, cap_note = _final_metrics(model, task, cfg, member, predict, ode)
+    metrics["steps"] = member.done
+    status, message = member.status, member.message
+    if cap_note and status == "ok":
+        status, message = "capped", f"cap during the final evaluation: {cap_note}"
+    nfe = [sum(column) / len(column) for column in zip(*member.nfe, strict=True)]
+    return RunResult(
+        status=status,
+        message=message,
+        metrics=metrics,
+        curve=member.curve,
+        params=count_parameters(model),
+        flops=_forward_flops(model, member.val.subset(slice(0, cfg.batch_size)), predict),
+        nfe_forward=nfe[0] if nfe else None,
+        nfe_backward=nfe[1] if nfe else None,
+    )
+
+
+def _predictor(task: Task, bf16: bool) -> Callable[[nn.Module, TaskData], Tensor]:
+    """``predict(model, batch)``: the model's output for the task in float32, computed under
+    bfloat16 autocast on CUDA if ``bf16``."""
+
+    def predict(model: nn.Module, batch: TaskData) -> Tensor:
+        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if bf16
+                    else contextlib.nullcontext())
         with autocast:
             out = model(batch.inputs, u=batch.controls, steps=batch.steps,
                         per_step=task.supervise == "trajectory")
         return out.float()
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  fused=True)  # one kernel for all tensors: ~6x faster on CPU
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
-    order = _batches(len(data), cfg.batch_size, torch.Generator().manual_seed(seed))
-    status, message, done, first_loss = "ok", "", 0, math.nan
-    curve: list[list[float]] = []
-    losses: list[float] = []
-    nfe: list[tuple[float, float]] = []  # (forward, backward) per step, for ODE models
-    flops_done, flops_per_unit = 0.0, 0.0
-    bar = tqdm(total=cfg.steps, disable=not progress, leave=False, unit="step")
-    try:
-        for step in range(1, cfg.steps + 1):
-            batch = data.subset(next(order))
-            counter = FlopCounterMode(display=False) if step == 1 else contextlib.nullcontext()
-            if ode:
-                model.reset_nfe()
-            with _solver_cap(), counter:
-                loss = task.loss(predict(batch), batch.targets)
-                value = loss.item()
-                if step == 1:
-                    first_loss = value
-                if _diverged(value, first_loss):
-                    status = "diverged"
-                    message = (f"loss became {value:.4g} at step {step} (first step: "
-                               f"{first_loss:.4g}); training stopped")
-                    break
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-            if ode:
-                nfe.append((float(model.nfe_forward), float(model.nfe_backward)))
-            # FLOPs are counted on step 1; an ODE step's FLOPs scale with its NFE
-            units = max(sum(nfe[-1]), 1.0) if ode else 1.0
-            if step == 1:
-                flops_per_unit = counter.get_total_flops() / units
-            flops_done += flops_per_unit * units
-            if cfg.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
-            optimizer.step()
-            scheduler.step()
-            done = step
-            losses.append(value)
-            bar.update()
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                metric = _evaluate(model, task, val, predict)
-                recent = [f for f, _ in nfe[-len(losses):]]
-                curve.append([step, sum(losses) / len(losses), metric, flops_done,
-                              sum(recent) / len(recent) if recent else None])
-                losses.clear()
-                if cfg.target_metric is not None and _reached(task, metric, cfg.target_metric):
-                    message = f"val metric reached target_metric {cfg.target_metric} at step {step}"
-                    break
-            elapsed = time.perf_counter() - start
-            if cfg.max_seconds is not None and elapsed > cfg.max_seconds and step < cfg.steps:
-                raise _Capped(f"time cap: stopped at step {step}/{cfg.steps} after "
-                              f"{elapsed:.1f} s (max_seconds={cfg.max_seconds})")
-    except _Capped as cap:
-        status, message = "capped", str(cap)
-    finally:
-        bar.close()
-    metrics, cap_note = _final_metrics(model, task, cfg, seed, data, val, predict, ode)
-    metrics["steps"] = done
-    if cap_note and status == "ok":
-        status, message = "capped", f"cap during the final evaluation: {cap_note}"
-    mean_nfe = [sum(column) / len(column) for column in zip(*nfe, strict=True)] if nfe else []
-    peak_mem, metrics["peak_mem_measure"] = _peak_memory(device, memory)
-    return RunResult(
-        status=status,
-        message=message,
-        metrics=metrics,
-        curve=curve,
-        params=count_parameters(model),
-        flops=_forward_flops(model, val.subset(slice(0, cfg.batch_size)), predict),
-        nfe_forward=mean_nfe[0] if mean_nfe else None,
-        nfe_backward=mean_nfe[1] if mean_nfe else None,
-        wall_time=time.perf_counter() - start,
-        peak_mem=peak_mem,
-    )
+    return predict
 
 
-def run_cell(cell: Cell, run_dir: str | Path | None = None, progress: bool = False) -> RunResult:
-    """Build and train one cell, saving its weights into ``run_dir``; never raises
-    for a problem of the cell itself (that becomes a ``"failed"`` result)."""
+def _fold(parts: Sequence[TaskData]) -> TaskData:
+    """The members' data as one batch, member by member."""
+    names = [f.name for f in dataclasses.fields(parts[0])
+             if isinstance(getattr(parts[0], f.name), Tensor)]
+    return dataclasses.replace(
+        parts[0], **{name: torch.cat([getattr(p, name) for p in parts]) for name in names})
+
+
+def _unfold(folded: Tensor, size: int) -> Tensor:
+    """``(size · n, …)`` → ``(size, n, …)``: each member's rows."""
+    return folded.unflatten(0, (size, -1))
+
+
+@torch.no_grad()
+def _check_fold(ensemble: Ensemble, task: Task, members: Sequence[_Member], rows: int) -> None:
+    """Raise :class:`_Unfolded` unless the folded forward on the members' first ``rows``
+    training examples equals each member's own forward on them, to float32 rounding."""
+    predict = _predictor(task, bf16=False)
+    parts = [member.data.subset(slice(0, rows)) for member in members]
+    own = torch.cat([predict(model, part)
+                     for model, part in zip(ensemble.members, parts, strict=True)])
+    if not torch.allclose(predict(ensemble.module, _fold(parts)), own, rtol=1e-4, atol=1e-5,
+                          equal_nan=True):
+        raise _Unfolded
+
+
+def _clip_per_member(ensemble: Ensemble, max_norm: float) -> None:
+    """Clip each member's gradient to total norm ``max_norm``, as ``clip_grad_norm_`` does."""
+    params = [p for p in ensemble.module.parameters() if p.grad is not None]
+    if ensemble.size == 1:
+        nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        return
+    grads = [p.grad for p in params]  # the member axis first
+    norms = torch.cat([g.reshape(ensemble.size, -1) for g in grads], dim=1).norm(dim=1)
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(grads, [scale.view(-1, *(1,) * (g.dim() - 1)) for g in grads])
+
+
+@dataclass
+class Trained:
+    """What training a cell produced: its row and, unless it failed, its weights (CPU)."""
+
+    result: RunResult
+    weights: dict[str, Tensor] | None = None
+
+    def save(self, run_dir: str | Path) -> None:
+        """Write the weights (atomically: a stored row never points at half a file), then
+        the row."""
+        if self.weights is not None:
+            path = model_path(run_dir, self.result.key)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            torch.save(self.weights, tmp)
+            tmp.replace(path)
+        ResultStore(store_path(run_dir)).put(self.result)
+
+
+def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
+    """The cells grouped by all but their seed, in first-seen order: each group can train
+    as one ensemble (:func:`run_cells`)."""
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        rest = json.dumps({**cell.to_dict(), "seed": None}, sort_keys=True)
+        groups.setdefault(rest, []).append(cell)
+    return list(groups.values())
+
+
+def run_cells(cells: Sequence[Cell], progress: bool = False) -> list[Trained]:
+    """Build and train cells that differ only in their seed, together where they fold
+    (:func:`train_seeds`); never raises for a problem of the cells themselves (that makes
+    each of them a ``"failed"`` result)."""
     start = time.perf_counter()
     try:
-        task, model = cell.build()
-        result = train(task, model, cell.train, cell.seed, progress=progress)
-        if run_dir is not None:
-            _save(model, model_path(run_dir, cell.key))
-    except Exception as err:  # one failing cell must not stop the suite
-        result = RunResult(status="failed", message=describe_error(err),
-                           wall_time=time.perf_counter() - start)
-    return stamp(result, cell)
+        built = [cell.build() for cell in cells]
+        models = [model for _, model in built]
+        results = train_seeds(built[0][0], models, cells[0].train, [c.seed for c in cells],
+                              progress=progress)
+        trained = [Trained(result, {k: v.detach().cpu() for k, v in model.state_dict().items()})
+                   for result, model in zip(results, models, strict=True)]
+    except Exception as err:  # failing cells must not stop the suite
+        failed = RunResult(status="failed", message=describe_error(err),
+                           wall_time=(time.perf_counter() - start) / len(cells))
+        trained = [Trained(failed) for _ in cells]
+    return [dataclasses.replace(t, result=stamp(t.result, cell))
+            for t, cell in zip(trained, cells, strict=True)]
 
 
 def stamp(result: RunResult, cell: Cell) -> RunResult:
@@ -226,10 +396,12 @@ def _to(data: TaskData, device: torch.device) -> TaskData:
 
 @torch.no_grad()
 def _evaluate(model: nn.Module, task: Task, data: TaskData,
-              predict: Callable[[TaskData], Tensor]) -> float:
+              predict: Callable[[nn.Module, TaskData], Tensor], size: int) -> list[float]:
+    """Each member's metric on its rows of the folded ``data``."""
     model.eval()
     try:
-        return task.metric(predict(data), data.targets)
+        preds, targets = _unfold(predict(model, data), size), _unfold(data.targets, size)
+        return [task.metric(p, t) for p, t in zip(preds, targets, strict=True)]
     finally:
         model.train()
 
@@ -239,8 +411,8 @@ def _reached(task: Task, metric: float, target: float) -> bool:
 
 
 def _final_metrics(
-    model: nn.Module, task: Task, cfg: TrainConfig, seed: int, data: TaskData, val: TaskData,
-    predict: Callable[[TaskData], Tensor], ode: bool,
+    model: nn.Module, task: Task, cfg: TrainConfig, member: _Member,
+    predict: Callable[[nn.Module, TaskData], Tensor], ode: bool,
 ) -> tuple[dict[str, Any], str]:
     """Train/val/test/OOD metrics, task extras and ODE checks: the only time the test
     split is sampled and scored. A solver cap hit here leaves the affected figures
@@ -249,6 +421,7 @@ def _final_metrics(
                                "higher_is_better": task.higher_is_better, "train": None,
                                "val": None, "test": None, "ood": {}, "skipped": {}, "extra": {}}
     notes = []
+    seed, data, val = member.seed, member.data, member.val
     test = _to(task.sample(cfg.n_test, seed, "test"), val.inputs.device)
 
     @torch.no_grad()
@@ -256,7 +429,7 @@ def _final_metrics(
         model.eval()
         try:
             with _solver_cap():
-                pred = predict(split_data)
+                pred = predict(model, split_data)
         except _Capped as cap:
             notes.append(f"{split}: {cap}")
             return None
@@ -298,13 +471,13 @@ def _final_metrics(
 
 @torch.no_grad()
 def _forward_flops(model: nn.Module, batch: TaskData,
-                   predict: Callable[[TaskData], Tensor]) -> float | None:
+                   predict: Callable[[nn.Module, TaskData], Tensor]) -> float | None:
     """Forward FLOPs per sample, counted on one test batch of the trained model."""
     model.eval()
     counter = FlopCounterMode(display=False)
     try:
         with _solver_cap(), counter:
-            predict(batch)
+            predict(model, batch)
     except _Capped:
         return None
     finally:
@@ -346,11 +519,3 @@ def _peak_memory(device: torch.device, measure: str) -> tuple[int, str]:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         peak = int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, else KiB
     return peak, PEAK_MEMORY_MEASURES[measure]
-
-
-def _save(model: nn.Module, path: Path) -> None:
-    """Write the weights atomically: a stored row never points at half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(path)

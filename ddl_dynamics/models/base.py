@@ -138,6 +138,12 @@ class DepthModel(nn.Module):
         return self.width + self.augment_dim
 
     @property
+    def samples_independent(self) -> bool:
+        """Whether each sample's output depends on that sample alone: no op mixes the batch,
+        so models' batches can be concatenated and computed as one."""
+        return True
+
+    @property
     def can_extrapolate(self) -> bool:
         """Whether the model can run more steps than ``depth`` (tied weights or an ODE)."""
         return self.tied

@@ -71,6 +71,12 @@ class NeuralODE(DepthModel):
         self._counting: str | None = "backward"
 
     @property
+    def samples_independent(self) -> bool:
+        """Only for explicit fixed-grid methods: an adaptive solve picks its step sizes for
+        the whole batch, and ``implicit_adams`` iterates until the whole batch converges."""
+        return self.method in FIXED_GRID_METHODS and self.method != "implicit_adams"
+
+    @property
     def nfe_forward(self) -> int:
         return self._nfe["forward"]
 

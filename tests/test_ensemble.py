@@ -1,0 +1,184 @@
+"""Seeds trained together: every member of an ensemble ends as its seed does alone, for every
+family that folds, a member that diverges or stops early included."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import ddl_dynamics as dd
+from ddl_dynamics.experiment.train import train_seeds
+from ddl_dynamics.models.ensemble import EnsembleLinear, fold
+from ddl_dynamics.models.residual import ResNet
+
+SEEDS = [0, 1, 2]
+TINY = {"width": 8, "depth": 3, "hidden": 8}
+
+
+def cells(task="overwrite", model="resnet", options=None, **train):
+    data = {
+        "seeds": SEEDS,
+        "tasks": [{"name": task}],
+        "models": [{"name": model, **(options or {})}],
+        "defaults": {"model": TINY, "train": {"steps": 30, "n_train": 128, "n_test": 64,
+                                              "batch_size": 32, "eval_every": 10, **train}},
+    }
+    return dd.ExperimentConfig.from_dict(data).cells()
+
+
+def together(group):
+    built = [c.build() for c in group]
+    return train_seeds(built[0][0], [m for _, m in built], group[0].train, [c.seed for c in group])
+
+
+def one_by_one(group):
+    return [dd.train(*c.build(), c.train, c.seed) for c in group]
+
+
+def leaves(value):
+    """Every value in a nested result field with its path, in order."""
+    if isinstance(value, dict):
+        return [(f"{key}/{p}", v) for key in sorted(value) for p, v in leaves(value[key])]
+    if isinstance(value, list | tuple):
+        return [(f"{i}/{p}", v) for i, item in enumerate(value) for p, v in leaves(item)]
+    return [("", value)]
+
+
+def assert_close(got, want):
+    """Floats equal to float rounding, everything else (names, flags, counts) exactly."""
+    got, want = leaves(got), leaves(want)
+    assert [p for p, _ in got] == [p for p, _ in want]
+    for (path, g), (_, w) in zip(got, want, strict=True):
+        if isinstance(w, float) and not isinstance(g, bool):
+            assert g == pytest.approx(w, rel=1e-4, abs=1e-6, nan_ok=True), path
+        else:
+            assert g == w, path
+
+
+def assert_same_run(ensemble, alone):
+    """Everything a row records but its cost in time and memory, as when trained alone."""
+    assert (ensemble.status, ensemble.message) == (alone.status, alone.message)
+    assert ensemble.params == alone.params and ensemble.flops == alone.flops
+    assert (ensemble.nfe_forward, ensemble.nfe_backward) == (alone.nfe_forward, alone.nfe_backward)
+    skip = {"ensemble", "peak_mem_measure"}
+    assert_close({k: v for k, v in ensemble.metrics.items() if k not in skip},
+                 {k: v for k, v in alone.metrics.items() if k not in skip})
+    assert_close(ensemble.curve, alone.curve)
+
+
+FAMILIES = [
+    ("overwrite", "resnet", {}),
+    ("overwrite", "gated", {}),
+    ("overwrite", "ddl", {}),
+    ("overwrite", "ddl", {"context": "control", "tied": True}),
+    ("overwrite", "ddl", {"value_channels": 2, "value_source": "input"}),
+    ("overwrite", "ddl-write", {}),
+    ("overwrite", "ddl-write", {"context": "control"}),
+    ("oscillator", "ddl", {"tied": True}),  # trajectory supervision, the 4x longer split
+    ("sign-flip", "node", {"method": "rk4"}),  # a fixed-grid ODE folds too
+]
+
+
+@pytest.mark.parametrize(("task", "model", "options"), FAMILIES,
+                         ids=[f"{t}-{m}-{'-'.join(map(str, o.values()))}" for t, m, o in FAMILIES])
+def test_every_seed_of_an_ensemble_ends_as_it_does_alone(task, model, options):
+    group = cells(task, model, options)
+    ensemble, alone = together(group), one_by_one(group)
+    assert [r.metrics["ensemble"] for r in ensemble] == [3, 3, 3]
+    assert [r.metrics["ensemble"] for r in alone] == [1, 1, 1]
+    for e, a in zip(ensemble, alone, strict=True):
+        assert_same_run(e, a)
+    assert len({r.metrics["test"] for r in ensemble}) == 3  # three different seeds
+
+
+def poisoned(task, seed, monkeypatch):
+    """Seed ``seed``'s training set gets one infinite target, hit within the first epoch."""
+    sample = type(task).sample
+
+    def patched(self, n, s, split="train"):
+        data = sample(self, n, s, split)
+        if s != seed or split != "train":
+            return data
+        targets = data.targets.clone()
+        targets[n // 2] = math.inf
+        return dataclasses.replace(data, targets=targets)
+
+    monkeypatch.setattr(type(task), "sample", patched)
+
+
+@pytest.mark.parametrize("model", ["resnet", "ddl"])
+def test_a_diverging_member_is_frozen_and_the_others_go_on(model, monkeypatch):
+    group = cells("overwrite", model)
+    poisoned(group[0].build()[0], seed=1, monkeypatch=monkeypatch)
+    ensemble, alone = together(group), one_by_one(group)
+    assert [r.status for r in ensemble] == ["ok", "diverged", "ok"]
+    assert 0 < ensemble[1].metrics["steps"] < 8 and "loss became inf" in ensemble[1].message
+    assert ensemble[0].metrics["steps"] == ensemble[2].metrics["steps"] == 30
+    for e, a in zip(ensemble, alone, strict=True):
+        assert_same_run(e, a)
+
+
+def test_a_member_that_reaches_the_target_stops_alone(monkeypatch):
+    group = cells("oscillator", "resnet", target_metric=1e3)
+    task = group[0].build()[0]
+    sample = type(task).sample
+
+    def far_val_for_seed_1(self, n, seed, split="train"):  # its val MSE stays ≈ 1e6
+        data = sample(self, n, seed, split)
+        if seed == 1 and split == "val":
+            return dataclasses.replace(data, targets=data.targets * 1e3)
+        return data
+
+    monkeypatch.setattr(type(task), "sample", far_val_for_seed_1)
+    ensemble, alone = together(group), one_by_one(group)
+    assert [r.metrics["steps"] for r in ensemble] == [10, 30, 10]
+    for e, a in zip(ensemble, alone, strict=True):
+        assert_same_run(e, a)
+
+
+def test_adaptive_odes_train_one_seed_at_a_time():
+    group = cells("sign-flip", "node", steps=3, eval_every=3, n_test=16)
+    ensemble = together(group)
+    assert [r.metrics["ensemble"] for r in ensemble] == [1, 1, 1]
+    for e, a in zip(ensemble, one_by_one(group), strict=True):
+        assert_same_run(e, a)
+
+
+class BatchMean(ResNet):
+    """A stack whose steps subtract the batch mean: samples are not independent."""
+
+    def step(self, i, state, u_i):
+        out = super().step(i, state, u_i)
+        return out - out.mean(dim=0, keepdim=True)
+
+
+def test_a_model_that_mixes_its_batch_is_not_folded():
+    task = dd.make_task("sign-flip", variant="reflect", depth=TINY["depth"])
+    models = []
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        models.append(BatchMean(in_dim=task.in_dim, out_dim=task.out_dim, **TINY))
+    assert fold(models) is not None  # every parameter is in a Linear: it would fold...
+    cfg = dd.TrainConfig(steps=5, n_train=64, n_test=32, batch_size=16, eval_every=5)
+    results = train_seeds(task, models, cfg, SEEDS)
+    assert [r.metrics["ensemble"] for r in results] == [1, 1, 1]  # ...but the check says no
+
+
+def test_layers_without_a_twin_do_not_fold():
+    def norm_model():
+        return torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.LayerNorm(4))
+
+    assert fold([norm_model(), norm_model()]) is None
+    assert fold([torch.nn.Linear(2, 4)]).module is not None  # one model: itself
+
+
+def test_ensemble_linear_applies_each_members_layer_to_its_rows():
+    layers = [torch.nn.Linear(3, 2) for _ in range(4)]
+    twin = EnsembleLinear(layers)
+    x = torch.randn(4 * 5, 7, 3)  # 4 members × 5 rows, an extra axis
+    want = torch.cat([layer(part) for layer, part in zip(layers, x.chunk(4), strict=True)])
+    torch.testing.assert_close(twin(x), want)
+    shared = torch.nn.Linear(2, 2)
+    ensemble = fold([torch.nn.Sequential(shared, shared), torch.nn.Sequential(shared, shared)])
+    assert ensemble.module[0] is ensemble.module[1]  # a shared layer stays shared
