@@ -69,6 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         args.experiment, run_dir=args.run_dir, jobs=args.jobs, device=args.device,
         seeds=_seeds(args.seeds), only=_only(args.only), backend=args.backend,
         task_files=args.task_file, retry_failed=args.retry == "failed",
+        vectorize=args.vectorize, address=args.address,
     )
     report = write_report(summary.run_dir)
     counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items())
@@ -115,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     _task_file_option(run, "a copy is kept in the run folder")
     run.add_argument("--run-dir", help="the run folder (default runs/<name>)")
     run.add_argument("--backend", choices=("local", "ray"), default="local")
+    run.add_argument("--address", help="with --backend ray: the cluster to join, e.g. auto "
+                                       "or ray://HOST:10001 (default: start a local instance)")
+    run.add_argument("--no-vectorize", dest="vectorize", action="store_false",
+                     help="train every seed on its own (default: the seeds of a cell train "
+                          "together where the model allows)")
     run.add_argument("--retry", choices=("failed",),
                      help="'failed': also train again the cells that diverged or were capped "
                           "(failed cells always run again)")

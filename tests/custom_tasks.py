@@ -1,5 +1,5 @@
-"""A user task file (``--task-file``) for the CLI test: a tiny honest task, one whose
-sampler kills the pool worker process training it (and behaves anywhere else), and two
+"""A user task file (``--task-file``) for the CLI and Ray tests: a tiny honest task, one
+whose sampler kills the worker process training it (and behaves anywhere else), and two
 that ``check_task`` must stop before anything trains.
 """
 
@@ -42,10 +42,11 @@ class TinySum(Task):
 @register_task("worker-crash")
 @dataclass(frozen=True)
 class WorkerCrash(TinySum):
-    """Tiny-sum whose sampler kills the worker process training it."""
+    """Tiny-sum whose sampler kills the worker process training it (a pool's or Ray's)."""
 
     def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
-        if split == "train" and multiprocessing.parent_process() is not None:
+        worker = multiprocessing.parent_process() is not None or "RAY_RAYLET_PID" in os.environ
+        if split == "train" and worker:
             os.kill(os.getpid(), signal.SIGKILL)
         return super().sample(n, seed, split)
 

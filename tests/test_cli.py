@@ -86,6 +86,16 @@ def test_run_resume_and_report(write, tmp_path, capsys):
     assert csv_path.read_text().startswith("task,model,")
 
 
+@pytest.mark.parametrize(("flags", "ensemble"), [([], 2), (["--no-vectorize"], 1)])
+def test_seeds_train_together_unless_no_vectorize(flags, ensemble, write, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    argv = ["run", write(), "--run-dir", str(run_dir), "--seeds", "0,1", "--only",
+            "model=resnet", *flags]
+    assert main(argv) == 0 and "2 ok" in capsys.readouterr().out
+    rows = dd.ResultStore(run_dir / "results.sqlite").rows()
+    assert [r.metrics["ensemble"] for r in rows] == [ensemble, ensemble]
+
+
 def test_diverged_cells_exit_1(write, tmp_path, capsys, infinite_loss):
     infinite_loss(dd.make_task("overwrite"))
     assert main(["run", write(), "--run-dir", str(tmp_path / "r")]) == 1
@@ -115,6 +125,7 @@ VARIANTS = {
         (["run", "{bad_model}"], "Did you mean 'ddl'"),
         (["run", "{exp}", "--seeds", "0,x"], "--seeds"),
         (["run", "{exp}", "--only", "modle=ddl"], "--only"),
+        (["run", "{exp}", "--address", "auto"], "it needs backend 'ray'"),
         (["report", "{missing}"], "no results store"),
         # broken task files, stores that are not stores, a run folder that is a file
         (["run", "{exp}", "--task-file", "{syntax_py}"], "syntax_error.py: syntax error at line 2"),

@@ -14,12 +14,14 @@ from ddl_dynamics.models.residual import ResNet
 
 SEEDS = [0, 1, 2]
 TINY = {"width": 8, "depth": 3, "hidden": 8}
+#: Task specs that take the TINY sizes (1-D sign-flip fixes width = 1).
+SPECS = {"sign-flip": {"variant": "reflect"}}
 
 
 def cells(task="overwrite", model="resnet", options=None, **train):
     data = {
         "seeds": SEEDS,
-        "tasks": [{"name": task}],
+        "tasks": [{"name": task, "spec": SPECS.get(task, {})}],
         "models": [{"name": model, **(options or {})}],
         "defaults": {"model": TINY, "train": {"steps": 30, "n_train": 128, "n_test": 64,
                                               "batch_size": 32, "eval_every": 10, **train}},

@@ -46,6 +46,23 @@ def test_runs_every_cell_once_then_skips_finished(tmp_path):
     assert dd.ResultStore(tmp_path / "results.sqlite").experiment()["ended_at"]
 
 
+def test_seeds_of_a_cell_train_together_unless_told_not_to(tmp_path, capsys):
+    cfg = experiment(["overwrite"], models=["ddl"])
+    dd.run_experiment(cfg, tmp_path / "v", seeds=[1], progress=False)
+    summary = dd.run_experiment(cfg, tmp_path / "v", seeds=[0, 1, 2], progress=False)
+    assert (summary.ran, summary.skipped) == (2, 1)  # seeds 0 and 2, together
+    together = {r.seed: r for r in dd.ResultStore(tmp_path / "v" / "results.sqlite").rows()}
+    assert {s: r.metrics["ensemble"] for s, r in together.items()} == {0: 2, 1: 1, 2: 2}
+    apart = dd.run_experiment(cfg, tmp_path / "n", seeds=[0, 1, 2], vectorize=False,
+                              progress=False)
+    assert apart.ran == 3
+    alone = {r.seed: r for r in dd.ResultStore(tmp_path / "n" / "results.sqlite").rows()}
+    assert {s: r.metrics["ensemble"] for s, r in alone.items()} == {0: 1, 1: 1, 2: 1}
+    for seed, row in together.items():
+        assert row.key == alone[seed].key  # the same cells, whichever way they ran
+        assert row.metrics["test"] == pytest.approx(alone[seed].metrics["test"], rel=1e-4)
+
+
 def test_failed_cells_rerun(tmp_path):
     cfg = experiment(["overwrite"], models=["resnet"])
     cell = cfg.cells()[0]
@@ -230,57 +247,6 @@ def test_bad_arguments_fail_before_anything_runs(tmp_path):
         with pytest.raises(ValueError, match="CUDA is not available"):
             dd.run_experiment(cfg, tmp_path, device="cuda")
     assert not (tmp_path / "results.sqlite").exists()
-
-
-class FakeRay:
-    """Just enough of Ray's API to run each remote task in-process, when it is submitted."""
-
-    class Ref:
-        def __init__(self, fn, args):
-            try:
-                self.value, self.error = fn(*args), None
-            except Exception as err:  # Ray raises a task's error from ray.get
-                self.value, self.error = None, err
-
-    def __init__(self):
-        self.started = False
-
-    def is_initialized(self):
-        return self.started
-
-    def init(self):
-        self.started = True
-
-    def remote(self, **options):
-        return lambda fn: type("Remote", (), {"remote": staticmethod(
-            lambda *args: self.Ref(fn, args))})
-
-    def wait(self, refs, num_returns, timeout=None):
-        return refs[:num_returns], refs[num_returns:]
-
-    def get(self, ref):
-        if ref.error:
-            raise ref.error
-        return ref.value
-
-
-def test_ray_backend_runs_cells_as_tasks_and_records_lost_ones(tmp_path, monkeypatch):
-    from ddl_dynamics.experiment import runner
-
-    cfg = experiment(["overwrite"])
-    monkeypatch.setitem(sys.modules, "ray", FakeRay())
-    work = runner._work
-
-    def lose_ddl(cell, run_dir, progress=False):
-        if cell.label == "ddl":
-            raise RuntimeError("worker node lost")
-        return work(cell, run_dir, progress)
-
-    monkeypatch.setattr(runner, "_work", lose_ddl)
-    summary = dd.run_experiment(cfg, tmp_path, backend="ray", progress=False)
-    assert summary.counts == {"ok": 1, "failed": 1} and sys.modules["ray"].started
-    lost = dd.ResultStore(tmp_path / "results.sqlite").rows(model="ddl")[0]
-    assert "worker node lost" in lost.message
 
 
 def test_ray_backend_without_ray_says_how_to_install(tmp_path, monkeypatch):

@@ -1,10 +1,14 @@
 """The runner: expand an experiment into cells, skip finished ones, train the rest.
 
-Cells run in this process (``jobs=1``), in a local pool of spawned processes, or as Ray
-tasks. Whoever trains a cell writes its row, so a killed run keeps every finished cell
-and a rerun picks up where it stopped. A cell whose worker process dies is recorded as
-``"failed"``; the other cells go on. The slowest cells (ODE models) start first. Pool
-workers exit when the process that started them dies, so a killed run leaves no process.
+Cells that differ only in their seed train together, as one ensemble
+(:func:`~ddl_dynamics.experiment.train.run_cells`), unless ``vectorize`` is off. Groups
+run in this process (``jobs=1``), in a local pool of spawned processes, or as Ray tasks.
+Workers return what they trained (rows and weights) and the run's own process alone
+writes the run folder, one cell at a time as its group finishes, so a killed run keeps
+every finished cell and a rerun picks up where it stopped. A group whose worker process
+dies is recorded as ``"failed"``; the others go on. The slowest groups (ODE models) start
+first. Pool workers exit when the process that started them dies, so a killed run leaves
+no process.
 
 Several runs of one experiment (processes, or machines sharing the run folder) split its
 cells: a run claims each cell in the store before training it (:class:`CellQueue`), keeps
@@ -23,6 +27,7 @@ import multiprocessing
 import os
 import socket
 import sqlite3
+import tempfile
 import threading
 import time
 import uuid
@@ -47,7 +52,7 @@ from .store import (
     load_task_file,
     store_path,
 )
-from .train import run_cells, stamp
+from .train import Trained, run_cells, seed_groups, stamp
 
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"
 #: Seconds between a run's heartbeats on its claims.
@@ -89,6 +94,8 @@ def run_experiment(
     progress: bool = True,
     task_files: Sequence[str | Path] = (),
     retry_failed: bool = False,
+    vectorize: bool = True,
+    address: str | None = None,
 ) -> SuiteSummary:
     """Run every unfinished cell of an experiment and return a summary.
 
@@ -99,18 +106,26 @@ def run_experiment(
         device: overrides every cell's ``train.device`` (``"cpu"``/``"cuda"``).
         seeds: overrides the experiment's seeds.
         only: ``{"task": [...], "model": [...]}`` labels to restrict to.
-        backend: ``"local"`` or ``"ray"`` (needs ``pip install ray``; the run folder must
-            be on a filesystem the Ray workers share).
+        backend: ``"local"`` or ``"ray"`` (needs ``pip install ray``): each group is a Ray
+            task (one CPU, and one GPU for cells on ``cuda``) that gets the task files'
+            contents and returns rows and weights, so workers need no shared disk.
         task_files: user task files; a copy of each is kept in the run folder (see
             :func:`keep_task_files`) and imported here and in every worker.
         retry_failed: also train again the cells that ended ``"diverged"`` or
             ``"capped"`` (``"failed"`` cells always run again); only ``"ok"`` is kept.
+        vectorize: train the seeds of a cell together where its model folds; otherwise
+            one cell at a time.
+        address: the Ray cluster to join (``"auto"``, ``"ray://host:10001"``, ...); by
+            default a local Ray instance is started.
     """
     start = time.perf_counter()
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend {backend!r}; use 'local' or 'ray'")
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if address is not None and backend != "ray":
+        raise ValueError(f"address {address!r} is the Ray cluster to join: it needs "
+                         "backend 'ray'")
     if backend == "ray":
         _import_ray()
     for task_file in task_files:  # before the experiment names their tasks
@@ -118,30 +133,35 @@ def run_experiment(
     config = (config_or_path if isinstance(config_or_path, ExperimentConfig)
               else load_experiment(config_or_path))
     cells = config.cells(seeds=seeds, device=device, only=only)
-    if any(c.train.device.startswith("cuda") for c in cells) and not torch.cuda.is_available():
-        raise ValueError("cells ask for device 'cuda' but CUDA is not available here")
+    if any(c.train.device.startswith("cuda") for c in cells):
+        if backend == "ray" and not _ray(address).cluster_resources().get("GPU"):
+            raise ValueError("cells ask for device 'cuda' but the Ray cluster has no GPU")
+        if backend == "local" and not torch.cuda.is_available():
+            raise ValueError("cells ask for device 'cuda' but CUDA is not available here")
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
     store = ResultStore(store_path(run_dir))
     kept = keep_task_files(run_dir, task_files)
     copies = [str((run_dir / record["copy"]).resolve()) for record in kept]
     text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
     run_id = store.start_run(config.name, text, kept)
-    with (CellQueue(store, cells, ("ok",) if retry_failed else FINISHED) as queue,
-          tqdm(total=len(queue.fresh), disable=not progress, desc=config.name,
-               unit="cell") as bar):
+    with (CellQueue(store, cells, ("ok",) if retry_failed else FINISHED, vectorize) as queue,
+          tqdm(total=queue.size, disable=not progress, desc=config.name, unit="cell") as bar):
 
-        def finished(result: RunResult) -> None:
-            bar.update()
-            bar.set_postfix_str(f"{result.task}/{result.model}: {result.status}")
+        def finished(group: Sequence[Trained]) -> None:
+            for trained in group:
+                trained.save(run_dir)
+                result = trained.result
+                bar.update()
+                bar.set_postfix_str(f"{result.task}/{result.model}: {result.status}")
 
         if backend == "ray":
-            _run_ray(queue, run_dir, copies, finished)
+            _run_ray(queue, copies, address, finished)
         elif jobs == 1:
             with _one_thread():
-                while (cell := queue.take(block=True)) is not None:
-                    finished(_work(cell, run_dir, progress))
+                while group := queue.take(block=True):
+                    finished(run_cells(group, progress))
         else:
-            _run_pool(queue, run_dir, copies, jobs, finished)
+            _run_pool(queue, copies, jobs, finished)
     store.finish_run(run_id)
     statuses = {row.key: row.status for row in store.rows()}
     counts = Counter(statuses.get(cell.key, "failed") for cell in cells)
@@ -150,18 +170,22 @@ def run_experiment(
 
 
 class CellQueue:
-    """The cells this run still has to train, each claimed in the store when it is taken,
-    so that several runs split one experiment; while open, a background thread sends the
-    heartbeat of this run's claims, and closing it releases those not finished."""
+    """The cells this run still has to train, in groups that train together
+    (:func:`~ddl_dynamics.experiment.train.seed_groups`, or one cell each without
+    ``vectorize``); each cell is claimed in the store when its group is taken, so that
+    several runs split one experiment. While open, a background thread sends the heartbeat
+    of this run's claims, and closing it releases those not finished."""
 
     def __init__(self, store: ResultStore, cells: Sequence[Cell],
-                 finished: Collection[str]) -> None:
+                 finished: Collection[str], vectorize: bool = True) -> None:
         self.store = store
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.generation = store.todo((c.key for c in cells), finished)
         todo = [c for c in cells if c.key in self.generation]
-        self.fresh = deque(sorted(todo, key=_cost, reverse=True))  # not yet tried
-        self.busy = deque[Cell]()  # claimed by other runs when last tried
+        groups = seed_groups(todo) if vectorize else [[cell] for cell in todo]
+        self.fresh = deque(sorted(groups, key=lambda g: _cost(g[0]), reverse=True))
+        self.busy = deque[list[Cell]]()  # cells other runs held when last tried
+        self.size = len(todo)
         self.skipped, self.taken, self.others = len(cells) - len(todo), 0, 0
         self._closed = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True)
@@ -175,29 +199,35 @@ class CellQueue:
         self._beat.join()
         self.store.release(self.owner)
 
-    def take(self, block: bool) -> Cell | None:
-        """The next cell to train, now claimed by this run; None if no cell is free now
-        or, with ``block``, once every cell is finished (waiting for the other runs)."""
+    def take(self, block: bool) -> list[Cell]:
+        """The next group to train, its cells now claimed by this run (those another run
+        holds wait for a later take); empty if no cell is free now or, with ``block``,
+        once every cell is finished (waiting for the other runs)."""
         while True:
             while self.fresh:
-                if self._claim(cell := self.fresh.popleft()):
-                    return cell
+                if group := self._claim(self.fresh.popleft()):
+                    return group
             if self.busy:
                 self._release_dead_owners()
             for _ in range(len(self.busy)):
-                if self._claim(cell := self.busy.popleft()):
-                    return cell
+                if group := self._claim(self.busy.popleft()):
+                    return group
             if not self.busy or not block:
-                return None
+                return []
             time.sleep(POLL)
 
-    def _claim(self, cell: Cell) -> bool:
-        state = self.store.claim(cell.key, self.owner, self.generation[cell.key], STALE_AFTER)
-        if state == "busy":
-            self.busy.append(cell)
-        self.taken += state == "claimed"
-        self.others += state == "done"
-        return state == "claimed"
+    def _claim(self, group: list[Cell]) -> list[Cell]:
+        """The cells of ``group`` this run could claim; those others hold go to ``busy``."""
+        claimed, busy = [], []
+        for cell in group:
+            state = self.store.claim(cell.key, self.owner, self.generation[cell.key],
+                                     STALE_AFTER)
+            (claimed if state == "claimed" else busy if state == "busy" else []).append(cell)
+            self.others += state == "done"
+        if busy:
+            self.busy.append(busy)
+        self.taken += len(claimed)
+        return claimed
 
     def _release_dead_owners(self) -> None:
         """Free the claims of runs on this machine whose process is gone (killed)."""
@@ -229,13 +259,6 @@ def _cost(cell: Cell) -> tuple[bool, int]:
     return ode, cell.train.steps * int(cell.config.get("depth", 1))
 
 
-def _work(cell: Cell, run_dir: Path, progress: bool = False) -> RunResult:
-    """Train one cell and store its row (runs in a worker process)."""
-    [trained] = run_cells([cell], progress=progress)
-    trained.save(run_dir)
-    return trained.result
-
-
 @contextlib.contextmanager
 def _one_thread() -> Iterator[None]:
     """Train on one torch thread: small models run fastest so (and far faster than with
@@ -265,58 +288,56 @@ def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
     os._exit(1)
 
 
-def _record_crash(cell: Cell, run_dir: Path, message: str = _CRASHED) -> RunResult:
-    result = stamp(RunResult(status="failed", message=message), cell)
-    ResultStore(store_path(run_dir)).put(result)
-    return result
+def _crashed(group: Sequence[Cell], message: str = _CRASHED) -> list[Trained]:
+    return [Trained(stamp(RunResult(status="failed", message=message), cell)) for cell in group]
 
 
-def _run_pool(queue: CellQueue, run_dir: Path, task_files: Sequence[str], jobs: int,
-              finished: Callable[[RunResult], None]) -> None:
-    """Run the queue's cells in worker processes, at most ``jobs`` at a time.
+def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
+              finished: Callable[[Sequence[Trained]], None]) -> None:
+    """Train the queue's groups in worker processes, at most ``jobs`` at a time.
 
-    When a worker dies the pool breaks and every cell in flight is interrupted. Those
-    cells are suspects: each reruns alone in a one-worker pool, and one that dies alone
+    When a worker dies the pool breaks and every group in flight is interrupted. Those
+    groups are suspects: each reruns alone in a one-worker pool, and one that dies alone
     is recorded as failed.
     """
-    suspects = deque[Cell]()
+    suspects = deque[list[Cell]]()
     context = _context()
     while True:
         alone = bool(suspects)
-        running: dict[Future[RunResult], Cell] = {}
+        running: dict[Future[list[Trained]], list[Cell]] = {}
         with ProcessPoolExecutor(1 if alone else jobs, mp_context=context,
                                  initializer=_init_worker, initargs=(tuple(task_files),)) as pool:
             try:
                 while alone and suspects:
-                    cell = suspects.popleft()
+                    group = suspects.popleft()
                     try:
-                        finished(pool.submit(_work, cell, run_dir).result())
+                        finished(pool.submit(run_cells, group).result())
                     except BrokenProcessPool:
-                        finished(_record_crash(cell, run_dir))
+                        finished(_crashed(group))
                         raise
                 while not alone:
                     while len(running) < jobs:
-                        if (cell := queue.take(block=not running)) is None:
+                        if not (group := queue.take(block=not running)):
                             break
                         try:
-                            running[pool.submit(_work, cell, run_dir)] = cell
-                        except BrokenProcessPool:  # broke since the last wait: keep the cell
-                            suspects.append(cell)
+                            running[pool.submit(run_cells, group)] = group
+                        except BrokenProcessPool:  # broke since the last wait: keep the group
+                            suspects.append(group)
                             raise
                     if not running:
                         break
                     ready, _ = wait(running, timeout=POLL if queue.busy else None,
                                     return_when=FIRST_COMPLETED)
                     for future in ready:
-                        result = future.result()
+                        trained = future.result()
                         del running[future]
-                        finished(result)
+                        finished(trained)
             except BrokenProcessPool:
-                for future, cell in running.items():
+                for future, group in running.items():
                     if future.done() and not future.exception():
                         finished(future.result())
                     else:
-                        suspects.append(cell)
+                        suspects.append(group)
         if not alone and not suspects:
             return
 
@@ -342,28 +363,48 @@ def _import_ray():
     return ray
 
 
-def _ray_work(cell: Cell, run_dir: Path, task_files: Sequence[str]) -> RunResult:
-    _init_worker(task_files)
-    return _work(cell, run_dir)
-
-
-def _run_ray(queue: CellQueue, run_dir: Path, task_files: Sequence[str],
-             finished: Callable[[RunResult], None]) -> None:
-    """Run each cell as a Ray task (one CPU each); a task whose worker dies is failed."""
+def _ray(address: str | None) -> Any:
+    """Ray, connected to the cluster at ``address`` (default: a new local instance)."""
     ray = _import_ray()
     if not ray.is_initialized():
-        ray.init()
-    remote = ray.remote(num_cpus=1, max_retries=0)(_ray_work)
-    refs: dict[Any, Cell] = {}
+        ray.init(address=address)
+    return ray
+
+
+def _ray_work(group: Sequence[Cell], task_files: Sequence[tuple[str, bytes]]) -> list[Trained]:
+    """A Ray task: import the run's task files from their contents (the worker may share
+    no disk with the driver), train the group and return its rows and weights."""
+    folder = Path(tempfile.gettempdir()) / "ddl_dynamics_task_files"
+    for name, data in task_files:
+        path = folder / name  # named by content hash: never two contents under one name
+        if not path.is_file():
+            folder.mkdir(exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+    _init_worker([str(folder / name) for name, _ in task_files])
+    return run_cells(group)
+
+
+def _run_ray(queue: CellQueue, task_files: Sequence[str], address: str | None,
+             finished: Callable[[Sequence[Trained]], None]) -> None:
+    """Train each group as a Ray task (one CPU; one GPU on ``cuda``) on the cluster at
+    ``address`` (default: a new local instance); a group whose worker dies is failed."""
+    ray = _ray(address)
+    remote = ray.remote(max_retries=0)(_ray_work)
+    sources = tuple((Path(f).name, Path(f).read_bytes()) for f in task_files)
+    refs: dict[Any, list[Cell]] = {}
     while True:
-        while (cell := queue.take(block=not refs)) is not None:  # Ray queues what it gets
-            refs[remote.remote(cell, run_dir, tuple(task_files))] = cell
+        while group := queue.take(block=not refs):  # Ray queues what it gets
+            gpus = 1 if group[0].train.device.startswith("cuda") else 0
+            refs[remote.options(num_cpus=1, num_gpus=gpus).remote(group, sources)] = group
         if not refs:
             return
         ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL if queue.busy else None)
         for ref in ready:
-            cell = refs.pop(ref)
+            group = refs.pop(ref)
             try:
-                finished(ray.get(ref))
+                trained = ray.get(ref)
             except Exception as err:  # a crashed Ray worker: record it and go on
-                finished(_record_crash(cell, run_dir, f"{_CRASHED}: {err}"))
+                trained = _crashed(group, f"{_CRASHED}: {err}")
+            finished(trained)

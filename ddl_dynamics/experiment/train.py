@@ -306,13 +306,20 @@ class Trained:
 
 
 def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
-    """The cells grouped by all but their seed, in first-seen order: each group can train
-    as one ensemble (:func:`run_cells`)."""
+    """The cells grouped by all but their seed, in first-seen order, to train together
+    (:func:`run_cells`); the cells of a model that cannot fold (see
+    :func:`~ddl_dynamics.models.ensemble.fold`) stay apart, to spread over workers."""
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         rest = json.dumps({**cell.to_dict(), "seed": None}, sort_keys=True)
         groups.setdefault(rest, []).append(cell)
-    return list(groups.values())
+    return [split for group in groups.values()
+            for split in ([group] if _folds(group[0]) else [[cell] for cell in group])]
+
+
+def _folds(cell: Cell) -> bool:
+    model = cell.build()[1]
+    return fold([model, model]) is not None
 
 
 def run_cells(cells: Sequence[Cell], progress: bool = False) -> list[Trained]:
