@@ -8,6 +8,7 @@ results store), reported as one line on stderr; warnings go to stderr as one lin
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -20,6 +21,7 @@ from ._task import TASKS, list_tasks
 from .analysis.figures import FIGURE_KINDS, make_figures
 from .analysis.html import write_html_report
 from .analysis.report import RENDERERS, build_report, render, write_report
+from .experiment.bench import BENCH_PARTS, run_bench
 from .experiment.runner import run_experiment
 from .experiment.store import load_task_file
 from .models.base import MODELS
@@ -80,6 +82,17 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+def _bench(args: argparse.Namespace) -> int:
+    results = run_bench(args.parts.split(","), args.experiment,
+                        _only(args.only) if args.only else None, _seeds(args.seeds),
+                        args.repeats)
+    path = Path(args.output) if args.output else Path(args.run_dir) / "bench.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1))
+    print(f"\nbench: {path}")
+    return 0
+
+
 def _load_task_files(args: argparse.Namespace) -> None:
     """``--task-file`` of report and plot: imported before the run's own kept copies, which
     are then only imported for what is still missing."""
@@ -125,6 +138,23 @@ def _parser() -> argparse.ArgumentParser:
                      help="'failed': also train again the cells that diverged or were capped "
                           "(failed cells always run again)")
     run.set_defaults(func=_run)
+
+    bench = sub.add_parser("bench", help="time the operator, training steps and a suite; "
+                                         "print tables and write JSON")
+    bench.add_argument("--parts", default=",".join(BENCH_PARTS),
+                       help=f"comma-separated, of {', '.join(BENCH_PARTS)} (default: all; "
+                            "cuda is skipped where CUDA is not available)")
+    bench.add_argument("--experiment", default="experiments/regimes.toml",
+                       help="the suite to time (default experiments/regimes.toml)")
+    bench.add_argument("--only", default="task=overwrite,model=resnet,model=ddl",
+                       help="the suite's subset (default task=overwrite,model=resnet,"
+                            "model=ddl; '' for all of it)")
+    bench.add_argument("--seeds", help="comma-separated seeds, overriding the suite's")
+    bench.add_argument("--repeats", type=int, default=20, help="timed repeats per call")
+    bench.add_argument("--run-dir", default="runs/bench",
+                       help="writes RUN_DIR/bench.json (default runs/bench)")
+    bench.add_argument("--output", help="write the JSON here instead")
+    bench.set_defaults(func=_bench)
 
     report = sub.add_parser("report", help="aggregate a run folder into tables")
     report.add_argument("run_dir", help="the run folder, e.g. runs/quick")

@@ -1,18 +1,25 @@
-"""bench_operator and bench_transformer measure what they say, on tiny configurations
-(timings are not checked)."""
+"""The benchmarks measure what they say, on tiny configurations (timings are not checked),
+and ``ddl-dyn bench`` prints their tables and writes their rows as JSON."""
 
 import json
 
 import pytest
 import torch
 
+import ddl_dynamics as dd
+from ddl_dynamics.cli import main
 from ddl_dynamics.experiment.bench import (
     bench_operator,
+    bench_steps,
+    bench_suite,
     bench_transformer,
     format_operator_table,
+    format_steps_table,
+    format_suite_table,
     format_transformer_table,
     traffic_ratio,
 )
+from ddl_dynamics.models.base import MODELS
 
 
 def test_bench_operator_rows_hold_times_ratios_and_the_dense_comparison():
@@ -56,3 +63,56 @@ def test_bench_transformer_rows_hold_throughput_ratios_against_the_first_variant
     assert ddl["x_transformer"] == pytest.approx(ddl["tokens_per_s"] / first["tokens_per_s"])
     json.dumps(rows)  # rows are plain data
     assert len(format_transformer_table(rows).splitlines()) == 3
+
+
+def test_bench_steps_times_every_vector_family_against_resnet_alone_and_together():
+    rows = bench_steps(seeds=(1, 2), width=8, depth=3, batch_size=16, repeats=2)
+    families = [f for f in dd.list_models() if MODELS.get(f).kind == "vector"]
+    assert [(r["family"], r["seeds"]) for r in rows] == [
+        (f, s) for s in (1, 2) for f in ["resnet", *(f for f in families if f != "resnet")]]
+    by = {(r["family"], r["seeds"]): r for r in rows}
+    assert by["resnet", 1]["x_baseline"] == by["resnet", 2]["x_baseline"] == 1.0
+    for family in families:
+        one, two = by[family, 1], by[family, 2]
+        assert one["ms"] > 0 and two["ms"] > 0 and not one["folded"]
+        assert two["x_baseline"] == pytest.approx(two["ms"] / by["resnet", 2]["ms"])
+        assert two["x_one_by_one"] == pytest.approx(two["ms"] / (2 * one["ms"]))
+    # adaptive ODE solves share their step sizes over the batch: they never fold
+    assert {f for f in families if by[f, 2]["folded"]} == set(families) - {"node", "anode"}
+    assert len(format_steps_table(rows).splitlines()) == 1 + len(rows)
+
+
+def tiny_experiment(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_text('name = "b"\nseeds = [0, 1]\n[defaults.model]\nwidth = 8\ndepth = 3\n'
+                    '[defaults.train]\nsteps = 5\nn_train = 32\nn_test = 16\n'
+                    '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n'
+                    '[[models]]\nname = "ddl"\n')
+    return path
+
+
+def test_bench_suite_runs_the_experiment_once_per_setting(tmp_path):
+    rows = bench_suite(tiny_experiment(tmp_path), only={"model": ["ddl"]})
+    assert [(r["vectorize"], r["jobs"]) for r in rows] == [
+        (False, 1), (True, 1), (False, 2), (True, 2)]
+    for r in rows:
+        assert r["counts"] == {"ok": 2} and r["cells"] == 2 and r["wall_s"] > 0
+        assert r["x_first"] == pytest.approx(r["wall_s"] / rows[0]["wall_s"])
+    assert len(format_suite_table(rows).splitlines()) == 5
+    assert not list(tmp_path.glob("runs*"))  # every run in its own temporary folder
+
+
+def test_bench_command_prints_tables_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    argv = ["bench", "--parts", "suite,cuda", "--experiment", str(tiny_experiment(tmp_path)),
+            "--only", "model=resnet", "--seeds", "0", "--output", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    results = json.loads(out.read_text())
+    assert [r["cells"] for r in results["suite"]] == [1, 1, 1, 1]
+    assert "wall s" in printed and f"bench: {out}" in printed
+    if not torch.cuda.is_available():
+        assert results["cuda"] == {"skipped": "CUDA is not available here"}
+        assert "cuda: skipped" in printed
+    assert main(["bench", "--parts", "steps,gpu", "--output", str(out)]) == 2
+    assert "unknown benchmark 'gpu'" in capsys.readouterr().err

@@ -1,29 +1,40 @@
-"""Benchmarks as data: rows of measured times and ratios.
+"""Benchmarks as data: rows of measured times and ratios, and a table for each.
 
 ``bench_operator`` times one forward + backward of the Delta update against a plain
 residual add ``X + F`` and against the dense ``d × d`` operator the model path avoids;
 ``bench_transformer`` times training steps of the Transformer variants against the
-additive baseline; ``format_operator_table`` and ``format_transformer_table`` print their
-rows. Scripts and the CLI call these.
+additive baseline; ``bench_steps`` one training step of each vector family against its
+additive baseline, alone and with seeds trained together; ``bench_suite`` an experiment's
+wall time with seeds together or one by one, on one or more workers. ``format_*_table``
+print their rows; ``run_bench`` (``ddl-dyn bench``) and the scripts in ``experiments/``
+call these.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..models.base import make_model
+from .._task import Task, TaskData, make_task
+from ..models.base import MODELS, list_models, make_model
 from ..models.delta_kernels import choose_backend
+from ..models.ensemble import Ensemble, alone, fold
 from ..models.operator import delta_update, normalize_direction, shortcut_matrix, write_update
 from ..models.params import count_parameters
+from .config import ExperimentConfig, TrainConfig, load_experiment
+from .runner import run_experiment
+from .train import descend, fold_data, make_optimizer, member_losses, predictor, to_device
 
 #: label → (model name, options): the rows of ``experiments/transformer.toml``, and TC.
 TRANSFORMER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -297,3 +308,219 @@ def format_transformer_table(rows: list[dict[str, Any]]) -> str:
 def machine_load() -> str:
     """The 1, 5 and 15 minute load averages: other processes share the cores being timed."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+#: The additive baseline the vector families are timed against at the same width, and the
+#: task they are timed on (the Transformer variants: :func:`bench_transformer`).
+STEP_BASELINE, STEP_TASK = "resnet", "overwrite"
+
+
+def bench_steps(
+    families: Sequence[str] | None = None,
+    seeds: Iterable[int] = (1, 3, 5),
+    width: int = 32,
+    depth: int = 8,
+    batch_size: int = 128,
+    repeats: int = 20,
+    threads: int | None = 1,
+    device: str = "cpu",
+    bf16: bool = False,
+) -> list[dict[str, Any]]:
+    """Time one training step of each vector model family (default: every one registered),
+    alone and as ensembles.
+
+    A step is what the trainer does per batch: forward, each member's loss (read back, as
+    the trainer reads it), backward, per-member gradient clipping and the AdamW update, on
+    ``batch_size`` examples per seed of :data:`STEP_TASK` at ``width`` and ``depth``. For
+    each ``S`` in ``seeds`` the family's ``S`` seeds step as one folded ensemble where the
+    model folds, else one after another (as the trainer would). The calls of one ``S`` are
+    interleaved (:func:`median_times`) and timed as :func:`bench_operator` times its own.
+    ``bf16``: under bfloat16 autocast (CUDA).
+
+    Returns one row per family and ``S``: ``ms`` per step of all ``S`` seeds, ``folded``,
+    ``x_baseline`` (over :data:`STEP_BASELINE` at the same ``S``) and, where ``S = 1`` was
+    timed, ``x_one_by_one`` (over ``S`` steps of one seed alone).
+    """
+    baseline = STEP_BASELINE
+    families = list(families or [name for name in list_models()
+                                 if getattr(MODELS.get(name), "kind", "vector") == "vector"])
+    families = [baseline, *(f for f in families if f != baseline)]
+    task = make_task(STEP_TASK, depth=depth)
+    cfg = TrainConfig(batch_size=batch_size, device=device, bf16=bf16)
+    rows: list[dict[str, Any]] = []
+    alone_ms: dict[str, float] = {}
+    with timing(threads, device) as (clock, sync):
+        for size in seeds:
+            calls = {family: _training_step(family, task, cfg, size, width, depth)
+                     for family in families}
+            times = median_times({f: call for f, (call, _) in calls.items()}, repeats, clock, sync)
+            for family in families:
+                ms = 1e3 * times[family]
+                if size == 1:
+                    alone_ms[family] = ms
+                row = {"family": family, "seeds": size, "folded": calls[family][1],
+                       "ms": ms, "x_baseline": ms / (1e3 * times[baseline])}
+                if family in alone_ms:
+                    row["x_one_by_one"] = ms / (size * alone_ms[family])
+                rows.append(row)
+    return rows
+
+
+def _training_step(family: str, task: Task, cfg: TrainConfig, size: int, width: int,
+                   depth: int) -> tuple[Callable[[], None], bool]:
+    """One training step of ``size`` seeds of ``family`` (see :func:`bench_steps`), and
+    whether they run folded."""
+    device = torch.device(cfg.device)
+    models = []
+    for seed in range(size):
+        torch.manual_seed(seed)
+        models.append(make_model(family, in_dim=task.in_dim, out_dim=task.out_dim,
+                                 control_dim=task.control_dim, width=width, depth=depth)
+                      .to(device))
+    folded = fold(models)
+    groups = [folded] if folded is not None else [alone(m) for m in models]
+    parts = [task.sample(cfg.batch_size, seed, "train") for seed in range(size)]
+    predict = predictor(task, cfg.bf16 and device.type == "cuda")
+    steps = []
+    for ensemble in groups:
+        mine = parts if folded is not None else parts[len(steps):len(steps) + 1]
+        batch = to_device(fold_data(mine), device)
+        optimizer = make_optimizer(ensemble.module, cfg)
+        training = torch.ones(ensemble.size, dtype=torch.bool, device=device)
+
+        def step(ensemble: Ensemble = ensemble, batch: TaskData = batch,
+                 optimizer: torch.optim.Optimizer = optimizer, training: Tensor = training
+                 ) -> None:
+            losses = member_losses(ensemble.module, task, batch, predict, ensemble.size)
+            losses.tolist()
+            descend(ensemble, optimizer, losses, training, cfg.grad_clip)
+
+        steps.append(step)
+    return (lambda: [step() for step in steps]), folded is not None and size > 1
+
+
+def format_steps_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`bench_steps` as a plain-text table."""
+    lines = [f"{'family':>12} {'seeds':>5} {'folded':>6} {'ms/step':>8} {'×baseline':>9} "
+             f"{'×one by one':>11}"]
+    for r in rows:
+        one = f"{r['x_one_by_one']:>11.2f}" if "x_one_by_one" in r else f"{'—':>11}"
+        lines.append(f"{r['family']:>12} {r['seeds']:>5} {'yes' if r['folded'] else 'no':>6} "
+                     f"{r['ms']:>8.2f} {r['x_baseline']:>9.2f} {one}")
+    return "\n".join(lines)
+
+
+#: (vectorize, jobs) of the suite benchmark's runs, the first being the reference.
+SUITE_RUNS = ((False, 1), (True, 1), (False, 2), (True, 2))
+
+
+def bench_suite(
+    experiment: str | Path | ExperimentConfig,
+    only: Mapping[str, Sequence[str]] | None = None,
+    seeds: Sequence[int] | None = None,
+    runs: Iterable[tuple[bool, int]] = SUITE_RUNS,
+    device: str | None = None,
+    bf16: bool = False,
+) -> list[dict[str, Any]]:
+    """Wall time of an experiment (or its ``only`` subset) trained from scratch, once per
+    ``(vectorize, jobs)`` in ``runs``, each into a fresh temporary run folder.
+
+    Wall time counts every core a run uses, so other processes on the machine inflate it:
+    each row carries the load averages before and after. ``device`` overrides the cells'
+    device; ``bf16`` turns on bfloat16 autocast for them (CUDA only).
+
+    Returns one row per run: ``vectorize``, ``jobs``, ``cells``, ``counts`` (statuses),
+    ``wall_s`` and ``x_first`` (over the first run's wall time).
+    """
+    config = (experiment if isinstance(experiment, ExperimentConfig)
+              else load_experiment(experiment))
+    if bf16:
+        config = dataclasses.replace(config, train_defaults={**config.train_defaults,
+                                                             "bf16": True})
+    rows: list[dict[str, Any]] = []
+    for vectorize, jobs in runs:
+        load = machine_load()
+        with tempfile.TemporaryDirectory() as run_dir:
+            summary = run_experiment(config, run_dir, jobs=jobs, device=device, seeds=seeds,
+                                     only=only, vectorize=vectorize, progress=False)
+        rows.append({"vectorize": vectorize, "jobs": jobs, "cells": sum(summary.counts.values()),
+                     "counts": summary.counts, "wall_s": summary.wall_time,
+                     "x_first": summary.wall_time / (rows[0]["wall_s"] if rows
+                                                     else summary.wall_time),
+                     "load_before": load, "load_after": machine_load()})
+    return rows
+
+
+def format_suite_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`bench_suite` as a plain-text table."""
+    lines = [f"{'seeds':>12} {'jobs':>4} {'cells':>5} {'wall s':>8} {'×first':>6}  load"]
+    for r in rows:
+        seeds = "together" if r["vectorize"] else "one by one"
+        lines.append(f"{seeds:>12} {r['jobs']:>4} {r['cells']:>5} {r['wall_s']:>8.1f} "
+                     f"{r['x_first']:>6.2f}  {r['load_before']} → {r['load_after']}")
+    return "\n".join(lines)
+
+
+#: The parts of :func:`run_bench`, in the order they run.
+BENCH_PARTS = ("operator", "steps", "suite", "cuda")
+
+
+def run_bench(
+    parts: Iterable[str] = BENCH_PARTS,
+    experiment: str | Path = "experiments/regimes.toml",
+    only: Mapping[str, Sequence[str]] | None = None,
+    seeds: Sequence[int] | None = None,
+    repeats: int = 20,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run the benchmarks in ``parts`` and return what they measured, echoing each table.
+
+    ``operator``: :func:`bench_operator`; ``steps``: :func:`bench_steps` of the vector
+    families and :func:`bench_transformer` of the Transformer variants; ``suite``:
+    :func:`bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``cuda``:
+    the same three on CUDA in bfloat16 (autocast for training), or a note that it was
+    skipped where CUDA is not available.
+    """
+    parts = list(parts)
+    unknown = sorted(set(parts) - set(BENCH_PARTS))
+    if unknown:
+        raise ValueError(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCH_PARTS)}")
+    results: dict[str, Any] = {"torch": torch.__version__, "threads": 1, "load": machine_load()}
+    devices = [("cpu", torch.float32)] if set(parts) - {"cuda"} else []
+    if "cuda" in parts:
+        if torch.cuda.is_available():
+            devices.append(("cuda", torch.bfloat16))
+        else:
+            results["cuda"] = {"skipped": "CUDA is not available here"}
+            echo("cuda: skipped, CUDA is not available here")
+    for device, dtype in devices:
+        cuda = device == "cuda"
+        into = results
+        if cuda:
+            into = results["cuda"] = {"device": torch.cuda.get_device_name()}
+        threads = None if cuda else 1
+        if "operator" in parts or cuda:
+            echo(f"\n{device}: the Delta update against an add ({dtype})")
+            into["operator"] = bench_operator(repeats=repeats, threads=threads, device=device,
+                                              dtype=dtype)
+            echo(format_operator_table(into["operator"]))
+        if "steps" in parts or cuda:
+            autocast = " (bf16 autocast)" if cuda else ""
+            echo(f"\n{device}: one training step, vector families against "
+                 f"{STEP_BASELINE}{autocast}")
+            into["steps"] = bench_steps(repeats=repeats, threads=threads, device=device,
+                                        bf16=cuda)
+            echo(format_steps_table(into["steps"]))
+            echo(f"\n{device}: training steps of the Transformer variants{autocast}")
+            with (torch.autocast("cuda", dtype=torch.bfloat16) if cuda
+                  else contextlib.nullcontext()):
+                into["transformer"] = bench_transformer(threads=threads, device=device)
+            echo(format_transformer_table(into["transformer"]))
+        if "suite" in parts or cuda:
+            subset = f" ({only})" if only else ""
+            echo(f"\n{device}: wall time of {experiment}{subset}")
+            into["suite_of"] = {"experiment": str(experiment), "only": only, "seeds": seeds}
+            into["suite"] = bench_suite(experiment, only, seeds, device=device, bf16=cuda)
+            echo(format_suite_table(into["suite"]))
+    results["load_after"] = machine_load()
+    return results

@@ -117,15 +117,14 @@ def _train(ensemble: Ensemble, task: Task, cfg: TrainConfig, seeds: Sequence[int
     for model in ensemble.members:
         model.to(device).train()
     ode = hasattr(module, "reset_nfe")
-    members = [_Member(seed, _to(task.sample(cfg.n_train, seed, "train"), device),
-                       _to(task.sample(cfg.n_val, seed, "val"), device)) for seed in seeds]
-    data, val = _fold([m.data for m in members]), _fold([m.val for m in members])
-    predict = _predictor(task, cfg.bf16 and device.type == "cuda")
+    members = [_Member(seed, to_device(task.sample(cfg.n_train, seed, "train"), device),
+                       to_device(task.sample(cfg.n_val, seed, "val"), device)) for seed in seeds]
+    data, val = fold_data([m.data for m in members]), fold_data([m.val for m in members])
+    predict = predictor(task, cfg.bf16 and device.type == "cuda")
     if size > 1:
         _check_fold(ensemble, task, members, min(cfg.batch_size, cfg.n_train))
 
-    optimizer = torch.optim.AdamW(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  fused=True)  # one kernel for all tensors: ~6x faster on CPU
+    optimizer = make_optimizer(module, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
     orders = [_batches(len(m.data), cfg.batch_size, torch.Generator().manual_seed(m.seed))
               for m in members]
@@ -140,9 +139,7 @@ def _train(ensemble: Ensemble, task: Task, cfg: TrainConfig, seeds: Sequence[int
             if ode:
                 module.reset_nfe()
             with _solver_cap(), counter:
-                losses = torch.stack([task.loss(pred, target) for pred, target in zip(
-                    _unfold(predict(module, batch), size), _unfold(batch.targets, size),
-                    strict=True)])
+                losses = member_losses(module, task, batch, predict, size)
                 values = losses.tolist()
                 for i, member in enumerate(members):
                     if step == 1:
@@ -154,17 +151,13 @@ def _train(ensemble: Ensemble, task: Task, cfg: TrainConfig, seeds: Sequence[int
                 training = [m.training for m in members]
                 if not any(training):
                     break
-                optimizer.zero_grad(set_to_none=True)
-                mask = torch.tensor(training, device=device)
-                torch.where(mask, losses, 0.0).sum().backward()
+                descend(ensemble, optimizer, losses, torch.tensor(training, device=device),
+                        cfg.grad_clip)
             nfe = (float(module.nfe_forward), float(module.nfe_backward)) if ode else None
             # FLOPs are counted on step 1; an ODE step's FLOPs scale with its NFE
             units = max(sum(nfe), 1.0) if nfe else 1.0
             if step == 1:
                 flops_per_unit = counter.get_total_flops() / size / units
-            if cfg.grad_clip:
-                _clip_per_member(ensemble, cfg.grad_clip)
-            optimizer.step()
             scheduler.step()
             bar.update()
             evaluate = step % cfg.eval_every == 0 or step == cfg.steps
@@ -233,7 +226,32 @@ def _result(model: nn.Module, task: Task, cfg: TrainConfig, member: _Member,
     )
 
 
-def _predictor(task: Task, bf16: bool) -> Callable[[nn.Module, TaskData], Tensor]:
+def make_optimizer(module: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW over every parameter; it acts per element, so it serves an ensemble's members
+    as it would each alone."""
+    return torch.optim.AdamW(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                             fused=True)  # one kernel for all tensors: ~6x faster on CPU
+
+
+def member_losses(module: nn.Module, task: Task, batch: TaskData,
+                  predict: Callable[[nn.Module, TaskData], Tensor], size: int) -> Tensor:
+    """Each member's training loss on its rows of the folded ``batch``, ``(size,)``."""
+    preds, targets = _unfold(predict(module, batch), size), _unfold(batch.targets, size)
+    return torch.stack([task.loss(p, t) for p, t in zip(preds, targets, strict=True)])
+
+
+def descend(ensemble: Ensemble, optimizer: torch.optim.Optimizer, losses: Tensor,
+            training: Tensor, grad_clip: float) -> None:
+    """One optimiser step of the members still ``training`` (a bool mask), each on its
+    own loss, its gradient clipped to ``grad_clip`` (0: unclipped)."""
+    optimizer.zero_grad(set_to_none=True)
+    torch.where(training, losses, 0.0).sum().backward()
+    if grad_clip:
+        _clip_per_member(ensemble, grad_clip)
+    optimizer.step()
+
+
+def predictor(task: Task, bf16: bool) -> Callable[[nn.Module, TaskData], Tensor]:
     """``predict(model, batch)``: the model's output for the task in float32, computed under
     bfloat16 autocast on CUDA if ``bf16``."""
 
@@ -248,12 +266,10 @@ def _predictor(task: Task, bf16: bool) -> Callable[[nn.Module, TaskData], Tensor
     return predict
 
 
-def _fold(parts: Sequence[TaskData]) -> TaskData:
+def fold_data(parts: Sequence[TaskData]) -> TaskData:
     """The members' data as one batch, member by member."""
-    names = [f.name for f in dataclasses.fields(parts[0])
-             if isinstance(getattr(parts[0], f.name), Tensor)]
     return dataclasses.replace(
-        parts[0], **{name: torch.cat([getattr(p, name) for p in parts]) for name in names})
+        parts[0], **{n: torch.cat([getattr(p, n) for p in parts]) for n in _tensors(parts[0])})
 
 
 def _unfold(folded: Tensor, size: int) -> Tensor:
@@ -265,11 +281,11 @@ def _unfold(folded: Tensor, size: int) -> Tensor:
 def _check_fold(ensemble: Ensemble, task: Task, members: Sequence[_Member], rows: int) -> None:
     """Raise :class:`_Unfolded` unless the folded forward on the members' first ``rows``
     training examples equals each member's own forward on them, to float32 rounding."""
-    predict = _predictor(task, bf16=False)
+    predict = predictor(task, bf16=False)
     parts = [member.data.subset(slice(0, rows)) for member in members]
     own = torch.cat([predict(model, part)
                      for model, part in zip(ensemble.members, parts, strict=True)])
-    if not torch.allclose(predict(ensemble.module, _fold(parts)), own, rtol=1e-4, atol=1e-5,
+    if not torch.allclose(predict(ensemble.module, fold_data(parts)), own, rtol=1e-4, atol=1e-5,
                           equal_nan=True):
         raise _Unfolded
 
@@ -393,12 +409,14 @@ def _solver_cap() -> Iterator[None]:
         raise _Capped(f"solver cap: {err}") from err
 
 
-def _to(data: TaskData, device: torch.device) -> TaskData:
-    def move(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t.to(device)
+def to_device(data: TaskData, device: torch.device | str) -> TaskData:
+    """``data`` with every tensor on ``device``."""
+    return dataclasses.replace(data, **{n: getattr(data, n).to(device) for n in _tensors(data)})
 
-    return dataclasses.replace(data, inputs=move(data.inputs), targets=move(data.targets),
-                               controls=move(data.controls), trajectory=move(data.trajectory))
+
+def _tensors(data: TaskData) -> list[str]:
+    """The names of the fields of ``data`` that hold tensors."""
+    return [f.name for f in dataclasses.fields(data) if isinstance(getattr(data, f.name), Tensor)]
 
 
 @torch.no_grad()
@@ -429,7 +447,7 @@ def _final_metrics(
                                "val": None, "test": None, "ood": {}, "skipped": {}, "extra": {}}
     notes = []
     seed, data, val = member.seed, member.data, member.val
-    test = _to(task.sample(cfg.n_test, seed, "test"), val.inputs.device)
+    test = to_device(task.sample(cfg.n_test, seed, "test"), val.inputs.device)
 
     @torch.no_grad()
     def score(split: str, split_data: TaskData, extras: bool = True) -> float | None:
@@ -466,7 +484,7 @@ def _final_metrics(
                                           else not error <= model.reconstruction_tolerance)
     depth = getattr(model, "depth", None)
     for split in task.ood_splits:
-        split_data = _to(task.sample(cfg.n_test, seed, split), test.inputs.device)
+        split_data = to_device(task.sample(cfg.n_test, seed, split), test.inputs.device)
         if model.can_extrapolate or split_data.steps == depth:
             metrics["ood"][split] = score(split, split_data)
         else:
