@@ -79,6 +79,7 @@ FAMILIES = [
     ("overwrite", "ddl-write", {"context": "control"}),
     ("oscillator", "ddl", {"tied": True}),  # trajectory supervision, the 4x longer split
     ("sign-flip", "node", {"method": "rk4"}),  # a fixed-grid ODE folds too
+    ("sign-flip", "anode", {"method": "euler"}),
 ]
 
 

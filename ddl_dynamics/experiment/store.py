@@ -3,7 +3,8 @@
 A run folder holds ``results.sqlite``, ``models/<key>.pt`` (the trained weights, so
 analysis never retrains) and ``task_files/`` (a copy of each user task file the run
 imported, so the folder can be reported on its own). Every row is written in its own
-transaction, in WAL mode, by the process that trained the cell: a run killed at any moment
+transaction, in WAL mode, by the run's own process as each cell comes back from the
+worker that trained it (workers only return rows and weights): a run killed at any moment
 keeps every finished cell, and a rerun skips them (see :data:`FINISHED`; ``"failed"``
 cells run again).
 
@@ -100,6 +101,7 @@ class RunResult:
             not be scored), ``ood`` (split → value, None when the model cannot run it) with
             ``skipped`` (split → reason), ``extra`` (task extras; ``"split/name"`` for OOD
             splits), ``steps`` trained, ``peak_mem_measure`` (what ``peak_mem`` measured),
+            ``ensemble`` (how many seeds of the cell trained together, this one included),
             and for ODE models ``nfe_test``, ``reconstruction_error``,
             ``reconstruction_tolerance`` and ``reconstruction_flag`` (True when the error
             exceeds the tolerance: the solver, not the vector field alone, shaped the result).
@@ -107,9 +109,12 @@ class RunResult:
             mean forward NFE since last point (None for discrete models)]``.
         flops: forward FLOPs per sample (matmul-class ops, as counted by torch).
         nfe_forward, nfe_backward: ODE function evaluations per training batch, averaged.
-        peak_mem: bytes, the peak during this cell (CUDA: memory allocated; CPU: resident set
-            size, where the platform can reset its high-water mark, else the worker
-            process's peak so far; ``metrics["peak_mem_measure"]`` says which).
+        wall_time: seconds; of seeds trained together, the ensemble's time divided by
+            their number.
+        peak_mem: bytes, the peak during this cell, or during the ensemble it trained in
+            (CUDA: memory allocated; CPU: resident set size, where the platform can reset
+            its high-water mark, else the worker process's peak so far;
+            ``metrics["peak_mem_measure"]`` says which).
         config: the fully resolved cell (:meth:`Cell.to_dict`), every model option with
             its default filled in: the gate's ``beta_init``/``value_source``, an ODE's
             ``method``, ``rtol``, ``atol`` and ``max_steps``; and the row's ``baseline``,
