@@ -12,11 +12,13 @@ import ddl_dynamics as dd
 from ddl_dynamics._task import TASKS
 from ddl_dynamics.experiment.config import ConfigWarning, model_options
 
+FLIP = {"name": "sign-flip", "spec": {"variant": "1d"}, "model": {"width": 1}}
+
 BASE = {
     "name": "t",
     "seeds": [0, 1],
     "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}, "train": {"steps": 20}},
-    "tasks": [{"name": "parity"}, {"name": "sign-flip", "spec": {"variant": "1d"}}],
+    "tasks": [{"name": "parity"}, FLIP],
     "models": [
         {"name": "resnet"},
         {"name": "ddl", "beta_init": 0.25},
@@ -46,7 +48,7 @@ def test_cells_cover_tasks_models_seeds_with_resolved_options():
     assert cells["parity", "ddl-bmax1", 0].config["beta_max"] == 1.0
     assert cells["parity", "ddl-bmax1", 0].model == "ddl"
     assert parity_ddl.train.steps == 20 and parity_ddl.spec["depth"] == 3
-    # sign-flip 1d's model_defaults beat [defaults.model]
+    # sign-flip 1d's model_defaults fill what the file leaves open
     flip = cells["sign-flip", "resnet", 0].config
     assert (flip["width"], flip["encoder"], flip["decoder"]) == (1, "identity", "identity")
 
@@ -174,7 +176,7 @@ def test_load_experiment_reads_toml_and_rejects_malformed(tmp_path):
 
 FAMILIES = ["resnet", "gated", "node", "anode", "ddl", "ddl-write"]
 MATCHED = {"name": "m", "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}},
-           "tasks": [{"name": "parity"}, {"name": "sign-flip", "spec": {"variant": "1d"}}]}
+           "tasks": [{"name": "parity"}, FLIP]}
 
 
 def matched(models, **changes):
@@ -285,12 +287,13 @@ def test_seeds_given_to_cells_and_train_values_given_in_python_are_checked_too()
 
 
 def test_a_default_that_a_task_replaces_is_named_in_a_warning(recwarn):
-    config()
+    cells = by_label(config(tasks=[{"name": "sign-flip", "spec": {"variant": "1d"}}]).cells())
     assert [str(w.message) for w in recwarn if w.category is ConfigWarning] == [
         "exp.toml: [defaults.model] width = 8 does not apply to task 'sign-flip', which sets "
         "width = 1"]
+    assert cells["sign-flip", "resnet", 0].config["width"] == 1  # the task's model_defaults win
     recwarn.clear()  # the same width set for the task itself is the file's choice: no note
-    config(tasks=[{"name": "sign-flip", "spec": {"variant": "1d"}, "model": {"width": 1}}])
+    config(tasks=[FLIP])
     assert not [w for w in recwarn if w.category is ConfigWarning]
 
 
