@@ -121,6 +121,15 @@ def test_a_missing_seed_pairs_only_the_seeds_both_finished():
     assert all(paired.seeds == (0, 1, 2) for _, paired in erase.points)
 
 
+def test_a_control_trained_on_another_budget_leaves_its_knob_values_out():
+    rows = hand_made(events=("reflect",))
+    for r in rows:  # ddl-write trained half the steps at p = 1 only
+        r.config["train"] = {"steps": 50 if r.model == "ddl-write" and
+                             r.config["spec"]["p"] == 1.0 else 100}
+    (erase,) = [c for c in crossovers(rows, []) if c.model == "ddl"]
+    assert [p for p, _ in erase.points] == [0.0, 0.1, 0.5]
+
+
 def test_gate_use_follows_the_probed_events(tmp_path):
     """Planted probes: a stack that reflects exactly at the reflect events and sits at the
     identity elsewhere, and one that reflects everywhere."""

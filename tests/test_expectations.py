@@ -16,13 +16,15 @@ DEFAULTS = {
     family: {k: d for k, (d, _) in model_options(family).items()} for family in list_models()}
 
 
-def cell(label, seed, test, family=None, status="ok", long=None, **options):
-    """A hand-made cell of family ``family`` (default: the label) with resolved options."""
+def cell(label, seed, test, family=None, status="ok", long=None, steps=100, **options):
+    """A hand-made cell of family ``family`` (default: the label) with resolved options,
+    trained ``steps`` steps."""
     family = family or label
     config = {**DEFAULTS[family], "width": 32, "hidden": 40, **options}
     return dd.RunResult(status=status, key=f"{label}-{seed}", task="t", model=label, seed=seed,
                         metrics={"test": test, "ood": {"long": long}},
-                        config={"model": family, "config": config})
+                        config={"model": family, "config": config,
+                                "train": {"steps": steps, "batch_size": 128, "n_train": 2048}})
 
 
 def cells(label, values, **kwargs):
@@ -69,6 +71,15 @@ def test_no_significant_difference_is_insufficient_evidence():
     rows = cells("ddl", [0.1, 0.9, 0.5]) + cells("resnet", LOSE)
     v = judge("t", claim(), rows, False)
     assert v.verdict == INSUFFICIENT and v.note == "no significant difference"
+
+
+def test_a_control_trained_on_another_budget_is_insufficient_evidence():
+    rows = cells("ddl", WIN, steps=150) + cells("resnet", LOSE, steps=50)
+    v = judge("t", claim(), rows, False)
+    assert v.verdict == INSUFFICIENT and v.paired is None
+    assert v.note == "unequal budgets: ddl steps=150; resnet steps=50"
+    # An analytic bound has no budget: the same model is judged against it.
+    assert judge("t", claim(control=1.0), rows, False).verdict == CONFIRMED
 
 
 def test_a_missing_control_is_insufficient_evidence():

@@ -96,6 +96,17 @@ def test_win_and_loss_follow_the_metric_direction(tmp_path):
     assert marks == {"ddl": "loss", "gated": "tie"}
 
 
+def test_rows_trained_on_unequal_budgets_get_no_verdict(tmp_path):
+    rows = [row("resnet", s, v, train={"steps": 150}) for s, v in enumerate(RESNET)]
+    rows += [row("ddl", s, v, train={"steps": 150}) for s, v in enumerate(DDL)]
+    rows += [row("node", s, v, train={"steps": 50}) for s, v in enumerate(DDL)]
+    report = dd.build_report(store_rows(tmp_path, rows))
+    marks = {c.model: c.mark for c in report.comparisons}
+    assert marks == {"ddl": "win", "node": "unequal budget"}
+    assert any(line.startswith("| parity (accuracy ↑) | node | resnet | 3/3 |")
+               and line.endswith("| unequal budget |") for line in render(report).splitlines())
+
+
 def test_stored_baselines_override_the_default(tmp_path):
     rows = [row("resnet", s, 0.5, baseline=None) for s in range(3)]
     rows += [row("resnet-tied", s, v, baseline=None, params=50) for s, v in enumerate(RESNET)]

@@ -31,7 +31,7 @@ import torch
 from .._task import Subject, make_task
 from ..experiment.store import RunResult
 from ..models.operator import REGIMES, regime_index
-from .expectations import match, seed_values
+from .expectations import budget_gap, match, seed_values
 from .probes import erases, load_probes
 from .stats import Estimate, Paired
 
@@ -145,9 +145,10 @@ def crossovers(rows: Sequence[RunResult],
         for model, control in CONTRASTS:
             found = match(model, task_rows), match(control, task_rows)
             if all(len(labels) == 1 for labels in found):
-                (m,), (c,) = found
-                pairs.setdefault((task, m, c), Paired.of(
-                    *(seed_values([r for r in task_rows if r.model == x]) for x in (m, c))))
+                sides = [[r for r in task_rows if r.model == labels[0]] for labels in found]
+                if not budget_gap(*sides):
+                    pairs.setdefault((task, found[0][0], found[1][0]),
+                                     Paired.of(*map(seed_values, sides)))
     curves: dict[tuple[Setting, str, str], list[tuple[float, Paired]]] = defaultdict(list)
     for (task, model, control), paired in pairs.items():
         setting, value = settings[task]

@@ -7,8 +7,9 @@ judged on the paired per-seed differences (:class:`Paired`) and reads
 - ``confirmed``: at least 3 paired finished seeds and p < 0.05 in the claimed direction;
 - ``contradicted``: the same evidence in the opposite direction;
 - ``insufficient evidence``: anything less — too few seeds, no significant difference, a
-  model that did not first succeed in distribution (claims on OOD splits), or a model or
-  control that is not in the run. The note says which.
+  model that did not first succeed in distribution (claims on OOD splits), a model and
+  control trained on unequal budgets (:func:`budget_gap`), or a model or control that is
+  not in the run. The note says which.
 
 Plainly either way: a contradicted expectation is a finding, not an error.
 """
@@ -27,6 +28,8 @@ from ..models.base import MODELS, model_options
 from .stats import MIN_PAIRS, Paired
 
 CONFIRMED, CONTRADICTED, INSUFFICIENT = "confirmed", "contradicted", "insufficient evidence"
+#: The training settings that make a budget: two rows are compared only where they agree.
+BUDGET = ("steps", "batch_size", "n_train")
 #: Options that size a model: the experiment sets (and matches) them, a claim never does.
 SIZES = ("width", "depth", "hidden")
 
@@ -94,6 +97,26 @@ def seed_values(rows: Sequence[RunResult], split: str = "test") -> dict[int, flo
     return found
 
 
+def budget_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
+    """Why two rows' seeds cannot be compared (``"unequal budgets: ddl steps=150; node
+    steps=50"``), or empty when every cell of both trained on the same :data:`BUDGET`.
+
+    A difference between rows trained for different numbers of steps, batches or examples
+    measures the budget as much as the model.
+    """
+    budgets: dict[str, dict[str, set[str]]] = {}
+    for r in (*model, *control):
+        train = r.config.get("train", {})
+        for name in BUDGET:
+            budgets.setdefault(r.model, {}).setdefault(name, set()).add(str(train.get(name)))
+    differ = [n for n in BUDGET if len(set().union(*(b[n] for b in budgets.values()))) > 1]
+    if not differ:
+        return ""
+    return "unequal budgets: " + "; ".join(
+        f"{label} " + ", ".join(f"{n}={'/'.join(sorted(b[n]))}" for n in differ)
+        for label, b in budgets.items())
+
+
 def _failures(rows: Sequence[RunResult], label: str) -> str:
     """``"ddl: 2 of 5 seeds failed (1 capped, 1 diverged)"``, or empty."""
     statuses = Counter(r.status for r in rows if r.model == label)
@@ -129,6 +152,9 @@ def judge(task: str, expectation: Expectation, rows: Sequence[RunResult],
         labels[role] = found[0]
     model, control = labels["model"], labels.get("control")
     failures = [_failures(rows, label) for label in (model, control) if label]
+    if control and (gap := budget_gap(*([r for r in rows if r.model == x]
+                                        for x in (model, control)))):
+        return verdict(model, control, None, INSUFFICIENT, gap, *failures)
     if e.requires is not None:
         test = values(model, "test").values()
         solved = sum((v >= e.requires) if higher_is_better else (v <= e.requires) for v in test)

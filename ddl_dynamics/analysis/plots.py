@@ -279,8 +279,11 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
     return fig
 
 
-#: Cell colour of each verdict mark (Okabe–Ito green and vermillion; "n < 3" is hatched).
-MARK_COLORS = {"win": "#009E73", "tie": "#DDDDDD", "loss": "#D55E00", "n < 3": "#FFFFFF"}
+#: Cell colour of each verdict mark (Okabe–Ito green and vermillion); the marks that are no
+#: verdict ("n < 3", "unequal budget") are white and hatched.
+MARK_COLORS = {"win": "#009E73", "tie": "#DDDDDD", "loss": "#D55E00", "n < 3": "#FFFFFF",
+               "unequal budget": "#FFFFFF"}
+NO_VERDICT = ("n < 3", "unequal budget")
 
 
 @styled
@@ -301,7 +304,7 @@ def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure
             if model in cells[task]:
                 mark, text = cells[task][model]
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=MARK_COLORS[mark],
-                                       edgecolor="0.8", hatch="///" if mark == "n < 3" else None,
+                                       edgecolor="0.8", hatch="///" if mark in NO_VERDICT else None,
                                        lw=0.6))
                 ax.text(j, i, f"{mark}\n{text}", ha="center", va="center", fontsize=6.5,
                         color="white" if mark in ("win", "loss") else "black")
@@ -310,7 +313,7 @@ def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure
     ax.set_yticks(range(len(tasks)), tasks)
     ax.grid(False)
     ax.spines[:].set_visible(False)
-    handles = [Patch(facecolor=c, edgecolor="0.6", hatch="///" if m == "n < 3" else None,
+    handles = [Patch(facecolor=c, edgecolor="0.6", hatch="///" if m in NO_VERDICT else None,
                      label=m) for m, c in MARK_COLORS.items()]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7,
                bbox_to_anchor=(0.5, 1.0))

@@ -40,7 +40,7 @@ from ..experiment.config import COUNTED, DEFAULT_BASELINE
 from ..experiment.store import STATUSES, RunResult, open_run
 from ..models.operator import REGIMES
 from .crossover import Crossover, crossovers, star_text
-from .expectations import Verdict, check_expectations, seed_values
+from .expectations import Verdict, budget_gap, check_expectations, seed_values
 from .probes import erases, load_probes
 from .regimes import regime_fractions
 from .stats import WILCOXON_MIN_PAIRS, Estimate, Outcome, Paired
@@ -48,6 +48,8 @@ from .stats import WILCOXON_MIN_PAIRS, Estimate, Outcome, Paired
 #: A comparison's mark by the outcome of its paired test.
 MARKS: dict[Outcome, str] = {"better": "win", "worse": "loss", "no difference": "tie",
                              "too few seeds": "n < 3"}
+#: The mark of a comparison between rows trained on unequal budgets: no verdict.
+UNEQUAL = "unequal budget"
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ def build_report(run_dir: str | Path) -> Report:
     rows = list(latest.values())
     return Report(name, str(run_dir), experiment, comparisons, check_expectations(rows), tables,
                   _regimes(Path(run_dir)),
-                  crossovers(rows, [(c.task, c.model, c.baseline, c.paired) for c in comparisons]))
+                  crossovers(rows, [(c.task, c.model, c.baseline, c.paired) for c in comparisons
+                                    if c.mark != UNEQUAL]))
 
 
 def baseline_of(label: str, rows: Sequence[RunResult], labels: Sequence[str]) -> str | None:
@@ -201,11 +204,12 @@ def _comparisons(task: str, models: dict[str, list[RunResult]]) -> list[Comparis
         baseline = baseline_of(label, rows, list(models))
         if baseline is None:
             continue
-        paired = Paired.of(seed_values(rows), seed_values(models.get(baseline, [])))
+        control = models.get(baseline, [])
+        paired = Paired.of(seed_values(rows), seed_values(control))
         found.append(Comparison(
             task, label, baseline, metrics.get("metric", "metric"), higher,
             sum(r.status in COUNTED for r in rows), len(rows), paired,
-            MARKS[paired.outcome(higher)]))
+            UNEQUAL if budget_gap(rows, control) else MARKS[paired.outcome(higher)]))
     return found
 
 
@@ -351,9 +355,10 @@ COMPARISON_NOTE = (
     "the seeds both finished (same data and initial weights per seed): mean ± 95% CI, n "
     f"pairs, paired t-test p, Wilcoxon signed-rank p from {WILCOXON_MIN_PAIRS} pairs. "
     "win / loss: p < 0.05 on at least 3 pairs, in the metric's better direction (↑ higher, "
-    "↓ lower is better); tie: no significant difference; n < 3: too few pairs to say. "
-    "finished: seeds that ended ok / seeds run; a capped, diverged or failed seed is a "
-    "failure of that model, never averaged.")
+    "↓ lower is better); tie: no significant difference; n < 3: too few pairs to say; "
+    "unequal budget: the two rows trained for different steps, batch sizes or training "
+    "sets, so no verdict. finished: seeds that ended ok / seeds run; a capped, diverged or "
+    "failed seed is a failure of that model, never averaged.")
 #: How to read the expectations.
 EXPECTATION_NOTE = (
     "Each claim is judged on model − control per finished seed (against a number: the "
