@@ -290,8 +290,8 @@ class SequenceTask(Task):
     gives logits at every position (cross-entropy and accuracy on the scored positions).
     ``steps`` is the sequence length: ``length`` on train, val and test,
     ``length_factors[split]`` times it on an OOD split. ``depth`` is the model's number of
-    blocks; the task ignores it. Tasks whose content space is finite sample through
-    :func:`held_out`, like the vector tasks.
+    blocks; the task ignores it. A subclass draws sequences (:meth:`tokens`) and answers them
+    (:meth:`answers`); :meth:`sample` holds whole sequences out by split (:func:`held_out`).
     """
 
     length: int = 64
@@ -307,6 +307,22 @@ class SequenceTask(Task):
         """The sequence length of ``split`` (checked)."""
         self.check_split(split)
         return self.length * self.length_factors.get(split, 1)
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        """``n`` sequences of :meth:`tokens`, whole sequences held out by split, with their
+        :meth:`answers`."""
+        T = self.split_steps(split)
+        g = split_generator(seed, split)
+        inputs = held_out(lambda m: self.tokens(m, T, g), n, split)
+        return TaskData(inputs=inputs, targets=self.answers(inputs), steps=T)
+
+    @abstractmethod
+    def tokens(self, n: int, T: int, g: torch.Generator) -> Tensor:
+        """``n`` input sequences of length ``T``, int64 ``(n, T)``, drawn from ``g``."""
+
+    @abstractmethod
+    def answers(self, tokens: Tensor) -> Tensor:
+        """The targets of ``tokens``: int64 ``(n, T)``, :data:`IGNORE_INDEX` where unscored."""
 
 
 def register_task(name: str, task: type[Task] | None = None) -> Any:

@@ -29,10 +29,7 @@ from torch import Tensor
 from ddl_dynamics import (
     IGNORE_INDEX,
     SequenceTask,
-    TaskData,
-    held_out,
     register_task,
-    split_generator,
 )
 
 
@@ -70,13 +67,7 @@ class MQAR(SequenceTask):
     def out_dim(self) -> int:
         return self.vocab
 
-    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
-        T = self.split_steps(split)
-        g = split_generator(seed, split)
-        inputs = held_out(lambda m: self._sequences(m, T, g), n, split)
-        return TaskData(inputs=inputs, targets=self._answers(inputs), steps=T)
-
-    def _sequences(self, n: int, T: int, g: torch.Generator) -> Tensor:
+    def tokens(self, n: int, T: int, g: torch.Generator) -> Tensor:
         """``n`` sequences: the pairs, then each key once at a power-law-drawn query slot."""
         half, N = self.vocab // 2, self.pairs
         keys = torch.rand(n, half - 1, generator=g).argsort(1)[:, :N] + 1  # distinct, in 1..V/2−1
@@ -88,7 +79,7 @@ class MQAR(SequenceTask):
         inputs[:, 0 : 2 * N : 2], inputs[:, 1 : 2 * N : 2] = keys, values
         return inputs.scatter_(1, 2 * N + 2 * where, keys)
 
-    def _answers(self, inputs: Tensor) -> Tensor:
+    def answers(self, inputs: Tensor) -> Tensor:
         """At every query, the value paired with its key; IGNORE_INDEX elsewhere."""
         N = self.pairs
         keys, values = inputs[:, 0 : 2 * N : 2], inputs[:, 1 : 2 * N : 2]  # (n, N)

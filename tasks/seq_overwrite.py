@@ -26,10 +26,7 @@ from torch import Tensor
 from ddl_dynamics import (
     IGNORE_INDEX,
     SequenceTask,
-    TaskData,
-    held_out,
     register_task,
-    split_generator,
 )
 
 
@@ -65,13 +62,7 @@ class SeqOverwrite(SequenceTask):
     def out_dim(self) -> int:
         return self.in_dim
 
-    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
-        T = self.split_steps(split)
-        g = split_generator(seed, split)
-        inputs = held_out(lambda m: self._stream(m, T, g), n, split)
-        return TaskData(inputs=inputs, targets=self._answers(inputs), steps=T)
-
-    def _stream(self, n: int, T: int, g: torch.Generator) -> Tensor:
+    def tokens(self, n: int, T: int, g: torch.Generator) -> Tensor:
         """``n`` token streams: one opening write per slot, then reads and writes."""
         S, C = self.slots, self.values
         slot = torch.randint(0, S, (n, T), generator=g)
@@ -81,7 +72,7 @@ class SeqOverwrite(SequenceTask):
         read[:, :S], read[:, -1] = False, True
         return torch.where(read, S * C + slot, slot * C + value)
 
-    def _answers(self, inputs: Tensor) -> Tensor:
+    def answers(self, inputs: Tensor) -> Tensor:
         """The latest write to the slot of every read; IGNORE_INDEX elsewhere."""
         writes = self.slots * self.values
         targets = torch.full_like(inputs, IGNORE_INDEX)

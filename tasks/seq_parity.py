@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ddl_dynamics import SequenceTask, TaskData, held_out, register_task, split_generator
+from ddl_dynamics import SequenceTask, TaskData, register_task
 
 
 @register_task("seq-parity")
@@ -53,11 +53,11 @@ class SeqParity(SequenceTask):
     def out_dim(self) -> int:
         return 2
 
-    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
-        T = self.split_steps(split)
-        g = split_generator(seed, split)
-        bits = held_out(lambda m: torch.randint(0, 2, (m, T), generator=g), n, split)
-        return TaskData(inputs=bits, targets=bits.cumsum(dim=1) % 2, steps=T)
+    def tokens(self, n: int, T: int, g: torch.Generator) -> Tensor:
+        return torch.randint(0, 2, (n, T), generator=g)
+
+    def answers(self, tokens: Tensor) -> Tensor:
+        return tokens.cumsum(dim=1) % 2
 
     def extra_metrics(self, pred: Tensor, data: TaskData) -> dict[str, float]:
         return {"final_accuracy": self.metric(pred[:, -1:], data.targets[:, -1:])}
