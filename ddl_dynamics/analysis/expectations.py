@@ -137,8 +137,11 @@ def judge(task: str, expectation: Expectation, rows: Sequence[RunResult],
         return Verdict(task, e, higher_is_better, model, control, paired, result,
                        "; ".join(n for n in notes if n))
 
+    def cells(label: str) -> list[RunResult]:
+        return [r for r in rows if r.model == label]
+
     def values(label: str, split: str) -> dict[int, float]:
-        return seed_values([r for r in rows if r.model == label], split)
+        return seed_values(cells(label), split)
 
     subjects = [("model", e.model)] + ([("control", e.control)]
                                        if isinstance(e.control, Subject) else [])
@@ -152,8 +155,7 @@ def judge(task: str, expectation: Expectation, rows: Sequence[RunResult],
         labels[role] = found[0]
     model, control = labels["model"], labels.get("control")
     failures = [_failures(rows, label) for label in (model, control) if label]
-    if control and (gap := budget_gap(*([r for r in rows if r.model == x]
-                                        for x in (model, control)))):
+    if control and (gap := budget_gap(cells(model), cells(control))):
         return verdict(model, control, None, INSUFFICIENT, gap, *failures)
     if e.requires is not None:
         test = values(model, "test").values()
