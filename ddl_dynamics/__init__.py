@@ -15,10 +15,12 @@ from .models.operator import (
     delta_update,
     gate,
     gate_logit,
+    generated_update,
     normalize_direction,
     regime,
     regime_index,
     shortcut_matrix,
+    split_generators,
     write_update,
 )
 
@@ -85,6 +87,7 @@ __all__ = [
     "delta_update",
     "gate",
     "gate_logit",
+    "generated_update",
     "held_out",
     "list_models",
     "list_tasks",
@@ -105,6 +108,7 @@ __all__ = [
     "run_experiment",
     "shortcut_matrix",
     "split_generator",
+    "split_generators",
     "train",
     "write_html_report",
     "write_update",

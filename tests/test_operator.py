@@ -19,7 +19,7 @@ from ddl_dynamics.models.delta_kernels import BACKEND_ENV, BACKENDS, choose_back
 
 def backend(name):
     """``name`` as a test parameter, skipped with the backend's own reason where it cannot run."""
-    reason = BACKENDS[name].unsupported(torch.zeros(1, 1, 1, dtype=torch.float64))
+    reason = BACKENDS[name].unsupported(torch.zeros(1, 1, 1, dtype=torch.float64), 1)
     return pytest.param(name, marks=pytest.mark.skipif(reason is not None, reason=str(reason)))
 
 
@@ -247,15 +247,16 @@ def test_autocast_keeps_the_readout_and_gate_in_float32(name, d_v):
 
 
 def test_ddl_model_hands_the_operator_a_float32_gate_under_autocast(monkeypatch):
-    from ddl_dynamics.models.delta import DeltaModel
+    from ddl_dynamics.models import operator
 
     seen = []
+    update = operator._update
 
-    def spy(X, k, v, beta):
+    def spy(X, k, v, beta, erase, backend):
         seen.append((X.dtype, beta.dtype))
-        return dd.delta_update(X, k, v, beta)
+        return update(X, k, v, beta, erase, backend)
 
-    monkeypatch.setattr(DeltaModel, "update", staticmethod(spy))
+    monkeypatch.setattr(operator, "_update", spy)
     model = dd.make_model("ddl", in_dim=3, out_dim=2, width=16, depth=2, value_channels=4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model(torch.randn(4, 3))
@@ -344,6 +345,81 @@ def test_regime_thresholds(beta, label):
 def test_shape_mismatch_names_the_shapes(update, X, k, v, beta, match):
     with pytest.raises(ValueError, match=match):
         update(torch.zeros(X), torch.zeros(k), torch.zeros(v), torch.zeros(beta))
+
+
+# --- a layer's whole update from its packed generators [k̃ | gate logit | v]
+
+
+def dense_generated(X, raw, d_v, beta_max, erase):
+    """Independent reference: normalise k̃, gate the logit, then :func:`dense_update`."""
+    d = X.shape[-1] // d_v
+    k_raw, logit, v = raw[..., :d], raw[..., d], raw[..., d + 1 :]
+    k = k_raw / torch.sqrt(k_raw.square().sum(-1, keepdim=True) + 1e-10)
+    beta = beta_max * torch.sigmoid(logit)
+    return dense_update(X.unflatten(-1, (d, d_v)), k, v, beta, erase).flatten(-2)
+
+
+def generated_case(batch, d, d_v, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn((*batch, d * d_v), generator=g, dtype=dtype)
+    return X, torch.randn((*batch, d + 1 + d_v), generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("name", ALL_BACKENDS)
+@pytest.mark.parametrize("d_v", [1, 3])
+@pytest.mark.parametrize("erase", [True, False])
+def test_generated_update_matches_the_dense_reference_and_gradcheck(name, d_v, erase):
+    X, raw = (t.requires_grad_() for t in generated_case((5,), 4, d_v, seed=d_v))
+
+    def layer(X, raw):
+        return dd.generated_update(X, raw, value_channels=d_v, beta_max=1.5, erase=erase,
+                                   backend=name)
+
+    out, ref = layer(X, raw), dense_generated(X, raw, d_v, 1.5, erase)
+    torch.testing.assert_close(out, ref)
+    G = torch.randn_like(out)
+    for got, want in zip(torch.autograd.grad(out, (X, raw), G),
+                         torch.autograd.grad(ref, (X, raw), G), strict=True):
+        torch.testing.assert_close(got, want)
+    fast = name == "triton"
+    assert torch.autograd.gradcheck(layer, (X, raw), fast_mode=fast)
+    assert torch.autograd.gradgradcheck(layer, (X, raw), fast_mode=fast)
+
+
+@pytest.mark.parametrize("name", [backend("cpu")])
+@pytest.mark.parametrize("d_v", [1, 4, 5])
+def test_generated_update_is_one_node_on_the_cpu_kernel_and_equals_the_composition(name, d_v):
+    X, raw = (t.float().requires_grad_() for t in generated_case((3, 7), 6, d_v, seed=1))
+    fused = dd.generated_update(X, raw, value_channels=d_v, backend=name)
+    composed = dd.generated_update(X, raw, value_channels=d_v, backend="reference")
+    assert type(fused.grad_fn).__name__ == "_GeneratedUpdateBackward"
+    assert type(composed.grad_fn).__name__ != "_GeneratedUpdateBackward"
+    torch.testing.assert_close(fused, composed)
+    G = torch.randn_like(fused)
+    want = torch.autograd.grad(composed, (X, raw), G)
+    for got, w in zip(torch.autograd.grad(fused, (X, raw), G), want, strict=True):
+        torch.testing.assert_close(got, w)
+    # An input that needs no gradient gets none, also through a differentiable backward.
+    (dX,) = torch.autograd.grad(dd.generated_update(X, raw.detach(), value_channels=d_v), X, G,
+                                create_graph=True)
+    torch.testing.assert_close(dX, want[0])
+
+
+def test_generated_update_runs_under_vmap_and_split_generators_unpacks_it():
+    X, raw = generated_case((4, 3), 5, 2, seed=2)
+    got = vmap(lambda X, raw: dd.generated_update(X, raw, value_channels=2))(X, raw)
+    torch.testing.assert_close(got, dense_generated(X, raw, 2, 2.0, True))
+    k_raw, v, beta = dd.split_generators(raw, 2, beta_max=1.0)
+    assert (k_raw.shape, v.shape, beta.shape) == ((4, 3, 5), (4, 3, 2), (4, 3))
+    torch.testing.assert_close(beta, torch.sigmoid(raw[..., 5]))
+
+
+def test_generated_update_names_the_shapes_it_needs():
+    X, raw = generated_case((2,), 4, 2)
+    with pytest.raises(ValueError, match=r"want \(\.\.\., d·2\) and \(\.\.\., d \+ 1 \+ 2\)"):
+        dd.generated_update(X, raw[:, :-1], value_channels=2)
+    with pytest.raises(ValueError, match="do not fit value_channels=3"):
+        dd.generated_update(X, raw, value_channels=3)
 
 
 # --- FLOP counts: the update is one op with a registered formula, forward and backward
@@ -506,7 +582,7 @@ def test_triton_kernels_take_bfloat16_states_with_a_float32_gate(name):
 def test_backend_is_chosen_automatically_or_forced(monkeypatch):
     monkeypatch.delenv(BACKEND_ENV, raising=False)
     X = torch.zeros(2, 3, 1)
-    auto = "cpu" if BACKENDS["cpu"].unsupported(X) is None else "reference"
+    auto = "cpu" if BACKENDS["cpu"].unsupported(X, X.shape[-1]) is None else "reference"
     assert choose_backend(X) == auto
     assert choose_backend(X.bfloat16()) == "reference"  # the C++ kernel runs float32/float64
     monkeypatch.setenv(BACKEND_ENV, "reference")
@@ -535,7 +611,7 @@ def test_bad_backend_names_a_clear_error(monkeypatch):
     monkeypatch.setenv(BACKEND_ENV, "refrence")
     with pytest.raises(ValueError, match="Did you mean 'reference'"):
         dd.delta_update(*case)
-    if BACKENDS["cpu"].unsupported(case[0]) is None:
+    if BACKENDS["cpu"].unsupported(case[0], case[0].shape[-1]) is None:
         with pytest.raises(ValueError, match=r"'cpu' cannot run this state: .* torch\.bfloat16"):
             dd.delta_update(*(t.bfloat16() for t in case), backend="cpu")
 
@@ -563,14 +639,20 @@ def test_torch_compile_runs_the_update_as_one_op():
 def test_cpu_kernel_splits_large_calls_across_threads(name):
     X, k, v, beta = (t.float() for t in random_case((64,), 512, 4))  # 2¹⁷ elements
     G = torch.randn_like(X)
+    flat, raw = (t.float() for t in generated_case((64,), 512, 4))
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         got = (BACKENDS[name].forward(X, k, v, beta, True),
-               *BACKENDS[name].backward(G, X, k, v, beta, True))
+               *BACKENDS[name].backward(G, X, k, v, beta, True),
+               *delta_kernels.cpu_generated(flat, raw, 4, 2.0, 1e-5, True, G.flatten(-2)))
     finally:
         torch.set_num_threads(threads)
     want = (BACKENDS["reference"].forward(X, k, v, beta, True),
-            *BACKENDS["reference"].backward(G, X, k, v, beta, True))
+            *BACKENDS["reference"].backward(G, X, k, v, beta, True),
+            *torch.autograd.grad(
+                dd.generated_update(flat.requires_grad_(), raw.requires_grad_(),
+                                    value_channels=4, backend="reference"),
+                (flat, raw), G.flatten(-2)))
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)

@@ -1,6 +1,8 @@
 // The Delta update's CPU kernel: Y = X + k cᵀ, c = β (v − kᵀX), and its closed-form backward,
 // one row (one d × d_v state) at a time, so each row is read from memory once and stays in
-// cache between its readout and its update. No temporaries the size of the state.
+// cache between its readout and its update. No temporaries the size of the state. A packed
+// call reads a DDL layer's raw generators instead of k, v and β, and normalises the direction
+// and applies the gate in the same pass (forward and backward).
 //
 // Built with the package (`pip install`) as an optional extension; it needs only Python.h and
 // a C++17 compiler, never torch: tensors arrive as data pointers of contiguous float32 or
@@ -9,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace {
@@ -36,8 +39,11 @@ struct Args {
 // Calls body(r) for every row r, split across threads when there is enough work.
 template <typename T, typename Body>
 inline void for_each_row(const Args<T>& a, int64_t row_size, Body body) {
-#pragma omp parallel for schedule(static) num_threads(a.threads) \
-    if (a.threads > 1 && a.n * row_size >= kParallelWork)
+    if (a.threads == 1 || a.n * row_size < kParallelWork) {  // no thread team to start
+        for (int64_t r = 0; r < a.n; ++r) body(r);
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(a.threads)
     for (int64_t r = 0; r < a.n; ++r) body(r);
 }
 
@@ -69,91 +75,190 @@ inline void readout(const T* k, int64_t d, int64_t dv, const T* x, T* a, const T
         }
 }
 
-// DV > 0 fixes the number of value channels at compile time, so the channel loops unroll
-// into registers; DV == 0 reads it from args. ERASE selects the delta rule over write-only.
+// One row's forward, y = x + (s k) cᵀ with c = β (v − s kᵀx) (ERASE) or c = β v: the scale s
+// turns a raw direction into the unit one without a buffer for it (s = 1: k is unit already).
+// DV > 0 fixes the number of value channels at compile time, so the channel loops unroll into
+// registers; DV == 0 reads it from dv_rt.
+template <typename T, int DV, bool ERASE>
+inline void forward_row(const T* x, const T* k, T s, const T* v, T beta, int64_t d,
+                        int64_t dv_rt, T* y) {
+    const int64_t dv = DV ? DV : dv_rt;
+    T c[DV ? DV : kMaxChannels] = {};
+    if (ERASE) readout(k, d, dv, x, c);
+    for (int64_t j = 0; j < dv; ++j) c[j] = s * beta * (v[j] - s * c[j]);
+    if (dv == 1) {  // vectorised over the row rather than over one channel
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) y[i] = x[i] + k[i] * c[0];
+        return;
+    }
+    for (int64_t i = 0; i < d; ++i)
+#pragma omp simd
+        for (int64_t j = 0; j < dv; ++j) y[i * dv + j] = x[i * dv + j] + k[i] * c[j];
+}
+
+template <typename T>
+struct RowGrads {
+    T dbeta;  // dβ = eᵀg
+    T k_du;  // kᵀdu, for the gradient through a normalisation of k
+};
+
+// One row's backward with u = s k the unit direction, g = uᵀG, e = v − uᵀX (write-only: e = v),
+// c = β e: dX = G − β u gᵀ, du = G c − β X g, dv = β g (the β terms in dX and du: erase only).
+// du is the gradient with respect to the unit direction u.
+template <typename T, int DV, bool ERASE>
+inline RowGrads<T> backward_row(const T* gr, const T* x, const T* k, T s, const T* v, T beta,
+                                int64_t d, int64_t dv_rt, T* dx, T* du, T* dv_out) {
+    const int64_t dv = DV ? DV : dv_rt;
+    T g[DV ? DV : kMaxChannels], e[DV ? DV : kMaxChannels] = {};  // e stays 0 write-only
+    T c[DV ? DV : kMaxChannels], bg[DV ? DV : kMaxChannels], sbg[DV ? DV : kMaxChannels];
+    T dbeta = 0;
+    readout<T, ERASE>(k, d, dv, gr, g, x, e);  // e = kᵀX until it becomes v − uᵀX
+    for (int64_t j = 0; j < dv; ++j) {
+        g[j] *= s;
+        e[j] = v[j] - s * e[j];
+        c[j] = beta * e[j];
+        bg[j] = beta * g[j];
+        sbg[j] = s * bg[j];
+        dv_out[j] = bg[j];
+        dbeta += e[j] * g[j];
+    }
+    T k_du = 0;
+    if (dv == 1) {  // vectorised over the row rather than over one channel
+#pragma omp simd reduction(+ : k_du)
+        for (int64_t i = 0; i < d; ++i) {
+            dx[i] = ERASE ? gr[i] - k[i] * sbg[0] : gr[i];
+            du[i] = ERASE ? gr[i] * c[0] - x[i] * bg[0] : gr[i] * c[0];
+            k_du += k[i] * du[i];
+        }
+        return {dbeta, k_du};
+    }
+    for (int64_t i = 0; i < d; ++i) {
+        T acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t j = 0; j < dv; ++j) {
+            const T gij = gr[i * dv + j];
+            dx[i * dv + j] = ERASE ? gij - k[i] * sbg[j] : gij;
+            acc += ERASE ? gij * c[j] - x[i * dv + j] * bg[j] : gij * c[j];
+        }
+        du[i] = acc;
+        k_du += k[i] * acc;
+    }
+    return {dbeta, k_du};
+}
+
+// The update of unit directions k (n, d) with v (n, dv), beta (n,).
 template <typename T, int DV, bool ERASE>
 void forward(const Args<T>& a) {
-    const int64_t d = a.d, dv = DV ? DV : a.dv, m = d * dv;
+    const int64_t d = a.d, m = d * a.dv;
     for_each_row(a, m, [&](int64_t r) {
-        const T *x = a.X + r * m, *k = a.k + r * d;
-        T* y = a.Y + r * m;
-        T c[DV ? DV : kMaxChannels] = {};
-        if (ERASE) readout(k, d, dv, x, c);
-        for (int64_t j = 0; j < dv; ++j) c[j] = a.beta[r] * (a.v[r * dv + j] - c[j]);
-        for (int64_t i = 0; i < d; ++i)
-#pragma omp simd
-            for (int64_t j = 0; j < dv; ++j) y[i * dv + j] = x[i * dv + j] + k[i] * c[j];
+        forward_row<T, DV, ERASE>(a.X + r * m, a.k + r * d, T(1), a.v + r * a.dv, a.beta[r], d,
+                                  a.dv, a.Y + r * m);
     });
 }
 
-// With g = kᵀG, e = v − kᵀX (write-only: e = v), c = β e:
-// dX = G − β k gᵀ, dk = G c − β X g, dv = β g, dβ = eᵀg (the β terms in dX, dk: erase only).
 template <typename T, int DV, bool ERASE>
 void backward(const Args<T>& a) {
-    const int64_t d = a.d, dv = DV ? DV : a.dv, m = d * dv;
+    const int64_t d = a.d, m = d * a.dv;
     for_each_row(a, m, [&](int64_t r) {
-        const T *x = a.X + r * m, *gr = a.G + r * m, *k = a.k + r * d;
-        T *dx = a.Y + r * m, *dk = a.dk + r * d;
-        T g[DV ? DV : kMaxChannels], e[DV ? DV : kMaxChannels] = {};  // e stays 0 write-only
-        T c[DV ? DV : kMaxChannels], bg[DV ? DV : kMaxChannels], dbeta = 0;
-        readout<T, ERASE>(k, d, dv, gr, g, x, e);  // e = kᵀX until it becomes v − kᵀX
-        const T beta = a.beta[r];
-        for (int64_t j = 0; j < dv; ++j) {
-            e[j] = a.v[r * dv + j] - e[j];
-            c[j] = beta * e[j];
-            bg[j] = beta * g[j];
-            a.dv_out[r * dv + j] = bg[j];
-            dbeta += e[j] * g[j];
-        }
-        a.dbeta[r] = dbeta;
-        if (dv == 1) {  // vectorised over the row rather than over one channel
+        a.dbeta[r] = backward_row<T, DV, ERASE>(a.G + r * m, a.X + r * m, a.k + r * d, T(1),
+                                                a.v + r * a.dv, a.beta[r], d, a.dv,
+                                                a.Y + r * m, a.dk + r * d, a.dv_out + r * a.dv)
+                         .dbeta;
+    });
+}
+
+// A layer's generators packed in one row, raw = [k̃ (d) | gate logit | v (dv)]: the unit
+// direction is k = s k̃ with s = (‖k̃‖² + eps²)^(-1/2), the gate β = beta_max σ(logit).
+template <typename T>
+struct Packed {
+    T beta_max, eps;
+
+    T scale(const T* k_raw, int64_t d) const {
+        T sq = 0;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t i = 0; i < d; ++i) sq += k_raw[i] * k_raw[i];
+        return T(1) / std::sqrt(sq + eps * eps);
+    }
+    T gate(T logit) const { return beta_max / (T(1) + std::exp(-logit)); }
+};
+
+// Y = the update of X by the generators in raw (n, d + 1 + dv); the Args' k points at raw.
+template <typename T, int DV, bool ERASE>
+void packed_forward(const Args<T>& a, const Packed<T>& p) {
+    const int64_t d = a.d, m = d * a.dv, w = d + 1 + a.dv;
+    for_each_row(a, m, [&](int64_t r) {
+        const T* raw = a.k + r * w;
+        forward_row<T, DV, ERASE>(a.X + r * m, raw, p.scale(raw, d), raw + d + 1, p.gate(raw[d]),
+                                  d, a.dv, a.Y + r * m);
+    });
+}
+
+// dX into Y and d raw into dk (n, d + 1 + dv): through the unit direction,
+// dk̃ = s (du − u (uᵀdu)); through the gate, dlogit = dβ · β (1 − β / beta_max).
+template <typename T, int DV, bool ERASE>
+void packed_backward(const Args<T>& a, const Packed<T>& p) {
+    const int64_t d = a.d, m = d * a.dv, w = d + 1 + a.dv;
+    for_each_row(a, m, [&](int64_t r) {
+        const T* raw = a.k + r * w;
+        T* draw = a.dk + r * w;
+        const T s = p.scale(raw, d), beta = p.gate(raw[d]);
+        const RowGrads<T> grads = backward_row<T, DV, ERASE>(
+            a.G + r * m, a.X + r * m, raw, s, raw + d + 1, beta, d, a.dv, a.Y + r * m, draw,
+            draw + d + 1);
+        const T along = s * s * s * grads.k_du;  // s · uᵀdu · s, with u = s k̃
 #pragma omp simd
-            for (int64_t i = 0; i < d; ++i) {
-                dx[i] = ERASE ? gr[i] - k[i] * bg[0] : gr[i];
-                dk[i] = ERASE ? gr[i] * c[0] - x[i] * bg[0] : gr[i] * c[0];
-            }
-            return;
-        }
-        for (int64_t i = 0; i < d; ++i) {
-            T s = 0;
-#pragma omp simd reduction(+ : s)
-            for (int64_t j = 0; j < dv; ++j) {
-                const T gij = gr[i * dv + j];
-                dx[i * dv + j] = ERASE ? gij - k[i] * bg[j] : gij;
-                s += ERASE ? gij * c[j] - x[i * dv + j] * bg[j] : gij * c[j];
-            }
-            dk[i] = s;
-        }
+        for (int64_t i = 0; i < d; ++i) draw[i] = s * draw[i] - raw[i] * along;
+        draw[d] = grads.dbeta * beta * (T(1) - beta / p.beta_max);
     });
 }
 
 template <typename T, bool ERASE>
-void run(const Args<T>& a, bool is_backward) {
-    auto pick = [&](auto fwd, auto bwd) { is_backward ? bwd(a) : fwd(a); };
+void run(const Args<T>& a, bool is_backward, const Packed<T>* packed) {
+    auto pick = [&](auto fwd, auto bwd, auto pfwd, auto pbwd) {
+        if (packed) return is_backward ? pbwd(a, *packed) : pfwd(a, *packed);
+        is_backward ? bwd(a) : fwd(a);
+    };
+#define DDL_KERNELS(DV)                                                                   \
+    forward<T, DV, ERASE>, backward<T, DV, ERASE>, packed_forward<T, DV, ERASE>,          \
+        packed_backward<T, DV, ERASE>
     switch (a.dv) {
-        case 1: return pick(forward<T, 1, ERASE>, backward<T, 1, ERASE>);
-        case 2: return pick(forward<T, 2, ERASE>, backward<T, 2, ERASE>);
-        case 4: return pick(forward<T, 4, ERASE>, backward<T, 4, ERASE>);
-        case 8: return pick(forward<T, 8, ERASE>, backward<T, 8, ERASE>);
-        default: return pick(forward<T, 0, ERASE>, backward<T, 0, ERASE>);
+        case 1: return pick(DDL_KERNELS(1));
+        case 2: return pick(DDL_KERNELS(2));
+        case 4: return pick(DDL_KERNELS(4));
+        case 8: return pick(DDL_KERNELS(8));
+        default: return pick(DDL_KERNELS(0));
     }
+#undef DDL_KERNELS
 }
 
 template <typename T>
-void dispatch(const Args<T>& a, bool erase, bool is_backward) {
-    erase ? run<T, true>(a, is_backward) : run<T, false>(a, is_backward);
+void dispatch(const Args<T>& a, bool erase, bool is_backward, const Packed<T>* packed) {
+    erase ? run<T, true>(a, is_backward, packed) : run<T, false>(a, is_backward, packed);
 }
 
 using Ptr = unsigned long long;
 
-// update(X, k, v, beta, G, out, dk, dv, dbeta, n, d, dv, erase, backward, float64, threads):
-// pointers as integers; G, dk, dv and dbeta are unused (0) in the forward.
+template <typename T>
+void launch(const Ptr (&p)[9], int64_t n, int64_t d, int64_t dv, bool erase, bool is_backward,
+            int threads, bool packed, double beta_max, double eps) {
+    Args<T> a{(const T*)p[0], (const T*)p[1], (const T*)p[2], (const T*)p[3], (const T*)p[4],
+              (T*)p[5], (T*)p[6], (T*)p[7], (T*)p[8], n, d, dv, threads};
+    const Packed<T> generators{T(beta_max), T(eps)};
+    dispatch(a, erase, is_backward, packed ? &generators : nullptr);
+}
+
+// update(X, k, v, beta, G, out, dk, dv, dbeta, n, d, dv, erase, backward, float64, threads,
+//        packed, beta_max, eps): pointers as integers; G, dk, dv and dbeta are unused (0) in
+// the forward. packed: k points at the rows raw = [k̃ | gate logit | v] (n, d + 1 + dv) and dk
+// at their gradient; v, beta, dv and dbeta are unused.
 PyObject* update(PyObject*, PyObject* args) {
-    Ptr X, k, v, beta, G, out, dk, dv_out, dbeta;
+    Ptr p[9];
     long long n, d, dv;
-    int erase, is_backward, float64, threads;
-    if (!PyArg_ParseTuple(args, "KKKKKKKKKLLLpppi", &X, &k, &v, &beta, &G, &out, &dk, &dv_out,
-                          &dbeta, &n, &d, &dv, &erase, &is_backward, &float64, &threads))
+    int erase, is_backward, float64, threads, packed;
+    double beta_max, eps;
+    if (!PyArg_ParseTuple(args, "KKKKKKKKKLLLpppipdd", &p[0], &p[1], &p[2], &p[3], &p[4], &p[5],
+                          &p[6], &p[7], &p[8], &n, &d, &dv, &erase, &is_backward, &float64,
+                          &threads, &packed, &beta_max, &eps))
         return nullptr;
     if (n < 0 || d < 1 || dv < 1 || dv > kMaxChannels || threads < 1) {
         PyErr_Format(PyExc_ValueError, "bad sizes n=%lld d=%lld dv=%lld threads=%d", n, d, dv,
@@ -161,23 +266,14 @@ PyObject* update(PyObject*, PyObject* args) {
         return nullptr;
     }
     Py_BEGIN_ALLOW_THREADS
-    if (float64) {
-        using T = double;
-        Args<T> a{(const T*)X, (const T*)k, (const T*)v, (const T*)beta, (const T*)G, (T*)out,
-                  (T*)dk, (T*)dv_out, (T*)dbeta, n, d, dv, threads};
-        dispatch(a, erase, is_backward);
-    } else {
-        using T = float;
-        Args<T> a{(const T*)X, (const T*)k, (const T*)v, (const T*)beta, (const T*)G, (T*)out,
-                  (T*)dk, (T*)dv_out, (T*)dbeta, n, d, dv, threads};
-        dispatch(a, erase, is_backward);
-    }
+    (float64 ? launch<double> : launch<float>)(p, n, d, dv, erase, is_backward, threads, packed,
+                                                beta_max, eps);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
 PyMethodDef methods[] = {
-    {"update", update, METH_VARARGS, "Forward or backward of the Delta update on raw rows."},
+    {"update", update, METH_VARARGS, "Forward or backward of the Delta update on raw rows (packed: from raw generators)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import Branch, DepthModel, check_choice, check_int, join, register_model
-from .operator import delta_update, gate, gate_logit, normalize_direction, write_update
+from .operator import gate_logit, generated_update, normalize_direction, split_generators
 
 VALUE_SOURCES = ("branch", "input")
 #: What the generators read: ``[x; u_l]``, or the step's control ``u_l`` alone.
@@ -57,7 +57,8 @@ class DeltaProbe:
 
 
 class _Generators(nn.Module):
-    """One layer's ``(k̃, v, gate logit)`` from the context ``z`` (``[x; u_l]`` or ``u_l``).
+    """One layer's generators packed as ``[k̃ | gate logit | v]`` from the context ``z``
+    (``[x; u_l]`` or ``u_l``), the layout :func:`~.operator.generated_update` reads.
 
     The gate row of the branch starts at zero weight and bias ``gate_logit(beta_init)``, so
     every sample starts at ``β = beta_init`` exactly.
@@ -68,7 +69,6 @@ class _Generators(nn.Module):
         value_source: str, logit0: float,
     ) -> None:
         super().__init__()
-        self.d = d
         from_branch = value_source == "branch"
         self.branch = branch(context, d + 1 + (d_v if from_branch else 0))
         # v = W_v RMSNorm(z): the paper's c_l = RMSNorm(x_in); a norm gain would be
@@ -78,16 +78,15 @@ class _Generators(nn.Module):
             self.branch.out.weight[d].zero_()
             self.branch.out.bias[d] = logit0
 
-    def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(self, z: Tensor) -> Tensor:
         out = self.branch(z)
-        k_raw, logit = out[..., : self.d], out[..., self.d]
         if self.value is None:
-            return k_raw, out[..., self.d + 1 :], logit
-        return k_raw, self.value(F.rms_norm(z, z.shape[-1:])), logit
+            return out
+        return torch.cat([out, self.value(F.rms_norm(z, z.shape[-1:]))], dim=-1)
 
 
 class _DeltaStack(DepthModel):
-    """Shared body of ``ddl`` and ``ddl-write``; they differ only in :attr:`update`.
+    """Shared body of ``ddl`` and ``ddl-write``; they differ only in :attr:`erase`.
 
     Options:
         value_channels: ``d_v ≥ 1``; the state is viewed as ``(state_dim // d_v, d_v)``.
@@ -102,7 +101,8 @@ class _DeltaStack(DepthModel):
             delta-rule RNN over the control sequence.
     """
 
-    update: ClassVar[Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]]
+    #: Whether the update erases the readout along k before writing (ddl) or only writes.
+    erase: ClassVar[bool]
 
     def __init__(
         self,
@@ -136,21 +136,26 @@ class _DeltaStack(DepthModel):
             lambda: _Generators(self.branch, reads, self.d, value_channels, value_source, logit0)
         )
 
+    def packed_generators(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
+        """Layer ``i``'s generators ``[k̃ | gate logit | v]``, ``(B, d + 1 + d_v)``."""
+        return self.layer(i)(join(state, u_i) if self.context == "state" else u_i)
+
     def generators(
         self, i: int, state: Tensor, u_i: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Layer ``i``'s raw direction ``k̃ (B, d)``, target ``v (B, d_v)`` and gate ``β (B,)``."""
-        z = join(state, u_i) if self.context == "state" else u_i
-        k_raw, v, logit = self.layer(i)(z)
-        return k_raw, v, gate(logit, self.beta_max)  # float32: the operator never rounds β
+        raw = self.packed_generators(i, state, u_i)
+        return split_generators(raw, self.value_channels, self.beta_max)
 
     def matrix(self, state: Tensor) -> Tensor:
         """The state as ``X``, ``(B, d, d_v)`` (a view)."""
         return state.unflatten(-1, (self.d, self.value_channels))
 
     def step(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
-        k_raw, v, beta = self.generators(i, state, u_i)
-        return self.update(self.matrix(state), normalize_direction(k_raw), v, beta).flatten(-2)
+        return generated_update(
+            state, self.packed_generators(i, state, u_i), value_channels=self.value_channels,
+            beta_max=self.beta_max, erase=self.erase,
+        )
 
     @torch.no_grad()
     def probe(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> DeltaProbe:
@@ -168,11 +173,11 @@ class _DeltaStack(DepthModel):
 class DeltaModel(_DeltaStack):
     """Deep Delta Learning: erase the readout kᵀX along k, write v there: X + βk(vᵀ − kᵀX)."""
 
-    update = staticmethod(delta_update)
+    erase = True
 
 
 @register_model("ddl-write")
 class DeltaWriteModel(_DeltaStack):
     """Write-only control: the DDL generators without the erase term, X + βkvᵀ."""
 
-    update = staticmethod(write_update)
+    erase = False

@@ -148,7 +148,7 @@ def _cpu_kernel(
         pointers += [t.data_ptr() for t in outs] + [0] * (4 - len(outs))
         _delta_cpu.update(
             *pointers, X.numel() // (d * dv), d, dv, erase, G is not None,
-            X.dtype == torch.float64, torch.get_num_threads(),
+            X.dtype == torch.float64, torch.get_num_threads(), False, 0.0, 0.0,
         )
     return outs
 
@@ -162,13 +162,33 @@ def cpu_backward(G: Tensor, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase
     return dX, dk.to(k.dtype), dv.to(v.dtype), db.to(beta.dtype)
 
 
-def _cpu_unsupported(X: Tensor) -> str | None:
+def cpu_generated(
+    X: Tensor, raw: Tensor, d_v: int, beta_max: float, eps: float, erase: bool,
+    G: Tensor | None = None,
+) -> list[Tensor]:
+    """The C++ kernel on a layer's packed generators ``raw = [k̃ | gate logit | v]``
+    ``(..., d + 1 + d_v)`` and the flat state ``X (..., d·d_v)``, both of one dtype: forward
+    (``G`` None: ``[Y]``), or backward (``[dX, d raw]``)."""
+    X, raw = X.contiguous(), raw.contiguous()
+    G = None if G is None else G.contiguous()  # held: the kernel reads its memory
+    outs = [torch.empty_like(X)] if G is None else [torch.empty_like(X), torch.empty_like(raw)]
+    if X.numel():
+        G_ptr, draw_ptr = (0, 0) if G is None else (G.data_ptr(), outs[1].data_ptr())
+        _delta_cpu.update(
+            X.data_ptr(), raw.data_ptr(), 0, 0, G_ptr, outs[0].data_ptr(), draw_ptr, 0, 0,
+            X.numel() // X.shape[-1], X.shape[-1] // d_v, d_v, erase, G is not None,
+            X.dtype == torch.float64, torch.get_num_threads(), True, beta_max, eps,
+        )
+    return outs
+
+
+def _cpu_unsupported(X: Tensor, channels: int) -> str | None:
     if _delta_cpu is None:
         return "the C++ kernel was not built when the package was installed"
     if X.device.type != "cpu" or X.dtype not in (torch.float32, torch.float64):
         return f"it runs float32/float64 states on the CPU, not {X.dtype} on {X.device}"
-    if X.shape[-1] > _delta_cpu.MAX_CHANNELS:
-        return f"it runs at most {_delta_cpu.MAX_CHANNELS} value channels, not {X.shape[-1]}"
+    if channels > _delta_cpu.MAX_CHANNELS:
+        return f"it runs at most {_delta_cpu.MAX_CHANNELS} value channels, not {channels}"
     return None
 
 
@@ -186,7 +206,7 @@ def triton_backward(
     return _triton().backward(G, X, k, v, beta, erase)
 
 
-def _triton_unsupported(X: Tensor) -> str | None:
+def _triton_unsupported(X: Tensor, channels: int) -> str | None:
     if not _HAS_TRITON:
         return "triton is not installed"
     if X.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -196,11 +216,12 @@ def _triton_unsupported(X: Tensor) -> str | None:
 
 @dataclass(frozen=True)
 class Backend:
-    """One implementation of the update: its kernels and the states it cannot run."""
+    """One implementation of the update: its kernels, and why it cannot run a state ``X``
+    of ``channels`` value channels (None: it can)."""
 
     forward: Callable[[Tensor, Tensor, Tensor, Tensor, bool], Tensor]
     backward: Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, bool], Grads]
-    unsupported: Callable[[Tensor], str | None] = lambda X: None
+    unsupported: Callable[[Tensor, int], str | None] = lambda X, channels: None
 
 
 BACKENDS: dict[str, Backend] = {
@@ -212,17 +233,20 @@ BACKENDS: dict[str, Backend] = {
 AUTO: dict[str, tuple[str, ...]] = {"cuda": ("triton",), "cpu": ("cpu",)}
 
 
-def choose_backend(X: Tensor, requested: str | None = None) -> str:
+def choose_backend(X: Tensor, requested: str | None = None, channels: int | None = None) -> str:
     """The backend that runs the update of state ``X``: ``requested``, else the value of
-    :data:`BACKEND_ENV`, else ``auto``. A forced backend that cannot run ``X`` is an error."""
+    :data:`BACKEND_ENV`, else ``auto``. A forced backend that cannot run ``X`` is an error.
+    ``channels``: the value channels of ``X`` (default ``X.shape[-1]``, as for ``(..., d, d_v)``
+    states; give it for a flat state)."""
     name = requested or os.environ.get(BACKEND_ENV) or "auto"
+    channels = X.shape[-1] if channels is None else channels
     if name == "auto":
         for candidate in AUTO.get(X.device.type, ()):
-            if BACKENDS[candidate].unsupported(X) is None:
+            if BACKENDS[candidate].unsupported(X, channels) is None:
                 return candidate
         return "reference"
     check_choice("delta update backend", name, ["auto", *BACKENDS])
-    reason = BACKENDS[name].unsupported(X)
+    reason = BACKENDS[name].unsupported(X, channels)
     if reason is not None:
         raise ValueError(f"delta update backend {name!r} cannot run this state: {reason}")
     return name

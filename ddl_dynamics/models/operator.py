@@ -22,7 +22,7 @@ from torch._functorch.utils import unwrap_dead_wrappers
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.flop_counter import register_flop_formula
 
-from .delta_kernels import BACKENDS, choose_backend, reference_jvp
+from .delta_kernels import BACKENDS, choose_backend, cpu_generated, reference_jvp
 
 #: Gate regimes in increasing order of β; the boundaries are :data:`REGIME_BOUNDS`.
 REGIMES: tuple[str, ...] = ("identity", "write", "projection", "over-relaxed", "reflection")
@@ -30,7 +30,11 @@ REGIMES: tuple[str, ...] = ("identity", "write", "projection", "over-relaxed", "
 REGIME_BOUNDS: tuple[float, ...] = (0.25, 0.75, 1.25, 1.75)
 
 
-def normalize_direction(k_raw: Tensor, eps: float = 1e-5) -> Tensor:
+#: The ``eps`` of :func:`normalize_direction`.
+DIRECTION_EPS = 1e-5
+
+
+def normalize_direction(k_raw: Tensor, eps: float = DIRECTION_EPS) -> Tensor:
     """``k_raw / sqrt(‖k_raw‖² + eps²)`` over the last axis.
 
     Unlike ``k / ‖k‖`` this stays finite and smooth at ``k_raw = 0``; for
@@ -137,13 +141,8 @@ def _transformed(*tensors: Tensor) -> bool:
     return any(is_functorch_wrapped_tensor(t) for t in tensors)
 
 
-class _RankOneUpdate(torch.autograd.Function):
-    """``Y = X + k cᵀ``, ``c = β (v − kᵀX)`` (``erase``) or ``c = β v``, with the closed-form
-    backward of :mod:`.delta_kernels` and a vmap rule, so ``torch.func`` works through it.
-
-    A backward that must itself be differentiated (``create_graph``, ``torch.func.grad``)
-    runs the reference's torch ops, which autograd and the transforms see through.
-    """
+class _Function(torch.autograd.Function):
+    """An autograd Function whose ``apply`` skips argument binding outside ``torch.func``."""
 
     @classmethod
     def apply(cls, *args: Any) -> Any:
@@ -153,6 +152,15 @@ class _RankOneUpdate(torch.autograd.Function):
         if torch._C._are_functorch_transforms_active():
             return super().apply(*args)
         return super(torch.autograd.Function, cls).apply(*unwrap_dead_wrappers(args))
+
+
+class _RankOneUpdate(_Function):
+    """``Y = X + k cᵀ``, ``c = β (v − kᵀX)`` (``erase``) or ``c = β v``, with the closed-form
+    backward of :mod:`.delta_kernels` and a vmap rule, so ``torch.func`` works through it.
+
+    A backward that must itself be differentiated (``create_graph``, ``torch.func.grad``)
+    runs the reference's torch ops, which autograd and the transforms see through.
+    """
 
     @staticmethod
     def forward(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) -> Tensor:
@@ -244,6 +252,81 @@ def write_update(
 ) -> Tensor:
     """``X + β k vᵀ``: the write-only control, the delta rule without its erase term."""
     return _update(X, k, v, beta, erase=False, backend=backend)
+
+
+def split_generators(raw: Tensor, d_v: int, beta_max: float) -> tuple[Tensor, Tensor, Tensor]:
+    """A DDL layer's generators packed as ``raw = [k̃ (d) | gate logit | v (d_v)]``, as
+    ``(k̃, v, β)`` with ``β = gate(logit, beta_max)``."""
+    k_raw, logit, v = raw.split((raw.shape[-1] - 1 - d_v, 1, d_v), dim=-1)
+    return k_raw, v, gate(logit.squeeze(-1), beta_max)
+
+
+def _composed_update(
+    X: Tensor, raw: Tensor, d_v: int, beta_max: float, erase: bool, backend: str | None = None
+) -> Tensor:
+    k_raw, v, beta = split_generators(raw, d_v, beta_max)
+    matrix = X.unflatten(-1, (-1, d_v))
+    return _update(matrix, normalize_direction(k_raw), v, beta, erase, backend).flatten(-2)
+
+
+class _GeneratedUpdate(torch.autograd.Function):
+    """:func:`generated_update` on the C++ kernel: normalisation, gate and update in one node.
+
+    Never reached under ``torch.func``, so it has the older one-call ``forward(ctx, …)``
+    (no ``setup_context``, no vmap rule), which costs less per call. A backward that must
+    itself be differentiated (``create_graph``) differentiates the composition it equals.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, X: Tensor, raw: Tensor, d_v: int, beta_max: float, erase: bool) -> Tensor:
+        ctx.d_v, ctx.beta_max, ctx.erase = d_v, beta_max, erase
+        ctx.save_for_backward(X, raw)
+        return cpu_generated(X, raw, d_v, beta_max, DIRECTION_EPS, erase)[0]
+
+    @staticmethod
+    def backward(ctx: Any, G: Tensor) -> tuple[Tensor | None, ...]:
+        X, raw = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            dX, draw = cpu_generated(X, raw, ctx.d_v, ctx.beta_max, DIRECTION_EPS, ctx.erase, G)
+            return dX, draw, None, None, None
+        wanted = [t for t in (X, raw) if t.requires_grad]
+        Y = _composed_update(X, raw, ctx.d_v, ctx.beta_max, ctx.erase, "reference")
+        grads = iter(torch.autograd.grad(Y, wanted, G, create_graph=True))
+        return *(next(grads) if t.requires_grad else None for t in (X, raw)), None, None, None
+
+
+def generated_update(
+    X: Tensor, raw: Tensor, *, value_channels: int = 1, beta_max: float = 2.0,
+    erase: bool = True, backend: str | None = None,
+) -> Tensor:
+    """A DDL layer's update from its generators, ``raw = [k̃ | gate logit | v]``
+    ``(..., d + 1 + d_v)`` as one branch emits them, on the flat state ``X (..., d·d_v)``:
+    :func:`delta_update` (``erase``; else :func:`write_update`) of ``X`` viewed as
+    ``(..., d, d_v)``, with ``k = normalize_direction(k̃)`` and ``β = gate(logit, beta_max)``.
+
+    A small layer pays per op, not per FLOP: on the C++ kernel (``backend`` ``cpu``, which
+    ``auto`` picks on the CPU) this is one autograd node and one pass over each row, forward
+    and backward. Elsewhere, and under ``torch.func``, FLOP counting or ``torch.compile``, it
+    runs the composition :func:`split_generators` → :func:`normalize_direction` →
+    :func:`delta_update`, to which it is equal.
+    """
+    d, rest = divmod(X.shape[-1], value_channels)
+    if rest or raw.shape[:-1] != X.shape[:-1] or raw.shape[-1] != d + 1 + value_channels:
+        raise ValueError(
+            f"generated update: state {tuple(X.shape)} and generators {tuple(raw.shape)} do not "
+            f"fit value_channels={value_channels}; want (..., d·{value_channels}) and "
+            f"(..., d + 1 + {value_channels})"
+        )
+    if (
+        raw.dtype == X.dtype
+        and not torch._C._are_functorch_transforms_active()
+        and not _watched()
+        and choose_backend(X, backend, value_channels) == "cpu"
+    ):
+        # Function.apply would bind the arguments by signature: they go straight to autograd.
+        return super(torch.autograd.Function, _GeneratedUpdate).apply(
+            X, raw, value_channels, float(beta_max), erase)
+    return _composed_update(X, raw, value_channels, beta_max, erase, backend)
 
 
 def shortcut_matrix(k: Tensor, beta: Tensor) -> Tensor:
