@@ -6,7 +6,9 @@ a forward-mode rule and a vmap rule (so ``torch.func`` works through it), backed
 ops ``torch.ops.ddl_dynamics.rank_one_update[_backward]`` that carry FLOP formulas and
 fake-tensor rules (so ``FlopCounterMode`` counts it and ``torch.compile`` keeps it whole).
 Its kernels, one per backend (torch ops, a C++ CPU kernel, Triton), are in
-:mod:`.delta_kernels`. ``shortcut_matrix`` builds ``A`` densely for analysis and tests.
+:mod:`.delta_kernels`. A DDL layer calls :func:`generated_update`, which on the C++ kernel
+also normalises the direction and applies the gate within the same node. ``shortcut_matrix``
+builds ``A`` densely for analysis and tests.
 The β regime thresholds live here and nowhere else.
 """
 
