@@ -143,8 +143,13 @@ def _transformed(*tensors: Tensor) -> bool:
     return any(is_functorch_wrapped_tensor(t) for t in tensors)
 
 
-class _Function(torch.autograd.Function):
-    """An autograd Function whose ``apply`` skips argument binding outside ``torch.func``."""
+class _RankOneUpdate(torch.autograd.Function):
+    """``Y = X + k cᵀ``, ``c = β (v − kᵀX)`` (``erase``) or ``c = β v``, with the closed-form
+    backward of :mod:`.delta_kernels` and a vmap rule, so ``torch.func`` works through it.
+
+    A backward that must itself be differentiated (``create_graph``, ``torch.func.grad``)
+    runs the reference's torch ops, which autograd and the transforms see through.
+    """
 
     @classmethod
     def apply(cls, *args: Any) -> Any:
@@ -154,15 +159,6 @@ class _Function(torch.autograd.Function):
         if torch._C._are_functorch_transforms_active():
             return super().apply(*args)
         return super(torch.autograd.Function, cls).apply(*unwrap_dead_wrappers(args))
-
-
-class _RankOneUpdate(_Function):
-    """``Y = X + k cᵀ``, ``c = β (v − kᵀX)`` (``erase``) or ``c = β v``, with the closed-form
-    backward of :mod:`.delta_kernels` and a vmap rule, so ``torch.func`` works through it.
-
-    A backward that must itself be differentiated (``create_graph``, ``torch.func.grad``)
-    runs the reference's torch ops, which autograd and the transforms see through.
-    """
 
     @staticmethod
     def forward(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) -> Tensor:
