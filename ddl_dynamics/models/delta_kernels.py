@@ -14,6 +14,8 @@ All compute in at least float32 and return each result in its input's dtype. Bac
   backward, ``torch.func``) and is the one checked against the dense ``d × d`` operator.
 - ``cpu``: the C++ kernel built with the package (``_delta_cpu.cpp``): one pass over each
   state, float32/float64 on the CPU, split across ``torch.get_num_threads()`` threads.
+  :func:`cpu_generated` runs it on a DDL layer's packed generators, normalising the
+  direction and applying the gate in the same pass.
 - ``triton``: Triton kernels (:mod:`.delta_triton`), CUDA tensors; CPU tensors only under
   ``TRITON_INTERPRET=1``.
 
