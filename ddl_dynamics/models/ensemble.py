@@ -8,7 +8,7 @@ sample alone, so it serves all members at once as it is. An ensemble of a few sm
 thus costs little more than one: what such models pay for is per-op overhead, not arithmetic.
 
 This needs no change to the model files and no ``torch.func`` transform: ``vmap`` over
-``functional_call`` measured about twice as slow per training step (README, Performance),
+``functional_call`` measured 1.3–3.3× as slow per training step (README, Performance),
 and the Delta operator's autograd Function runs unchanged on the folded batch.
 """
 
