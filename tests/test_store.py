@@ -63,6 +63,34 @@ def test_wal_mode_and_concurrent_writers(tmp_path):
     assert len(dd.ResultStore(path).rows()) == 80
 
 
+def test_a_store_created_while_another_connection_writes_waits_for_it(tmp_path):
+    """SQLite refuses the switch to WAL mode at once, without waiting, while another
+    connection holds the write lock: two runs creating one store at once met this."""
+    path = tmp_path / "results.sqlite"
+    locked, release = threading.Event(), threading.Event()
+
+    def writer():
+        con = sqlite3.connect(path, isolation_level=None)
+        con.execute("BEGIN IMMEDIATE")  # the write lock, on a file still in rollback mode
+        locked.set()
+        release.wait(30)
+        con.execute("COMMIT")
+        con.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert locked.wait(30)
+    threading.Timer(0.3, release.set).start()
+    try:
+        dd.ResultStore(path).put(result("after-the-lock"))
+    finally:
+        release.set()
+        thread.join()
+    assert [row.key for row in dd.ResultStore(path).rows()] == ["after-the-lock"]
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
 def test_run_metadata(tmp_path):
     store = dd.ResultStore(tmp_path / "r.sqlite")
     assert store.experiment() is None

@@ -173,9 +173,32 @@ class ResultStore:
                       con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if tables or not create:  # an empty file becomes a store only when creating
                 self._check_results_table(con, tables)
-            if create:
-                con.execute("PRAGMA journal_mode=WAL")
+        if create:
+            self._use_wal()
+            with self._transaction() as con:
                 con.executescript(_SCHEMA)
+
+    def _use_wal(self, wait: float = 60.0) -> None:
+        """Put the file in WAL mode (it stays so) unless it is already.
+
+        Two runs that create one store at once both ask. SQLite may answer one of them
+        "locked" at once rather than wait, because waiting could deadlock. That run asks
+        again until ``wait`` seconds have passed, and by then it usually finds the file
+        already in WAL mode.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                with closing(sqlite3.connect(self.path, timeout=wait, isolation_level=None)) as con:
+                    if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                        con.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as err:
+                busy = getattr(err, "sqlite_errorname", "").startswith(("SQLITE_BUSY",
+                                                                        "SQLITE_LOCKED"))
+                if not busy or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _check_results_table(self, con: sqlite3.Connection, tables: set[str]) -> None:
         columns = ({row[1] for row in con.execute("PRAGMA table_info(results)")}
