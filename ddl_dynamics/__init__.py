@@ -50,7 +50,9 @@ from .models.params import count_parameters, match_hidden, parameter_count
 
 # --- experiments, training and results
 # isort: split
-from .experiment.config import Cell, ConfigError, ExperimentConfig, TrainConfig, load_experiment
+from .experiment.cells import expand_cells
+from .experiment.config import Cell, ConfigError, ExperimentConfig, TrainConfig
+from .experiment.reader import load_experiment, parse_experiment
 from .experiment.runner import run_experiment
 from .experiment.store import ResultStore, RunResult, load_trained
 from .experiment.train import train
@@ -85,6 +87,7 @@ __all__ = [
     "content_overlap",
     "count_parameters",
     "delta_update",
+    "expand_cells",
     "gate",
     "gate_logit",
     "generated_update",
@@ -100,6 +103,7 @@ __all__ = [
     "match_hidden",
     "normalize_direction",
     "parameter_count",
+    "parse_experiment",
     "probe_run",
     "regime",
     "regime_index",

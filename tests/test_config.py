@@ -10,7 +10,8 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics._task import TASKS
-from ddl_dynamics.experiment.config import ConfigWarning, model_options
+from ddl_dynamics.experiment.cells import model_options
+from ddl_dynamics.experiment.config import ConfigWarning
 
 FLIP = {"name": "sign-flip", "spec": {"variant": "1d"}, "model": {"width": 1}}
 
@@ -30,7 +31,7 @@ BASE = {
 def config(**changes):
     data = copy.deepcopy(BASE)
     data.update(changes)
-    return dd.ExperimentConfig.from_dict(data, source="exp.toml")
+    return dd.parse_experiment(data, source="exp.toml")
 
 
 def by_label(cells):
@@ -38,7 +39,7 @@ def by_label(cells):
 
 
 def test_cells_cover_tasks_models_seeds_with_resolved_options():
-    cells = by_label(config().cells())
+    cells = by_label(dd.expand_cells(config()))
     assert len(cells) == 2 * 3 * 2
     parity_ddl = cells["parity", "ddl", 0]
     # every option is recorded with its default filled in, the gate's init and source too
@@ -56,7 +57,7 @@ def test_cells_cover_tasks_models_seeds_with_resolved_options():
 def test_a_model_entry_can_be_limited_to_some_tasks():
     models = [*BASE["models"], {"name": "ddl", "label": "ddl-tied", "tied": True,
                                 "tasks": ["parity"]}]
-    cells = by_label(config(models=models).cells())
+    cells = by_label(dd.expand_cells(config(models=models)))
     assert ("parity", "ddl-tied", 0) in cells and ("sign-flip", "ddl-tied", 0) not in cells
     assert cells["parity", "ddl-tied", 0].config["tied"] is True
     with pytest.raises(dd.ConfigError, match=r"models\[3\]\.tasks.*'parit'.*Did you mean"):
@@ -64,13 +65,13 @@ def test_a_model_entry_can_be_limited_to_some_tasks():
 
 
 def test_resolution_order_defaults_task_model_override():
-    cells = by_label(config(
+    cells = by_label(dd.expand_cells(config(
         tasks=[{"name": "parity", "model": {"hidden": 4}, "train": {"lr": 0.01},
                 "spec": {"depth": 5}}],
         models=[{"name": "resnet", "train": {"lr": 0.02}},
                 {"name": "ddl", "hidden": 6}],
         overrides=[{"models": ["ddl"], "model": {"hidden": 7}, "train": {"steps": 9}}],
-    ).cells())
+    )))
     resnet, ddl = cells["parity", "resnet", 0], cells["parity", "ddl", 0]
     assert resnet.config["hidden"] == 4 and resnet.train.lr == 0.02
     assert ddl.config["hidden"] == 7 and ddl.train.steps == 9 and ddl.train.lr == 0.01
@@ -80,36 +81,36 @@ def test_resolution_order_defaults_task_model_override():
 
 
 def test_ode_max_steps_caps_only_ode_models_and_is_overridable():
-    cells = by_label(config(
+    cells = by_label(dd.expand_cells(config(
         tasks=[{"name": "parity"}],
         models=[{"name": "node"}, {"name": "anode", "max_steps": 50}, {"name": "resnet"}],
         defaults={"train": {"ode_max_steps": 30}},
-    ).cells())
+    )))
     assert cells["parity", "node", 0].config["max_steps"] == 30
     assert cells["parity", "anode", 0].config["max_steps"] == 50
     assert "max_steps" not in cells["parity", "resnet", 0].config
 
 
 def test_keys_are_stable_and_distinct():
-    first = [c.key for c in config().cells()]
-    assert first == [c.key for c in config().cells()]
+    first = [c.key for c in dd.expand_cells(config())]
+    assert first == [c.key for c in dd.expand_cells(config())]
     assert len(set(first)) == len(first)
-    changed = [c.key for c in config(defaults={"train": {"steps": 21}}).cells()]
+    changed = [c.key for c in dd.expand_cells(config(defaults={"train": {"steps": 21}}))]
     assert not set(first) & set(changed)
-    cell = config().cells()[0]
+    cell = dd.expand_cells(config())[0]
     assert dd.Cell.from_dict(cell.to_dict()).key == cell.key
 
 
 def test_filters_and_overrides():
     cfg = config()
-    cells = cfg.cells(seeds=[7], device="cpu", only={"model": ["ddl-bmax1"]})
+    cells = dd.expand_cells(cfg, seeds=[7], device="cpu", only={"model": ["ddl-bmax1"]})
     assert {(c.label, c.seed) for c in cells} == {("ddl-bmax1", 7)}
     with pytest.raises(ValueError, match="Did you mean 'ddl-bmax1'"):
-        cfg.cells(only={"model": ["ddl-bmax"]})
+        dd.expand_cells(cfg, only={"model": ["ddl-bmax"]})
 
 
 def test_int_where_float_is_fine():
-    cell = config(defaults={"train": {"lr": 1}}).cells()[0]
+    cell = dd.expand_cells(config(defaults={"train": {"lr": 1}}))[0]
     assert cell.train.lr == 1.0 and isinstance(cell.train.lr, float)
 
 
@@ -163,7 +164,7 @@ def test_load_experiment_reads_toml_and_rejects_malformed(tmp_path):
                     'label = "ddl-bmax1"\nbeta_max = 1.0\n')
     cfg = dd.load_experiment(good)
     assert cfg.name == "good" and cfg.seeds == (3,) and cfg.text == good.read_text()
-    assert cfg.cells()[0].config["beta_max"] == 1.0
+    assert dd.expand_cells(cfg)[0].config["beta_max"] == 1.0
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\n[[tasks]\nname = "parity"\n')
     with pytest.raises(dd.ConfigError, match=r"bad\.toml: malformed TOML.*line 2"):
@@ -180,7 +181,7 @@ MATCHED = {"name": "m", "defaults": {"model": {"width": 8, "depth": 3, "hidden":
 
 
 def matched(models, **changes):
-    return dd.ExperimentConfig.from_dict({**copy.deepcopy(MATCHED), "models": models, **changes},
+    return dd.parse_experiment({**copy.deepcopy(MATCHED), "models": models, **changes},
                                          source="exp.toml")
 
 
@@ -190,11 +191,11 @@ def built_params(cell):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_match_params_by_label_and_by_number_for_every_family(family):
-    cells = by_label(matched([
+    cells = by_label(dd.expand_cells(matched([
         {"name": "resnet", "label": "ref", "hidden": 24},
         {"name": family, "label": "by-label", "match_params": "ref"},
         {"name": family, "label": "by-number", "match_params": 3000},
-    ]).cells())
+    ])))
     for task in ("parity", "sign-flip"):
         reference = built_params(cells[task, "ref", 0])
         by_name, by_count = cells[task, "by-label", 0], cells[task, "by-number", 0]
@@ -207,19 +208,19 @@ def test_match_params_by_label_and_by_number_for_every_family(family):
 
 
 def test_match_params_from_defaults_task_and_override_and_recorded_hidden():
-    cells = by_label(matched(
+    cells = by_label(dd.expand_cells(matched(
         [{"name": "resnet"}, {"name": "gated"}, {"name": "node", "match_params": "gated"},
          {"name": "ddl"}],
         defaults={"model": {"width": 8, "depth": 3, "hidden": 8, "match_params": "resnet"}},
         tasks=[{"name": "parity", "model": {"hidden": 16}}],
         overrides=[{"models": ["ddl"], "model": {"match_params": 5000}}],
-    ).cells())
+    )))
     resnet, gated = cells["parity", "resnet", 0], cells["parity", "gated", 0]
     assert resnet.config["hidden"] == 16 and resnet.params_target == built_params(resnet)
     assert gated.params_target == built_params(resnet) and gated.config["hidden"] != 16
     assert cells["parity", "node", 0].params_target == built_params(gated)  # a chain
     assert cells["parity", "ddl", 0].params_target == 5000
-    assert all(c.match_params is None for c in config().cells())
+    assert all(c.match_params is None for c in dd.expand_cells(config()))
 
 
 @pytest.mark.parametrize(
@@ -246,13 +247,13 @@ def test_bad_references_fail_at_load_time(models, fragment):
 
 
 def test_baselines_default_to_resnet_explicit_ones_win_and_heads_have_none():
-    cells = by_label(matched([
+    cells = by_label(dd.expand_cells(matched([
         {"name": "resnet"}, {"name": "ddl"},
         {"name": "resnet", "label": "resnet-tied", "tied": True},
         {"name": "ddl", "label": "ddl-tied", "tied": True, "baseline": "resnet-tied"},
         {"name": "node", "baseline": "resnet-tied"},
         {"name": "anode", "baseline": "node"},
-    ]).cells())
+    ])))
     baselines = {label: cells["parity", label, 0].baseline for _, label, _ in cells}
     assert baselines == {"resnet": None, "ddl": "resnet", "resnet-tied": None,
                          "ddl-tied": "resnet-tied", "node": "resnet-tied", "anode": "node"}
@@ -260,14 +261,15 @@ def test_baselines_default_to_resnet_explicit_ones_win_and_heads_have_none():
 
 
 def test_top_level_baseline_and_no_default_without_resnet():
-    cells = by_label(matched([{"name": "gated"}, {"name": "ddl"}]).cells())
+    cells = by_label(dd.expand_cells(matched([{"name": "gated"}, {"name": "ddl"}])))
     assert {c.baseline for c in cells.values()} == {None}
-    cells = by_label(matched([{"name": "gated"}, {"name": "ddl"}], baseline="gated").cells())
+    cells = by_label(dd.expand_cells(matched([{"name": "gated"}, {"name": "ddl"}],
+                                             baseline="gated")))
     assert cells["parity", "ddl", 0].baseline == "gated"
     assert cells["parity", "gated", 0].baseline is None
     # a default baseline that does not run on a task leaves that task's rows without one
-    cells = by_label(matched([{"name": "gated", "tasks": ["parity"]}, {"name": "ddl"}],
-                             baseline="gated").cells())
+    models = [{"name": "gated", "tasks": ["parity"]}, {"name": "ddl"}]
+    cells = by_label(dd.expand_cells(matched(models, baseline="gated")))
     assert cells["parity", "ddl", 0].baseline == "gated"
     assert cells["sign-flip", "ddl", 0].baseline is None
     with pytest.raises(dd.ConfigError, match=r"exp\.toml: baseline: no entry labelled 'gatd'"):
@@ -277,17 +279,18 @@ def test_top_level_baseline_and_no_default_without_resnet():
 def test_seeds_given_to_cells_and_train_values_given_in_python_are_checked_too():
     cfg = config()
     with pytest.raises(ValueError, match="seeds: seed -1 is not an integer 0 ≤ seed < 2"):
-        cfg.cells(seeds=[-1])
+        dd.expand_cells(cfg, seeds=[-1])
     with pytest.raises(ValueError, match="seeds: seed 3 is given twice"):
-        cfg.cells(seeds=[3, 1, 3])
+        dd.expand_cells(cfg, seeds=[3, 1, 3])
     with pytest.raises(ValueError, match=r"seeds: seed 9223372036854775808 is not"):
-        cfg.cells(seeds=[2**63])
+        dd.expand_cells(cfg, seeds=[2**63])
     with pytest.raises(ValueError, match="lr must be a finite number, got nan"):
         dd.TrainConfig(lr=math.nan)
 
 
 def test_a_default_that_a_task_replaces_is_named_in_a_warning(recwarn):
-    cells = by_label(config(tasks=[{"name": "sign-flip", "spec": {"variant": "1d"}}]).cells())
+    sign_flip = {"name": "sign-flip", "spec": {"variant": "1d"}}
+    cells = by_label(dd.expand_cells(config(tasks=[sign_flip])))
     assert [str(w.message) for w in recwarn if w.category is ConfigWarning] == [
         "exp.toml: [defaults.model] width = 8 does not apply to task 'sign-flip', which sets "
         "width = 1"]
@@ -314,7 +317,7 @@ def test_a_spec_list_expands_into_one_entry_per_combination_with_readable_labels
     first = cfg.tasks[0]
     assert first.spec == {"event": "overwrite", "p": 0.0} and isinstance(first.spec["p"], float)
     assert {t.sweep for t in cfg.tasks} == {"switched"}
-    cells = by_label(cfg.cells())
+    cells = by_label(dd.expand_cells(cfg))
     assert len(cells) == 6 * 3 * 2
     cell = cells["switched[event=reflect,p=0.05]", "ddl", 1]
     assert (cell.task, cell.spec["event"], cell.spec["p"]) == ("switched", "reflect", 0.05)
@@ -326,7 +329,7 @@ def test_a_spec_list_expands_into_one_entry_per_combination_with_readable_labels
 
 def test_a_swept_depth_sets_each_entrys_model_depth():
     cfg = swept([{"name": "parity", "spec": {"depth": [3, 5]}}])
-    cells = by_label(cfg.cells())
+    cells = by_label(dd.expand_cells(cfg))
     assert cells["parity[depth=5]", "resnet", 0].config["depth"] == 5
     assert cells["parity[depth=3]", "ddl", 0].spec["depth"] == 3
 
@@ -338,17 +341,18 @@ def test_sweep_labels_name_one_entry_and_the_sweeps_label_all_of_them():
     overrides = [{"tasks": ["switched[event=overwrite,p=0]"], "train": {"steps": 7}},
                  {"tasks": "switched", "models": ["ddl-all"], "train": {"lr": 0.01}}]
     cfg = swept(models=models, overrides=overrides)
-    cells = by_label(cfg.cells())
+    cells = by_label(dd.expand_cells(cfg))
     assert {t for t, m, _ in cells if m == "ddl-p1"} == {"switched[event=reflect,p=1]"}
     assert len({t for t, m, _ in cells if m == "ddl-all"}) == 6
     assert cells["switched[event=overwrite,p=0]", "resnet", 0].train.steps == 7
     assert cells["switched[event=overwrite,p=0.05]", "resnet", 0].train.steps == 20
     assert {c.train.lr for (_, m, _), c in cells.items() if m == "ddl-all"} == {0.01}
-    only = cfg.cells(only={"task": ["switched[event=reflect,p=0.05]"], "model": ["ddl"]})
+    only = dd.expand_cells(cfg, only={"task": ["switched[event=reflect,p=0.05]"], "model": ["ddl"]})
     assert {(c.task_label, c.label) for c in only} == {("switched[event=reflect,p=0.05]", "ddl")}
-    assert len(cfg.cells(only={"task": ["switched"]}, seeds=[0])) == 6 * 4 + 1  # + ddl-p1
+    sweep = dd.expand_cells(cfg, only={"task": ["switched"]}, seeds=[0])
+    assert len(sweep) == 6 * 4 + 1  # + ddl-p1
     with pytest.raises(ValueError, match=r"no task labelled 'switched\[p=0\]'.*Did you mean"):
-        cfg.cells(only={"task": ["switched[p=0]"]})
+        dd.expand_cells(cfg, only={"task": ["switched[p=0]"]})
     with pytest.raises(dd.ConfigError, match=r"models\[3\]\.tasks: no entry labelled 'swiched'"):
         swept(models=[*BASE["models"], {"name": "ddl", "label": "x", "tasks": ["swiched"]}])
 
@@ -414,11 +418,11 @@ EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.toml"))
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
 def test_every_shipped_experiment_file_loads(path):
-    assert dd.load_experiment(path).cells()
+    assert dd.expand_cells(dd.load_experiment(path))
 
 
 def test_the_quick_crossover_is_the_crossover_at_fewer_steps():
-    full, quick = (dd.load_experiment(EXPERIMENTS[0].parent / f"{name}.toml").cells()
+    full, quick = (dd.expand_cells(dd.load_experiment(EXPERIMENTS[0].parent / f"{name}.toml"))
                    for name in ("crossover", "crossover-quick"))
     assert len(full) == len(quick) == 6 * 2 * 7 * 3
     for a, b in zip(full, quick, strict=True):

@@ -26,7 +26,7 @@ def cells(task="overwrite", model="resnet", options=None, **train):
         "defaults": {"model": TINY, "train": {"steps": 30, "n_train": 128, "n_test": 64,
                                               "batch_size": 32, "eval_every": 10, **train}},
     }
-    return dd.ExperimentConfig.from_dict(data).cells()
+    return dd.expand_cells(dd.parse_experiment(data))
 
 
 def together(group):

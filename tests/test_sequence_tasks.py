@@ -6,13 +6,13 @@ import torch
 
 from ddl_dynamics import (
     IGNORE_INDEX,
-    ExperimentConfig,
     TaskData,
     TrainConfig,
     build_report,
     make_figures,
     make_model,
     make_task,
+    parse_experiment,
     run_experiment,
     train,
 )
@@ -122,7 +122,7 @@ def test_small_mqar_run_learns_recall():
 
 
 def test_sequence_cells_run_through_runner_report_and_regime_figures(tmp_path):
-    config = ExperimentConfig.from_dict({
+    config = parse_experiment({
         "name": "seq",
         "tasks": [{"name": "seq-parity", "spec": {"length": 6}}],
         "models": [{"name": "transformer"}, {"name": "ddl-transformer", "value_channels": 2}],

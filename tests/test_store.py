@@ -107,13 +107,13 @@ def test_run_metadata(tmp_path):
 
 
 def test_load_trained_rebuilds_the_trained_model(tmp_path):
-    cfg = dd.ExperimentConfig.from_dict({
+    cfg = dd.parse_experiment({
         "tasks": [{"name": "parity"}],
         "models": [{"name": "ddl", "beta_init": 0.3}],
         "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
                      "train": {"steps": 5, "n_train": 64, "n_test": 32}},
     })
-    cell = cfg.cells()[0]
+    cell = dd.expand_cells(cfg)[0]
     [trained] = run_cells([cell])
     trained.save(tmp_path)
     task, model = dd.load_trained(tmp_path, cell.key)

@@ -19,7 +19,7 @@ from ddl_dynamics.experiment.train import stamp
 
 
 def experiment(tasks, models=("resnet", "ddl"), steps=10, **defaults):
-    return dd.ExperimentConfig.from_dict({
+    return dd.parse_experiment({
         "name": "t",
         "tasks": [{"name": t} for t in tasks],
         "models": [{"name": m} for m in models],
@@ -37,7 +37,7 @@ def test_runs_every_cell_once_then_skips_finished(tmp_path):
     cfg = experiment(["parity", "overwrite"])
     summary = dd.run_experiment(cfg, tmp_path, progress=False)
     assert summary.counts == {"ok": 4} and summary.ran == 4 and summary.ok
-    keys = {c.key for c in cfg.cells()}
+    keys = {c.key for c in dd.expand_cells(cfg)}
     assert set(snapshot(tmp_path)) == keys
     assert {p.stem for p in (tmp_path / "models").glob("*.pt")} == keys
     before = snapshot(tmp_path)
@@ -65,7 +65,7 @@ def test_seeds_of_a_cell_train_together_unless_told_not_to(tmp_path, capsys):
 
 def test_failed_cells_rerun(tmp_path):
     cfg = experiment(["overwrite"], models=["resnet"])
-    cell = cfg.cells()[0]
+    cell = dd.expand_cells(cfg)[0]
     dd.ResultStore(tmp_path / "results.sqlite").put(
         stamp(dd.RunResult(status="failed", message="boom"), cell))
     summary = dd.run_experiment(cfg, tmp_path, progress=False)
@@ -96,14 +96,14 @@ def test_retry_failed_trains_again_only_the_diverged_capped_and_failed_cells(
     assert dd.run_experiment(cfg, tmp_path, progress=False).counts == {"ok": 2, "diverged": 1}
     monkeypatch.undo()  # the cause is fixed
     store = dd.ResultStore(tmp_path / "results.sqlite")
-    parity = next(c for c in cfg.cells() if c.task == "parity")
+    parity = next(c for c in dd.expand_cells(cfg) if c.task == "parity")
     store.put(stamp(dd.RunResult(status="capped", message="time cap"), parity))
     assert dd.run_experiment(cfg, tmp_path, progress=False).ran == 0  # labels are kept...
     before = snapshot(tmp_path)
     summary = dd.run_experiment(cfg, tmp_path, progress=False, retry_failed=True)  # ...until
     assert (summary.ran, summary.skipped, summary.counts) == (2, 1, {"ok": 3})
     after = snapshot(tmp_path)
-    overwrite = next(c.key for c in cfg.cells() if c.task == "overwrite")
+    overwrite = next(c.key for c in dd.expand_cells(cfg) if c.task == "overwrite")
     assert after[overwrite] == before[overwrite]  # the ok cell was not trained again
     assert all(after[k] != before[k] for k in after if k != overwrite)
 

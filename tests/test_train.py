@@ -30,7 +30,7 @@ def cell(task="parity", model="ddl", spec=None, options=None, **train):
         "defaults": {"model": TINY, "train": {"steps": 20, "n_train": 128, "n_test": 64,
                                               "batch_size": 32, "eval_every": 10, **train}},
     }
-    return dd.ExperimentConfig.from_dict(data).cells()[0]
+    return dd.expand_cells(dd.parse_experiment(data))[0]
 
 
 def fit(c):

@@ -8,7 +8,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from ddl_dynamics import count_parameters, load_experiment, make_model, make_task, match_hidden
+from ddl_dynamics import (
+    count_parameters,
+    expand_cells,
+    load_experiment,
+    make_model,
+    make_task,
+    match_hidden,
+)
 from ddl_dynamics.models.transformer import _ConvExpansion, _TokenCompressor
 
 VOCAB, WIDTH, DEPTH, T = 11, 16, 2, 9
@@ -253,7 +260,7 @@ def test_transformer_suite_rows_are_parameter_matched():
     assert len(config.seeds) >= 3
     assert {t.name for t in config.tasks} == {"mqar", "seq-parity", "seq-overwrite"}
     counts: dict[str, dict[str, int]] = {}
-    for cell in config.cells(seeds=[0]):
+    for cell in expand_cells(config, seeds=[0]):
         task = make_task(cell.task, **cell.spec)
         with torch.device("meta"):
             built = make_model(cell.model, in_dim=task.in_dim, out_dim=task.out_dim,

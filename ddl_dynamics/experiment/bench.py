@@ -32,7 +32,8 @@ from ..models.delta_kernels import choose_backend
 from ..models.ensemble import Ensemble, alone, fold
 from ..models.operator import delta_update, normalize_direction, shortcut_matrix, write_update
 from ..models.params import count_parameters
-from .config import ExperimentConfig, TrainConfig, load_experiment
+from .config import ExperimentConfig, TrainConfig
+from .reader import load_experiment
 from .runner import run_experiment
 from .train import descend, fold_data, make_optimizer, member_losses, predictor, to_device
 

@@ -43,7 +43,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..models.base import MODELS
-from .config import COUNTED, FINISHED, Cell, ExperimentConfig, load_experiment
+from .cells import expand_cells
+from .config import COUNTED, FINISHED, Cell, ExperimentConfig
+from .reader import load_experiment
 from .store import (
     STATUSES,
     ResultStore,
@@ -132,7 +134,7 @@ def run_experiment(
         load_task_file(task_file)
     config = (config_or_path if isinstance(config_or_path, ExperimentConfig)
               else load_experiment(config_or_path))
-    cells = config.cells(seeds=seeds, device=device, only=only)
+    cells = expand_cells(config, seeds=seeds, device=device, only=only)
     if any(c.train.device.startswith("cuda") for c in cells):
         if backend == "ray" and not _ray(address).cluster_resources().get("GPU"):
             raise ValueError("cells ask for device 'cuda' but the Ray cluster has no GPU")

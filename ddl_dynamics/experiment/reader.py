@@ -1,0 +1,335 @@
+"""Experiment files: TOML → a checked :class:`~.config.ExperimentConfig`.
+
+Everything is checked when the file is loaded, before anything trains: unknown keys,
+names and options, wrong types, non-finite numbers, seeds outside 0 ≤ seed < 2⁶³ or given
+twice, a name that is not one path component, values that a task or model constructor
+rejects, and tasks that fail :func:`check_task` all raise one :class:`ConfigError` naming
+the file, the key path and the closest valid name (see :mod:`.cells` for how options
+resolve, ``match_params`` and ``baseline``).
+
+A task entry *sweeps* a spec field by giving a list of values::
+
+    spec = { event = ["overwrite", "reflect"], p = [0, 0.5, 1] }
+
+expands into one task entry per combination (the first field outermost), each value checked
+like a single one, labelled ``switched[event=overwrite,p=0]`` and so on: the entry's label,
+then every swept field and its value as written. A field whose values are themselves lists
+(a ``list`` or ``tuple`` type) takes a list as one value; only a list of lists sweeps it.
+The entry's own label still names the whole sweep wherever task labels are given (a model
+entry's ``tasks``, an override's ``tasks``, ``only``), and each expanded label one entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._registry import did_you_mean
+from .._task import TASKS, list_tasks
+from ..models.base import MODELS, list_models
+from .cells import check_experiment, model_options, named_entries, references
+from .config import (
+    TASK_DIMS,
+    ConfigError,
+    ExperimentConfig,
+    ModelEntry,
+    Override,
+    TaskEntry,
+    TrainConfig,
+    check_seeds,
+    coerce,
+)
+
+
+def load_experiment(path: str | Path) -> ExperimentConfig:
+    """Read and validate an experiment TOML file (raises :class:`ConfigError`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "", "no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(str(path), "", f"not a TOML text file ({err.reason} at byte "
+                                         f"{err.start})") from err
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(str(path), "", f"malformed TOML: {err}") from err
+    data.setdefault("name", path.stem)
+    return parse_experiment(data, source=str(path), text=text)
+
+
+def parse_experiment(data: Mapping[str, Any], source: str = "<dict>",
+                     text: str = "") -> ExperimentConfig:
+    """Parse and fully validate an experiment given as the TOML's dict."""
+    config = _Parser(source).experiment(data, text)
+    check_experiment(config)
+    return config
+
+
+class _Parser:
+    """Turns the TOML's dict into entries, checking keys and types as it goes."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, message: str) -> ConfigError:
+        return ConfigError(self.source, where, message)
+
+    def table(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(where, f"expected a table, got {type(value).__name__}")
+        return dict(value)
+
+    def keys(self, data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+        for key in data:
+            if key not in allowed:
+                raise self.fail(
+                    f"{where}.{key}" if where else key,
+                    f"unknown key; valid keys: {', '.join(allowed)}."
+                    + did_you_mean(key, list(allowed)),
+                )
+
+    def string(self, data: Mapping[str, Any], key: str, where: str, default: Any = None) -> str:
+        value = data.get(key, default)
+        if not isinstance(value, str):
+            raise self.fail(f"{where}.{key}", f"expected a string, got {value!r}")
+        return value
+
+    def labels(self, value: Any, where: str) -> tuple[str, ...]:
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(where, f"expected a label or a list of labels, got {value!r}")
+        return tuple(value)
+
+    def experiment(self, data: Mapping[str, Any], text: str) -> ExperimentConfig:
+        data = self.table(data, "")
+        self.keys(data, ("name", "description", "seeds", "defaults", "tasks", "models",
+                         "overrides", "baseline"), "")
+        try:
+            seeds = check_seeds(data.get("seeds", [0]))
+        except ValueError as err:
+            raise self.fail("seeds", str(err)) from None
+        name = self.string(data, "name", "", "experiment")
+        if name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+            raise self.fail("name", f"{name!r} is not one path component (it names the run "
+                                    "folder runs/<name>): no '/', '\\' or '..'")
+        defaults = self.table(data.get("defaults", {}), "defaults")
+        self.keys(defaults, ("model", "train"), "defaults")
+        tasks = tuple(entry for i, t in enumerate(self.entries(data, "tasks"))
+                      for entry in self.task_entries(t, f"tasks[{i}]"))
+        models = tuple(self.model_entry(m, f"models[{i}]", tasks)
+                       for i, m in enumerate(self.entries(data, "models")))
+        for section, entries in (("tasks", tasks), ("models", models)):
+            labels = [e.label for e in entries]
+            for i, label in enumerate(labels):
+                if label in labels[:i]:
+                    raise self.fail(f"{section}.label",
+                                    f"duplicate label {label!r}; give each entry its own label")
+        option_names = {o for m in models for o in model_options(m.name)}
+        model_defaults = self.model_table(defaults.get("model", {}), "defaults.model",
+                                          option_names)
+        train_defaults = self.train_table(defaults.get("train", {}), "defaults.train")
+        for i, entry in enumerate(tasks):
+            self.model_table(entry.model, f"tasks[{i}].model", option_names)
+        overrides = tuple(
+            self.override(o, f"overrides[{i}]", tasks, models, option_names)
+            for i, o in enumerate(data.get("overrides", []))
+        )
+        config = ExperimentConfig(
+            name=name,
+            description=self.string(data, "description", "", ""),
+            seeds=seeds, tasks=tasks, models=models, model_defaults=model_defaults,
+            train_defaults=train_defaults, overrides=overrides,
+            baseline=self.string(data, "baseline", "") if "baseline" in data else None,
+            source=self.source, text=text,
+        )
+        self.references(config)
+        return config
+
+    def references(self, config: ExperimentConfig) -> None:
+        """Every ``match_params`` is a model label of the file or a count ≥ 1, and every
+        ``baseline`` a model label of the file other than the row's own."""
+        tables = [("defaults.model", config.model_defaults),
+                  *((f"tasks[{i}].model", t.model) for i, t in enumerate(config.tasks)),
+                  *((f"models[{i}]", m.options) for i, m in enumerate(config.models)),
+                  *((f"overrides[{i}].model", o.model) for i, o in enumerate(config.overrides))]
+        for where, table in tables:
+            value = table.get("match_params")
+            if isinstance(value, str):
+                self.known_labels(value, f"{where}.match_params", config.models)
+            elif value is not None and (type(value) is not int or value < 1):
+                raise self.fail(f"{where}.match_params",
+                                f"expected a model label or a parameter count ≥ 1, got {value!r}")
+        if config.baseline is not None:
+            self.known_labels(config.baseline, "baseline", config.models)
+        for i, model in enumerate(config.models):
+            if model.baseline is not None:
+                self.known_labels(model.baseline, f"models[{i}].baseline", config.models)
+                if model.baseline == model.label:
+                    raise self.fail(f"models[{i}].baseline", "a row cannot be its own baseline")
+
+    def entries(self, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+        value = data.get(key)
+        if not isinstance(value, list) or not value:
+            raise self.fail(key, f"expected at least one [[{key}]] entry")
+        return [self.table(v, f"{key}[{i}]") for i, v in enumerate(value)]
+
+    def task_entries(self, data: dict[str, Any], where: str) -> list[TaskEntry]:
+        """One ``[[tasks]]`` entry, or one per combination of the spec values it sweeps."""
+        self.keys(data, ("name", "label", "spec", "model", "train"), where)
+        name = self.string(data, "name", where)
+        names = list_tasks()
+        if name not in TASKS:
+            raise self.fail(f"{where}.name", f"unknown task {name!r}; tasks: "
+                            f"{', '.join(names)}." + did_you_mean(name, names))
+        label = self.string(data, "label", where, name)
+        spec = self.table(data.get("spec", {}), f"{where}.spec")
+        model = self.table(data.get("model", {}), f"{where}.model")
+        train = self.train_table(data.get("train", {}), f"{where}.train")
+        cls = TASKS.get(name)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        hints = typing.get_type_hints(cls)
+        self.keys(spec, list(fields), f"{where}.spec")
+        choices: dict[str, list[tuple[str, Any]]] = {}  # field → (its label tag, value)
+        for key, value in spec.items():
+            default = fields[key].default
+            default = None if default is dataclasses.MISSING else default
+            swept = _swept(value, default, hints.get(key))
+            if swept == []:
+                raise self.fail(f"{where}.spec.{key}", "an empty list sweeps nothing; give at "
+                                "least one value")
+            here = f"{where}.spec.{key}"
+            values = [value] if swept is None else swept
+            coerced = [self.coerce(v, default, hints.get(key),
+                                   here if swept is None else f"{here}[{j}]")
+                       for j, v in enumerate(values)]
+            for j, v in enumerate(coerced):
+                if v in coerced[:j]:
+                    raise self.fail(f"{here}[{j}]",
+                                    f"{values[j]!r} is swept twice; list each value once")
+            tags = [""] if swept is None else [f"{key}={_spelled(v)}" for v in swept]
+            choices[key] = list(zip(tags, coerced, strict=True))
+        entries = []
+        for combination in itertools.product(*choices.values()):
+            resolved = {k: v for k, (_, v) in zip(choices, combination, strict=True)}
+            tag = ",".join(t for t, _ in combination if t)
+            entry_model = dict(model)
+            if "depth" in resolved:  # the task runs at its model's depth; see the docstring
+                entry_model.setdefault("depth", resolved.pop("depth"))
+            entries.append(TaskEntry(name, f"{label}[{tag}]" if tag else label, resolved,
+                                     entry_model, train, label if tag else ""))
+        return entries
+
+    def model_entry(self, data: dict[str, Any], where: str,
+                    tasks: Sequence[TaskEntry]) -> ModelEntry:
+        name = self.string(data, "name", where)
+        names = list_models()
+        if name not in MODELS:
+            raise self.fail(f"{where}.name", f"unknown model {name!r}; models: "
+                            f"{', '.join(names)}." + did_you_mean(name, names))
+        entry_keys = ("name", "label", "train", "tasks", "baseline")
+        options = {k: v for k, v in data.items() if k not in entry_keys}
+        return ModelEntry(
+            name, self.string(data, "label", where, name),
+            self.model_table(options, where, set(model_options(name))),
+            self.train_table(data.get("train", {}), f"{where}.train"),
+            self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
+            self.string(data, "baseline", where) if "baseline" in data else None,
+        )
+
+    def known_labels(self, value: Any, where: str, entries: Sequence[Any]) -> tuple[str, ...]:
+        """Labels that must each name one of ``entries``."""
+        labels = self.labels(value, where)
+        known = [e.label for e in entries]
+        for label in labels:
+            if label not in known:
+                raise self.fail(where, f"no entry labelled {label!r}; labels: "
+                                f"{', '.join(known)}." + did_you_mean(label, known))
+        return labels
+
+    def task_labels(self, value: Any, where: str, tasks: Sequence[TaskEntry]) -> tuple[str, ...]:
+        """The task entries that labels name: each its own, or every entry of a sweep."""
+        found = []
+        for label in self.labels(value, where):
+            named = named_entries(label, tasks)
+            if not named:
+                known = references(tasks)
+                raise self.fail(where, f"no entry labelled {label!r}; labels: "
+                                f"{', '.join(known)}." + did_you_mean(label, known))
+            found += named
+        return tuple(dict.fromkeys(found))
+
+    def override(self, data: Any, where: str, tasks: Sequence[TaskEntry],
+                 models: Sequence[ModelEntry], option_names: set[str]) -> Override:
+        data = self.table(data, where)
+        self.keys(data, ("tasks", "models", "model", "train"), where)
+        return Override(
+            self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
+            self.known_labels(data.get("models", []), f"{where}.models", models),
+            self.model_table(data.get("model", {}), f"{where}.model", option_names),
+            self.train_table(data.get("train", {}), f"{where}.train"),
+        )
+
+    def model_table(self, data: Any, where: str, option_names: set[str]) -> dict[str, Any]:
+        """Keys are checked here against every model in play (and ``match_params``); types
+        per model on resolve, ``match_params`` values once every label is known."""
+        data = self.table(data, where)
+        for key in data:
+            if key in TASK_DIMS:
+                raise self.fail(f"{where}.{key}", "set by the task; it cannot be configured")
+            if key not in option_names and key != "match_params":
+                raise self.fail(
+                    f"{where}.{key}",
+                    f"unknown model option; options: {', '.join(sorted(option_names))}."
+                    + did_you_mean(key, sorted(option_names)),
+                )
+        return data
+
+    def train_table(self, data: Any, where: str) -> dict[str, Any]:
+        data = self.table(data, where)
+        fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        hints = typing.get_type_hints(TrainConfig)
+        self.keys(data, list(fields), where)
+        return {k: self.coerce(v, fields[k], hints[k], f"{where}.{k}") for k, v in data.items()}
+
+    def coerce(self, value: Any, default: Any, hint: Any, where: str) -> Any:
+        """``value`` if it has the option's type and is finite (:func:`coerce`), else fail."""
+        try:
+            return coerce(value, default, hint)
+        except ValueError as err:
+            raise self.fail(where, str(err)) from None
+
+
+def _sequence_typed(default: Any, hint: Any) -> bool:
+    """Whether a spec field's single values are lists (a ``list`` or ``tuple`` type)."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union,
+                                                                   types.UnionType) else (hint,)
+    return isinstance(default, list | tuple) or any(
+        a in (list, tuple) or typing.get_origin(a) in (list, tuple) for a in args)
+
+
+def _swept(value: Any, default: Any, hint: Any) -> list[Any] | None:
+    """The values a spec entry sweeps, or None when it is one value: any list sweeps, but a
+    field whose values are lists is swept only by a non-empty list of lists."""
+    if not isinstance(value, list):
+        return None
+    if _sequence_typed(default, hint) and not (value and all(isinstance(v, list)
+                                                             for v in value)):
+        return None
+    return value
+
+
+def _spelled(value: Any) -> str:
+    """A spec value as an experiment file writes it, for labels: ``0.05``, ``true``, ``a``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(map(_spelled, value)) + "]"
+    return str(value)
