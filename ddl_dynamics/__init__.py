@@ -51,7 +51,7 @@ from .models.params import count_parameters, match_hidden, parameter_count
 # --- experiments, training and results
 # isort: split
 from .experiment.cells import expand_cells
-from .experiment.config import Cell, ConfigError, ExperimentConfig, TrainConfig
+from .experiment.config import Cell, Comparison, ConfigError, ExperimentConfig, TrainConfig
 from .experiment.reader import load_experiment, parse_experiment
 from .experiment.runner import run_experiment
 from .experiment.store import ResultStore, RunResult, load_trained
@@ -69,6 +69,7 @@ __all__ = [
     "REGIMES",
     "REGIME_BOUNDS",
     "Cell",
+    "Comparison",
     "ConfigError",
     "DeltaProbe",
     "DepthModel",

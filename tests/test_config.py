@@ -429,3 +429,87 @@ def test_the_quick_crossover_is_the_crossover_at_fewer_steps():
         assert dataclasses.replace(a, train=b.train) == b
         assert dataclasses.replace(a.train, steps=b.train.steps) == b.train
         assert a.train.steps > b.train.steps
+
+
+def test_a_tune_grid_gives_one_cell_per_seed_and_value_and_the_most_specific_level_wins():
+    cfg = config(defaults={**BASE["defaults"], "tune": {"lr": [1e-3, 1e-2]}},
+                 models=[{"name": "resnet"},
+                         {"name": "ddl", "train": {"lr": 3e-3}},  # fixes what defaults tune
+                         {"name": "ddl", "label": "ddl-b1", "beta_max": 1.0,
+                          "tune": {"lr": [1e-3], "grad_clip": [0.5, 1]}}],
+                 overrides=[{"models": ["resnet"], "tasks": ["sign-flip"],
+                             "tune": {"warmup": [0, 0.1]}}])
+    cells = dd.expand_cells(cfg)
+    grid = {(c.task_label, c.label): set() for c in cells}
+    for c in cells:
+        grid[c.task_label, c.label].add((c.seed, c.train.lr, c.train.grad_clip, c.train.warmup))
+        assert c.tune == {"parity": {"resnet": {"lr": [1e-3, 1e-2]}, "ddl": {},
+                                     "ddl-b1": {"grad_clip": [0.5, 1.0]}},
+                          "sign-flip": {"resnet": {"lr": [1e-3, 1e-2], "warmup": [0.0, 0.1]},
+                                        "ddl": {}, "ddl-b1": {"grad_clip": [0.5, 1.0]}}
+                          }[c.task_label][c.label]
+    assert grid["parity", "resnet"] == {(s, lr, 1.0, 0.05) for s in (0, 1) for lr in (1e-3, 1e-2)}
+    assert grid["parity", "ddl"] == {(s, 3e-3, 1.0, 0.05) for s in (0, 1)}
+    assert grid["parity", "ddl-b1"] == {(s, 1e-3, g, 0.05) for s in (0, 1) for g in (0.5, 1.0)}
+    assert len(grid["sign-flip", "resnet"]) == 2 * 2 * 2
+    assert len({c.key for c in cells}) == len(cells)
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"defaults": {"tune": {"steps": [10, 20]}}},
+         "defaults.tune.steps: not tunable: a row's budget is the same at every grid value"),
+        ({"defaults": {"tune": {"rl": [1e-3]}}}, "Did you mean 'lr'"),
+        ({"defaults": {"tune": {"lr": 1e-3}}}, "expected a non-empty list of values"),
+        ({"defaults": {"tune": {"lr": []}}}, "expected a non-empty list of values"),
+        ({"defaults": {"tune": {"lr": [1e-3, "x"]}}}, "defaults.tune.lr[1]: expected float"),
+        ({"defaults": {"tune": {"lr": [1e-3, 0.001]}}}, "listed twice"),
+        ({"defaults": {"tune": {"lr": [1e-3, -1.0]}}}, "lr must be positive"),
+        ({"models": [{"name": "resnet", "tune": {"lr": [1e-3, math.nan]}}]},
+         "models[0].tune.lr[1]: expected a finite number"),
+    ],
+)
+def test_bad_tune_grids_fail_at_load_time(changes, fragment):
+    with pytest.raises(dd.ConfigError) as err:
+        config(**changes)
+    assert fragment in str(err.value)
+
+
+def test_declared_comparisons_are_checked_and_kept():
+    cfg = config(comparisons=[{"model": "ddl", "control": "ddl-bmax1"},
+                              {"model": "ddl", "control": "resnet", "tasks": ["parity"],
+                               "split": "long", "requires": 0.99}])
+    assert cfg.comparisons == (dd.Comparison("ddl", "ddl-bmax1"),
+                               dd.Comparison("ddl", "resnet", ("parity",), "long", 0.99))
+
+
+@pytest.mark.parametrize(
+    ("comparison", "fragment"),
+    [
+        ({"model": "ddl", "control": "ddl"}, "compared with itself"),
+        ({"model": "ddl", "control": "ddll"}, "Did you mean 'ddl'"),
+        ({"model": "ddl"}, "comparisons[0].control: expected a string"),
+        ({"model": "ddl", "control": "resnet", "split": "long"}, "must state `requires`"),
+        ({"model": "ddl", "control": "resnet", "split": "longg", "requires": 1},
+         "task 'parity' has no split 'longg'"),
+        ({"model": "ddl", "control": "resnet", "tasks": ["sign-flip"], "split": "long",
+          "requires": 1}, "task 'sign-flip' has no split 'long'"),
+        ({"model": "ddl", "control": "resnet", "requires": True}, "expected a number"),
+        ({"model": "ddl", "control": "resnet", "extra": 1}, "comparisons[0].extra: unknown key"),
+    ],
+)
+def test_bad_comparisons_fail_at_load_time(comparison, fragment):
+    with pytest.raises(dd.ConfigError) as err:
+        config(comparisons=[comparison])
+    assert fragment in str(err.value)
+
+
+def test_a_comparison_between_rows_that_share_no_task_fails():
+    models = [*BASE["models"], {"name": "gated", "tasks": ["parity"]},
+              {"name": "ddl-write", "tasks": ["sign-flip"]}]
+    with pytest.raises(dd.ConfigError, match="'gated' and 'ddl-write' share no task"):
+        config(models=models, comparisons=[{"model": "gated", "control": "ddl-write"}])
+    with pytest.raises(dd.ConfigError, match="do not both run task 'sign-flip'"):
+        config(models=models, comparisons=[{"model": "gated", "control": "ddl",
+                                            "tasks": ["sign-flip"]}])

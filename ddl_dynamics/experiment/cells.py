@@ -9,6 +9,14 @@ A model's options resolve from generic to specific::
 and train options likewise (``TrainConfig`` defaults < ``[defaults.train]`` < task entry
 < model entry < overrides). A cell's task always runs at its model's ``depth``.
 
+A ``tune`` table beside any ``train`` table gives a *grid* for tunable training fields
+(:data:`~.config.TUNABLE`), e.g. ``[defaults.tune] lr = [1e-3, 3e-3, 1e-2]``: the row
+trains at every combination of grid values, on every seed, and the report takes, per task
+and row, the value with the best mean val metric. At each level a field is either fixed
+(``train``) or searched (``tune``); the most specific level decides, so a model entry's
+``train = { lr = 1e-3 }`` fixes the rate that ``[defaults.tune]`` searches. A grid of one
+value fixes the field.
+
 Only ``[defaults.model]`` ranks below a task's ``model_defaults``: a task that needs, say,
 width 1 replaces an experiment-wide ``width = 32``, as suites want, and a
 :class:`ConfigWarning` names each value so replaced (an error would forbid the normal
@@ -25,6 +33,7 @@ baseline itself.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -92,14 +101,16 @@ def expand_cells(
             if not runs(config, t_index, m_index):
                 continue
             pair = _resolve(config, t_index, m_index)
-            train = pair.train if device is None else dataclasses.replace(pair.train,
-                                                                          device=device)
-            cells.extend(
-                Cell(entry.name, entry.label, pair.spec, model.name, model.label,
-                     pair.config, train, s, baseline=baseline_on(config, t_index, m_index),
-                     match_params=pair.match_params, params_target=pair.params_target)
-                for s in (config.seeds if seeds is None else seeds)
-            )
+            for train in pair.grid:
+                if device is not None:
+                    train = dataclasses.replace(train, device=device)
+                cells.extend(
+                    Cell(entry.name, entry.label, pair.spec, model.name, model.label,
+                         pair.config, train, s, baseline=baseline_on(config, t_index, m_index),
+                         match_params=pair.match_params, params_target=pair.params_target,
+                         tune=pair.tune)
+                    for s in (config.seeds if seeds is None else seeds)
+                )
     return cells
 
 
@@ -161,6 +172,35 @@ def check_experiment(config: ExperimentConfig) -> None:
                 config.source, f"tasks[{index}]",
                 f"no model of kind {kind!r} in this experiment can run task {entry.label!r}",
             )
+    for index in range(len(config.comparisons)):
+        compared_tasks(config, index)
+
+
+def compared_tasks(config: ExperimentConfig, index: int) -> list[str]:
+    """The task labels on which declared comparison ``index`` is drawn: its ``tasks`` (each
+    run by both rows and having its split) or every task both rows run."""
+    comparison = config.comparisons[index]
+    labels = [m.label for m in config.models]
+    rows = labels.index(comparison.model), labels.index(comparison.control)
+    where = f"comparisons[{index}]"
+    shared = []
+    for t_index, entry in enumerate(config.tasks):
+        if comparison.tasks and entry.label not in comparison.tasks:
+            continue
+        both = all(runs(config, t_index, m_index) for m_index in rows)
+        if not both and comparison.tasks:
+            raise ConfigError(config.source, where, f"{comparison.model!r} and "
+                              f"{comparison.control!r} do not both run task {entry.label!r}")
+        splits = make_task(entry.name, **entry.spec).splits if both else ()
+        if both and comparison.split not in splits:
+            raise ConfigError(config.source, f"{where}.split", f"task {entry.label!r} has no "
+                              f"split {comparison.split!r}; splits: {', '.join(splits)}")
+        if both:
+            shared.append(entry.label)
+    if not shared:
+        raise ConfigError(config.source, where, f"{comparison.model!r} and "
+                          f"{comparison.control!r} share no task")
+    return shared
 
 
 def model_options(name: str) -> dict[str, tuple[Any, Any]]:
@@ -190,9 +230,12 @@ class _Pair:
 
     spec: dict[str, Any]
     config: dict[str, Any]
-    train: TrainConfig
+    #: One train config per combination of grid values (one when nothing is tuned).
+    grid: list[TrainConfig]
     match_params: str | int | None
     params_target: int | None
+    #: The searched fields and their values (empty when nothing is tuned).
+    tune: dict[str, list[Any]]
 
 
 def _resolve(config: ExperimentConfig, t_index: int, m_index: int,
@@ -202,13 +245,26 @@ def _resolve(config: ExperimentConfig, t_index: int, m_index: int,
     entry, model = config.tasks[t_index], config.models[m_index]
     where = f"task {entry.label!r} × model {model.label!r}"
     overrides = [o for o in config.overrides if o.matches(entry.label, model.label)]
-    train_layers = [config.train_defaults, entry.train, model.train,
-                    *(o.train for o in overrides)]
+    fixed: dict[str, Any] = {}
+    tune: dict[str, list[Any]] = {}
+    for train_layer, tune_layer in [(config.train_defaults, config.tune_defaults),
+                                    (entry.train, entry.tune), (model.train, model.tune),
+                                    *((o.train, o.tune) for o in overrides)]:
+        for key, value in train_layer.items():
+            fixed[key] = value
+            tune.pop(key, None)
+        for key, values in tune_layer.items():
+            tune[key] = list(values)
+            fixed.pop(key, None)
+    fixed |= {key: values[0] for key, values in tune.items() if len(values) == 1}
+    tune = {key: values for key, values in tune.items() if len(values) > 1}
     try:
-        train = TrainConfig(**{k: v for layer in train_layers for k, v in layer.items()})
+        grid = [TrainConfig(**fixed, **dict(zip(tune, values, strict=True)))
+                for values in itertools.product(*tune.values())]
         task = make_task(entry.name, **entry.spec)
     except ValueError as err:
         raise ConfigError(config.source, where, str(err)) from err
+    train = grid[0]
     options = model_options(model.name)
     layers = [
         {"max_steps": train.ode_max_steps} if train.ode_max_steps else {},
@@ -233,7 +289,7 @@ def _resolve(config: ExperimentConfig, t_index: int, m_index: int,
     if match is not None:
         dims = {"in_dim": task.in_dim, "out_dim": task.out_dim, "control_dim": task.control_dim}
         target = _match(config, t_index, m_index, match, dims, resolved, chain)
-    return _Pair(spec, resolved, train, match, target)
+    return _Pair(spec, resolved, grid, match, target, tune)
 
 
 def _match(config: ExperimentConfig, t_index: int, m_index: int, match: str | int,

@@ -35,6 +35,10 @@ COUNTED = ("ok",)
 DEFAULT_BASELINE = "resnet"
 #: Seeds are stored as SQLite integers: 0 ≤ seed < SEED_LIMIT.
 SEED_LIMIT = 2**63
+#: The training fields a ``tune`` grid may search: how a row optimises, never its budget
+#: (steps, batch size, data), which every row of a comparison shares. A cell's grid values
+#: train as members of its seeds' ensemble, each member with its own.
+TUNABLE = ("lr", "weight_decay", "warmup", "grad_clip")
 
 
 
@@ -112,6 +116,7 @@ class TaskEntry:
     train: dict[str, Any] = field(default_factory=dict)
     #: The label of the ``[[tasks]]`` entry a sweep expanded this one from ("": not swept).
     sweep: str = ""
+    tune: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,19 +129,38 @@ class ModelEntry:
     tasks: tuple[str, ...] = ()
     #: The label of the row this one is compared with (None: the file's default).
     baseline: str | None = None
+    tune: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Override:
-    """Model and train options for the cells whose task and model labels match."""
+    """Model, train and tune options for the cells whose task and model labels match."""
 
     tasks: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     model: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
+    tune: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def matches(self, task: str, model: str) -> bool:
         return (not self.tasks or task in self.tasks) and (not self.models or model in self.models)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A comparison the experiment declares beside each row's baseline: row ``model``
+    against row ``control`` on the tasks both run (or ``tasks``), on ``split``'s metric.
+
+    A comparison on another split than test (an out-of-distribution one) states
+    ``requires``, the test metric both rows must reach on every seed first: a difference
+    beyond the trained range means nothing between rows that did not fit it.
+    """
+
+    model: str
+    control: str
+    tasks: tuple[str, ...] = ()
+    split: str = "test"
+    requires: float | None = None
 
 
 @dataclass(frozen=True)
@@ -144,7 +168,9 @@ class Cell:
     """One unit of work: a task, a model, a train config and a seed, all fully resolved.
 
     ``key`` hashes everything here, so a result row is found again exactly when the
-    same configuration is asked for again (changing a row's baseline reruns it).
+    same configuration is asked for again (changing a row's baseline or grid reruns it).
+    A tuned row has one cell per seed and grid value: ``tune`` is the row's grid (field →
+    values) and ``train`` holds this cell's values.
     """
 
     task: str
@@ -162,6 +188,7 @@ class Cell:
     #: the count measured).
     match_params: str | int | None = None
     params_target: int | None = None
+    tune: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "train": dataclasses.asdict(self.train)}
@@ -190,7 +217,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """A validated experiment: build with :func:`load_experiment` or :meth:`from_dict`."""
+    """A validated experiment: build with :func:`~.reader.load_experiment` or
+    :func:`~.reader.parse_experiment`, expand with :func:`~.cells.expand_cells`."""
 
     name: str
     seeds: tuple[int, ...]
@@ -199,6 +227,8 @@ class ExperimentConfig:
     model_defaults: dict[str, Any] = field(default_factory=dict)
     train_defaults: dict[str, Any] = field(default_factory=dict)
     overrides: tuple[Override, ...] = ()
+    tune_defaults: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    comparisons: tuple[Comparison, ...] = ()
     #: The default baseline label as the file gives it (None: ``resnet`` if present).
     baseline: str | None = None
     description: str = ""

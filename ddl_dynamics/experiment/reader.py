@@ -36,6 +36,8 @@ from ..models.base import MODELS, list_models
 from .cells import check_experiment, model_options, named_entries, references
 from .config import (
     TASK_DIMS,
+    TUNABLE,
+    Comparison,
     ConfigError,
     ExperimentConfig,
     ModelEntry,
@@ -111,7 +113,7 @@ class _Parser:
     def experiment(self, data: Mapping[str, Any], text: str) -> ExperimentConfig:
         data = self.table(data, "")
         self.keys(data, ("name", "description", "seeds", "defaults", "tasks", "models",
-                         "overrides", "baseline"), "")
+                         "overrides", "comparisons", "baseline"), "")
         try:
             seeds = check_seeds(data.get("seeds", [0]))
         except ValueError as err:
@@ -121,7 +123,7 @@ class _Parser:
             raise self.fail("name", f"{name!r} is not one path component (it names the run "
                                     "folder runs/<name>): no '/', '\\' or '..'")
         defaults = self.table(data.get("defaults", {}), "defaults")
-        self.keys(defaults, ("model", "train"), "defaults")
+        self.keys(defaults, ("model", "train", "tune"), "defaults")
         tasks = tuple(entry for i, t in enumerate(self.entries(data, "tasks"))
                       for entry in self.task_entries(t, f"tasks[{i}]"))
         models = tuple(self.model_entry(m, f"models[{i}]", tasks)
@@ -136,6 +138,7 @@ class _Parser:
         model_defaults = self.model_table(defaults.get("model", {}), "defaults.model",
                                           option_names)
         train_defaults = self.train_table(defaults.get("train", {}), "defaults.train")
+        tune_defaults = self.tune_table(defaults.get("tune", {}), "defaults.tune")
         for i, entry in enumerate(tasks):
             self.model_table(entry.model, f"tasks[{i}].model", option_names)
         overrides = tuple(
@@ -146,7 +149,9 @@ class _Parser:
             name=name,
             description=self.string(data, "description", "", ""),
             seeds=seeds, tasks=tasks, models=models, model_defaults=model_defaults,
-            train_defaults=train_defaults, overrides=overrides,
+            train_defaults=train_defaults, overrides=overrides, tune_defaults=tune_defaults,
+            comparisons=tuple(self.comparison(c, f"comparisons[{i}]", tasks, models)
+                              for i, c in enumerate(data.get("comparisons", []))),
             baseline=self.string(data, "baseline", "") if "baseline" in data else None,
             source=self.source, text=text,
         )
@@ -183,7 +188,7 @@ class _Parser:
 
     def task_entries(self, data: dict[str, Any], where: str) -> list[TaskEntry]:
         """One ``[[tasks]]`` entry, or one per combination of the spec values it sweeps."""
-        self.keys(data, ("name", "label", "spec", "model", "train"), where)
+        self.keys(data, ("name", "label", "spec", "model", "train", "tune"), where)
         name = self.string(data, "name", where)
         names = list_tasks()
         if name not in TASKS:
@@ -193,6 +198,7 @@ class _Parser:
         spec = self.table(data.get("spec", {}), f"{where}.spec")
         model = self.table(data.get("model", {}), f"{where}.model")
         train = self.train_table(data.get("train", {}), f"{where}.train")
+        tune = self.tune_table(data.get("tune", {}), f"{where}.tune")
         cls = TASKS.get(name)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         hints = typing.get_type_hints(cls)
@@ -224,7 +230,7 @@ class _Parser:
             if "depth" in resolved:  # the task runs at its model's depth; see the docstring
                 entry_model.setdefault("depth", resolved.pop("depth"))
             entries.append(TaskEntry(name, f"{label}[{tag}]" if tag else label, resolved,
-                                     entry_model, train, label if tag else ""))
+                                     entry_model, train, label if tag else "", tune))
         return entries
 
     def model_entry(self, data: dict[str, Any], where: str,
@@ -234,7 +240,7 @@ class _Parser:
         if name not in MODELS:
             raise self.fail(f"{where}.name", f"unknown model {name!r}; models: "
                             f"{', '.join(names)}." + did_you_mean(name, names))
-        entry_keys = ("name", "label", "train", "tasks", "baseline")
+        entry_keys = ("name", "label", "train", "tune", "tasks", "baseline")
         options = {k: v for k, v in data.items() if k not in entry_keys}
         return ModelEntry(
             name, self.string(data, "label", where, name),
@@ -242,6 +248,7 @@ class _Parser:
             self.train_table(data.get("train", {}), f"{where}.train"),
             self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
             self.string(data, "baseline", where) if "baseline" in data else None,
+            self.tune_table(data.get("tune", {}), f"{where}.tune"),
         )
 
     def known_labels(self, value: Any, where: str, entries: Sequence[Any]) -> tuple[str, ...]:
@@ -269,13 +276,34 @@ class _Parser:
     def override(self, data: Any, where: str, tasks: Sequence[TaskEntry],
                  models: Sequence[ModelEntry], option_names: set[str]) -> Override:
         data = self.table(data, where)
-        self.keys(data, ("tasks", "models", "model", "train"), where)
+        self.keys(data, ("tasks", "models", "model", "train", "tune"), where)
         return Override(
             self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
             self.known_labels(data.get("models", []), f"{where}.models", models),
             self.model_table(data.get("model", {}), f"{where}.model", option_names),
             self.train_table(data.get("train", {}), f"{where}.train"),
+            self.tune_table(data.get("tune", {}), f"{where}.tune"),
         )
+
+    def comparison(self, data: Any, where: str, tasks: Sequence[TaskEntry],
+                   models: Sequence[ModelEntry]) -> Comparison:
+        data = self.table(data, where)
+        self.keys(data, ("model", "control", "tasks", "split", "requires"), where)
+        model, control = (self.known_labels(self.string(data, key, where), f"{where}.{key}",
+                                            models)[0] for key in ("model", "control"))
+        if model == control:
+            raise self.fail(where, f"{model!r} is compared with itself; name another control")
+        split = self.string(data, "split", where, "test")
+        requires = data.get("requires")
+        if requires is not None and (isinstance(requires, bool)
+                                     or not isinstance(requires, int | float)):
+            raise self.fail(f"{where}.requires", f"expected a number, got {requires!r}")
+        if split != "test" and requires is None:
+            raise self.fail(where, f"a comparison on split {split!r} must state `requires`, the "
+                            "test metric both rows have to reach first")
+        return Comparison(model, control,
+                          self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
+                          split, None if requires is None else float(requires))
 
     def model_table(self, data: Any, where: str, option_names: set[str]) -> dict[str, Any]:
         """Keys are checked here against every model in play (and ``match_params``); types
@@ -298,6 +326,30 @@ class _Parser:
         hints = typing.get_type_hints(TrainConfig)
         self.keys(data, list(fields), where)
         return {k: self.coerce(v, fields[k], hints[k], f"{where}.{k}") for k, v in data.items()}
+
+    def tune_table(self, data: Any, where: str) -> dict[str, tuple[Any, ...]]:
+        """A grid: tunable training fields, each with a non-empty list of distinct values,
+        each value checked as the field's own."""
+        data = self.table(data, where)
+        fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        hints = typing.get_type_hints(TrainConfig)
+        grid = {}
+        for key, values in data.items():
+            if key in fields and key not in TUNABLE:
+                raise self.fail(f"{where}.{key}", "not tunable: a row's budget is the same "
+                                f"at every grid value; tunable: {', '.join(TUNABLE)}")
+            self.keys({key: values}, TUNABLE, where)
+            if not isinstance(values, list) or not values:
+                raise self.fail(f"{where}.{key}", f"expected a non-empty list of values to "
+                                f"try, got {values!r}")
+            coerced = [self.coerce(v, fields[key], hints[key], f"{where}.{key}[{j}]")
+                       for j, v in enumerate(values)]
+            for j, value in enumerate(coerced):
+                if value in coerced[:j]:
+                    raise self.fail(f"{where}.{key}[{j}]",
+                                    f"{value!r} is listed twice; list each value once")
+            grid[key] = tuple(coerced)
+        return grid
 
     def coerce(self, value: Any, default: Any, hint: Any, where: str) -> Any:
         """``value`` if it has the option's type and is finite (:func:`coerce`), else fail."""
