@@ -90,7 +90,7 @@ def _step(units: list[tuple[Ensemble, list[dd.TaskData]]], task: dd.Task, predic
           cfg: dd.TrainConfig) -> object:
     steps = []
     for ensemble, parts in units:
-        batch, optimizer = fold_data(parts), make_optimizer(ensemble.module, cfg)
+        batch, optimizer = fold_data(parts), make_optimizer(ensemble.module)
         training = torch.ones(len(parts), dtype=torch.bool)
 
         def step(ensemble: Ensemble = ensemble, batch: dd.TaskData = batch,
@@ -98,7 +98,7 @@ def _step(units: list[tuple[Ensemble, list[dd.TaskData]]], task: dd.Task, predic
                  ) -> None:
             losses = member_losses(ensemble.module, task, batch, predict, len(training))
             losses.tolist()
-            descend(ensemble, optimizer, losses, training, cfg.grad_clip)
+            descend(ensemble, optimizer, losses, training, [cfg] * len(training), 0)
 
         steps.append(step)
     return lambda: [step() for step in steps]

@@ -216,6 +216,44 @@ def test_run_cells_turns_exceptions_into_failed_rows(tmp_path, monkeypatch):
     assert not (tmp_path / "models").exists()
 
 
+def broken_for(task_type, seed, monkeypatch, change):
+    """The task's samples for ``seed`` pass through ``change(data, n)`` (or it raises)."""
+    sample = task_type.sample
+
+    def patched(self, n, s, split="train"):
+        data = sample(self, n, s, split)
+        return change(data, n) if s == seed else data
+
+    monkeypatch.setattr(task_type, "sample", patched)
+
+
+def explode(data, n):
+    raise RuntimeError("no data for this seed")
+
+
+def nan_targets(data, n):
+    return dataclasses.replace(data, targets=data.targets.float() * math.nan)
+
+
+def one_row_short(data, n):
+    return data.subset(slice(0, n - 1))
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (explode, "RuntimeError: no data for this seed"),
+    (nan_targets, "non-finite targets"),
+    (one_row_short, "has 127 inputs and 127 targets; 128 were asked for"),
+])
+def test_a_task_that_fails_one_seed_fails_that_cell_alone(change, why, monkeypatch):
+    cells = [dataclasses.replace(cell(task="overwrite"), seed=s) for s in (0, 1, 2)]
+    broken_for(type(cells[0].build()[0]), 1, monkeypatch, change)
+    trained = run_cells(cells)
+    assert [t.result.status for t in trained] == ["ok", "failed", "ok"]
+    assert why in trained[1].result.message and trained[1].weights is None
+    assert [t.result.metrics.get("ensemble") for t in trained] == [2, None, 2]
+    assert [t.result.seed for t in trained] == [0, 1, 2]
+
+
 def test_schedule_warms_up_then_decays_to_zero():
     factor = _lr_factor(dd.TrainConfig(steps=100, warmup=0.1))
     assert factor(0) == pytest.approx(0.1) and factor(9) == pytest.approx(1.0)

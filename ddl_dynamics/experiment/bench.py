@@ -386,7 +386,7 @@ def _training_step(family: str, task: Task, cfg: TrainConfig, size: int, width: 
     for ensemble in groups:
         mine = parts if folded is not None else parts[len(steps):len(steps) + 1]
         batch = to_device(fold_data(mine), device)
-        optimizer = make_optimizer(ensemble.module, cfg)
+        optimizer = make_optimizer(ensemble.module)
         training = torch.ones(ensemble.size, dtype=torch.bool, device=device)
 
         def step(ensemble: Ensemble = ensemble, batch: TaskData = batch,
@@ -394,7 +394,7 @@ def _training_step(family: str, task: Task, cfg: TrainConfig, size: int, width: 
                  ) -> None:
             losses = member_losses(ensemble.module, task, batch, predict, ensemble.size)
             losses.tolist()
-            descend(ensemble, optimizer, losses, training, cfg.grad_clip)
+            descend(ensemble, optimizer, losses, training, [cfg] * ensemble.size, 0)
 
         steps.append(step)
     return (lambda: [step() for step in steps]), folded is not None and size > 1

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from .._task import Task, TaskData
 from ..models.ensemble import Ensemble, alone, fold
 from ..models.params import count_parameters
-from .config import Cell, TrainConfig
+from .config import TUNABLE, Cell, TrainConfig
 from .store import ResultStore, RunResult, model_path, store_path
 
 #: A training loss above this multiple of the first step's loss (or a non-finite one)
@@ -58,32 +58,82 @@ def train(
     ``"capped"``: both are failures, scored where possible.
     Exceptions propagate (:func:`run_cells` records them as failed).
     """
-    return _train(alone(model), task, cfg, [seed], progress)[0]
+    member = _Member(seed, cfg, *sample_splits(task, cfg, seed, ("train", "val")))
+    return _train(alone(model), task, [member], progress)[0]
 
 
 def train_seeds(
-    task: Task, models: Sequence[nn.Module], cfg: TrainConfig, seeds: Sequence[int], *,
-    progress: bool = False,
+    task: Task, models: Sequence[nn.Module], cfgs: TrainConfig | Sequence[TrainConfig],
+    seeds: Sequence[int], *, progress: bool = False,
 ) -> list[RunResult]:
-    """Train ``models[i]``, initialised for ``seeds[i]``, as :func:`train` would on that seed,
-    all at once where they fold into one ensemble (:func:`~ddl_dynamics.models.ensemble.fold`),
-    else one after another.
+    """Train ``models[i]``, initialised for ``seeds[i]``, as :func:`train` would on that seed
+    with ``cfgs[i]`` (or one config for all), all at once where they fold into one ensemble
+    (:func:`~ddl_dynamics.models.ensemble.fold`), else one after another.
 
-    In an ensemble each member sees its own seed's data, batches and minibatch order, has
-    its own optimiser state (AdamW acts per element), gradient clipping, early stop and
-    divergence check: a member that diverges or reaches ``target_metric`` is frozen with its
-    weights of that moment while the others go on. So each result is the one its seed gets
-    alone, to float rounding. ``wall_time`` is the ensemble's divided among its members,
-    ``peak_mem`` the ensemble's, and ``metrics["ensemble"]`` the number of seeds trained
-    together. Members that fold but whose folded forward differs from their own (a model
-    whose ops mix the batch) are trained one after another.
+    The configs may differ only in tunable fields (:data:`~.config.TUNABLE`: rate, decay,
+    warmup, clipping), so that one ensemble trains a row's seeds at every grid value. In an
+    ensemble each member sees its own seed's data, batches and minibatch order, has its own
+    optimiser state (AdamW acts per element), learning rate and schedule, weight decay,
+    gradient clipping, early stop and divergence check: a member that diverges or reaches
+    ``target_metric`` is frozen with its weights of that moment while the others go on. So
+    each result is the one its seed and config get alone, to float rounding. ``wall_time``
+    is the ensemble's divided among its members, ``peak_mem`` the ensemble's, and
+    ``metrics["ensemble"]`` the number of members trained together. Members that fold but
+    whose folded forward differs from their own (a model whose ops mix the batch) are
+    trained one after another.
     """
+    cfgs = [cfgs] * len(models) if isinstance(cfgs, TrainConfig) else list(cfgs)
+    members = [_Member(seed, cfg, *sample_splits(task, cfg, seed, ("train", "val")))
+               for cfg, seed in zip(cfgs, seeds, strict=True)]
+    return _train_members(task, models, members, progress)
+
+
+def _train_members(task: Task, models: Sequence[nn.Module], members: Sequence[_Member],
+                   progress: bool) -> list[RunResult]:
+    """:func:`train_seeds` of members whose data is sampled."""
+    budgets = {json.dumps(_budget(m.cfg), sort_keys=True) for m in members}
+    if len(budgets) > 1:
+        raise ValueError("members trained together may differ only in the tunable fields "
+                         f"{', '.join(TUNABLE)}")
     ensemble = fold(models)
     if ensemble is not None:
         with contextlib.suppress(_Unfolded):
-            return _train(ensemble, task, cfg, seeds, progress)
-    return [_train(alone(m), task, cfg, [seed], progress)[0] for m, seed in zip(models, seeds,
-                                                                                  strict=True)]
+            return _train(ensemble, task, members, progress)
+    return [_train(alone(model), task, [member], progress)[0]
+            for model, member in zip(models, members, strict=True)]
+
+
+def _budget(cfg: TrainConfig) -> dict[str, Any]:
+    """What members trained together must share: the config but its tunable fields."""
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in TUNABLE}
+
+
+class TaskDataError(ValueError):
+    """A task's sampler returned data that cannot be trained on: a failure of the task."""
+
+
+def sample_splits(task: Task, cfg: TrainConfig, seed: int,
+                  splits: Sequence[str]) -> list[TaskData]:
+    """The task's ``splits`` for one seed, at the sizes ``cfg`` asks for, each checked
+    (:func:`check_sample`)."""
+    sizes = {"train": cfg.n_train, "val": cfg.n_val}
+    return [check_sample(task.sample(sizes.get(split, cfg.n_test), seed, split),
+                         sizes.get(split, cfg.n_test), seed, split) for split in splits]
+
+
+def check_sample(data: TaskData, n: int, seed: int, split: str) -> TaskData:
+    """``data`` if it holds ``n`` examples with finite inputs and targets, else
+    :class:`TaskDataError` naming what is wrong (a bad sample would otherwise read as the
+    model diverging, or train on less than asked for without a word)."""
+    where = f"the task's {split} split for seed {seed}"
+    if len(data) != n or len(data.targets) != n:
+        raise TaskDataError(f"{where} has {len(data)} inputs and {len(data.targets)} targets; "
+                            f"{n} were asked for")
+    for name in ("inputs", "targets", "controls"):
+        value = getattr(data, name)
+        if value is not None and value.is_floating_point() and not value.isfinite().all():
+            raise TaskDataError(f"{where}: the task returned non-finite {name} (NaN or ±inf)")
+    return data
 
 
 class _Unfolded(Exception):
@@ -91,10 +141,11 @@ class _Unfolded(Exception):
 
 
 class _Member:
-    """How one member of an ensemble is doing: its status, curve and counters."""
+    """One member of an ensemble: its seed, config and data, and how it is doing: its
+    status, curve and counters."""
 
-    def __init__(self, seed: int, data: TaskData, val: TaskData) -> None:
-        self.seed, self.data, self.val = seed, data, val
+    def __init__(self, seed: int, cfg: TrainConfig, data: TaskData, val: TaskData) -> None:
+        self.seed, self.cfg, self.data, self.val = seed, cfg, data, val
         self.status, self.message, self.done, self.training = "ok", "", 0, True
         self.first_loss = math.nan
         self.curve: list[list[float]] = []
@@ -106,10 +157,12 @@ class _Member:
         self.status, self.message, self.training = status, message, False
 
 
-def _train(ensemble: Ensemble, task: Task, cfg: TrainConfig, seeds: Sequence[int],
+def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member],
            progress: bool) -> list[RunResult]:
     """The training loop of :func:`train_seeds`, over the folded batches of ``ensemble``."""
     start = time.perf_counter()
+    cfg = members[0].cfg  # the budget every member shares
+    cfgs = [m.cfg for m in members]
     device = torch.device(cfg.device)
     memory = _reset_peak_memory(device)
     size = ensemble.size
@@ -117,15 +170,14 @@ def _train(ensemble: Ensemble, task: Task, cfg: TrainConfig, seeds: Sequence[int
     for model in ensemble.members:
         model.to(device).train()
     ode = hasattr(module, "reset_nfe")
-    members = [_Member(seed, to_device(task.sample(cfg.n_train, seed, "train"), device),
-                       to_device(task.sample(cfg.n_val, seed, "val"), device)) for seed in seeds]
+    for member in members:
+        member.data, member.val = to_device(member.data, device), to_device(member.val, device)
     data, val = fold_data([m.data for m in members]), fold_data([m.val for m in members])
     predict = predictor(task, cfg.bf16 and device.type == "cuda")
     if size > 1:
         _check_fold(ensemble, task, members, min(cfg.batch_size, cfg.n_train))
 
-    optimizer = make_optimizer(module, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
+    optimizer = make_optimizer(module)
     orders = [_batches(len(m.data), cfg.batch_size, torch.Generator().manual_seed(m.seed))
               for m in members]
     flops_per_unit = 0.0
@@ -152,13 +204,12 @@ def _train(ensemble: Ensemble, task: Task, cfg: TrainConfig, seeds: Sequence[int
                 if not any(training):
                     break
                 descend(ensemble, optimizer, losses, torch.tensor(training, device=device),
-                        cfg.grad_clip)
+                        cfgs, step - 1)
             nfe = (float(module.nfe_forward), float(module.nfe_backward)) if ode else None
             # FLOPs are counted on step 1; an ODE step's FLOPs scale with its NFE
             units = max(sum(nfe), 1.0) if nfe else 1.0
             if step == 1:
                 flops_per_unit = counter.get_total_flops() / size / units
-            scheduler.step()
             bar.update()
             evaluate = step % cfg.eval_every == 0 or step == cfg.steps
             metrics = _evaluate(module, task, val, predict, size) if evaluate else []
@@ -195,7 +246,7 @@ def _train(ensemble: Ensemble, task: Task, cfg: TrainConfig, seeds: Sequence[int
         bar.close()
     models = [ensemble.export(i) if m.training else ensemble.members[i]
               for i, m in enumerate(members)]
-    results = [_result(model, task, cfg, member, predict, ode)
+    results = [_result(model, task, member, predict, ode)
                for model, member in zip(models, members, strict=True)]
     peak_mem, measure = _peak_memory(device, memory)
     wall_time = (time.perf_counter() - start) / size
@@ -205,9 +256,10 @@ def _train(ensemble: Ensemble, task: Task, cfg: TrainConfig, seeds: Sequence[int
     return results
 
 
-def _result(model: nn.Module, task: Task, cfg: TrainConfig, member: _Member,
+def _result(model: nn.Module, task: Task, member: _Member,
             predict: Callable[[nn.Module, TaskData], Tensor], ode: bool) -> RunResult:
     """One trained member's row: its final metrics, counts and curve."""
+    cfg = member.cfg
     metrics, cap_note = _final_metrics(model, task, cfg, member, predict, ode)
     metrics["steps"] = member.done
     status, message = member.status, member.message
@@ -226,10 +278,11 @@ def _result(model: nn.Module, task: Task, cfg: TrainConfig, member: _Member,
     )
 
 
-def make_optimizer(module: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW over every parameter; it acts per element, so it serves an ensemble's members
-    as it would each alone."""
-    return torch.optim.AdamW(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+def make_optimizer(module: nn.Module) -> torch.optim.Optimizer:
+    """AdamW over every parameter at learning rate 1 and no weight decay: :func:`descend`
+    scales each member's step by its own rate and applies its own decay. AdamW acts per
+    element, so it serves an ensemble's members as it would each alone."""
+    return torch.optim.AdamW(module.parameters(), lr=1.0, weight_decay=0.0,
                              fused=True)  # one kernel for all tensors: ~6x faster on CPU
 
 
@@ -241,14 +294,39 @@ def member_losses(module: nn.Module, task: Task, batch: TaskData,
 
 
 def descend(ensemble: Ensemble, optimizer: torch.optim.Optimizer, losses: Tensor,
-            training: Tensor, grad_clip: float) -> None:
-    """One optimiser step of the members still ``training`` (a bool mask), each on its
-    own loss, its gradient clipped to ``grad_clip`` (0: unclipped)."""
+            training: Tensor, cfgs: Sequence[TrainConfig], index: int) -> None:
+    """Optimiser step ``index`` (from 0) of the members still ``training`` (a bool mask),
+    each on its own loss with its own config: gradient clipped to its ``grad_clip`` (0:
+    unclipped), then AdamW at its rate on its schedule (:func:`_lr_factor`) and decay.
+
+    AdamW's step is linear in the rate, and its decay a separate shrink: the optimiser
+    (:func:`make_optimizer`) steps at rate 1, and each member's parameters then move that
+    step times its rate, ``p ← p + lr·(p₁ − p) − lr·wd·p``; a frozen member gets rate 0.
+    """
     optimizer.zero_grad(set_to_none=True)
     torch.where(training, losses, 0.0).sum().backward()
-    if grad_clip:
-        _clip_per_member(ensemble, grad_clip)
-    optimizer.step()
+    params = [p for p in ensemble.module.parameters() if p.grad is not None]
+    device = losses.device
+    clips = torch.tensor([cfg.grad_clip for cfg in cfgs], device=device)
+    if clips.any():
+        _clip_per_member(ensemble, params, clips)
+    rates = torch.tensor([cfg.lr * _lr_factor(cfg)(index) for cfg in cfgs], device=device)
+    rates = torch.where(training, rates, 0.0)
+    decays = rates * torch.tensor([cfg.weight_decay for cfg in cfgs], device=device)
+    with torch.no_grad():
+        before = torch._foreach_mul(params, 1.0)
+        optimizer.step()
+        torch._foreach_lerp_(params, before, [1 - _per_member(rates, p, ensemble.size)
+                                              for p in params])
+        if decays.any():
+            torch._foreach_sub_(params, torch._foreach_mul(
+                before, [_per_member(decays, p, ensemble.size) for p in params]))
+
+
+def _per_member(values: Tensor, like: Tensor, size: int) -> Tensor:
+    """Per-member ``values`` shaped to scale ``like``, a parameter of an ensemble of
+    ``size`` (member axis first), or of a model alone."""
+    return values.view(-1, *(1,) * (like.dim() - 1)) if size > 1 else values[0]
 
 
 def predictor(task: Task, bf16: bool) -> Callable[[nn.Module, TaskData], Tensor]:
@@ -290,16 +368,13 @@ def _check_fold(ensemble: Ensemble, task: Task, members: Sequence[_Member], rows
         raise _Unfolded
 
 
-def _clip_per_member(ensemble: Ensemble, max_norm: float) -> None:
-    """Clip each member's gradient to total norm ``max_norm``, as ``clip_grad_norm_`` does."""
-    params = [p for p in ensemble.module.parameters() if p.grad is not None]
-    if ensemble.size == 1:
-        nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-        return
+def _clip_per_member(ensemble: Ensemble, params: Sequence[Tensor], max_norms: Tensor) -> None:
+    """Clip each member's gradient to total norm ``max_norms[member]`` (0: unclipped), as
+    ``clip_grad_norm_`` does."""
     grads = [p.grad for p in params]  # the member axis first
     norms = torch.cat([g.reshape(ensemble.size, -1) for g in grads], dim=1).norm(dim=1)
-    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    torch._foreach_mul_(grads, [scale.view(-1, *(1,) * (g.dim() - 1)) for g in grads])
+    scale = torch.where(max_norms > 0, (max_norms / (norms + 1e-6)).clamp(max=1.0), 1.0)
+    torch._foreach_mul_(grads, [_per_member(scale, g, ensemble.size) for g in grads])
 
 
 @dataclass
@@ -322,12 +397,14 @@ class Trained:
 
 
 def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
-    """The cells grouped by all but their seed, in first-seen order, to train together
-    (:func:`run_cells`); the cells of a model that cannot fold (see
-    :func:`~ddl_dynamics.models.ensemble.fold`) stay apart, to spread over workers."""
+    """The cells grouped by all but their seed and tunable train fields (a row's seeds at
+    every grid value), in first-seen order, to train together (:func:`run_cells`); the cells
+    of a model that cannot fold (see :func:`~ddl_dynamics.models.ensemble.fold`) stay apart,
+    to spread over workers."""
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
-        rest = json.dumps({**cell.to_dict(), "seed": None}, sort_keys=True)
+        rest = json.dumps({**cell.to_dict(), "seed": None, "train": _budget(cell.train)},
+                          sort_keys=True)
         groups.setdefault(rest, []).append(cell)
     return [split for group in groups.values()
             for split in ([group] if _folds(group[0]) else [[cell] for cell in group])]
@@ -339,23 +416,37 @@ def _folds(cell: Cell) -> bool:
 
 
 def run_cells(cells: Sequence[Cell], progress: bool = False) -> list[Trained]:
-    """Build and train cells that differ only in their seed, together where they fold
-    (:func:`train_seeds`); never raises for a problem of the cells themselves (that makes
-    each of them a ``"failed"`` result)."""
+    """Build and train cells that differ only in their seed and tunable fields, together
+    where they fold (:func:`train_seeds`); never raises for a problem of the cells
+    themselves. A cell whose model or data cannot be made (say, the task fails for its
+    seed) is ``"failed"`` alone, and the others train; an error in training fails them all.
+    """
     start = time.perf_counter()
-    try:
-        built = [cell.build() for cell in cells]
-        models = [model for _, model in built]
-        results = train_seeds(built[0][0], models, cells[0].train, [c.seed for c in cells],
-                              progress=progress)
-        trained = [Trained(result, {k: v.detach().cpu() for k, v in model.state_dict().items()})
-                   for result, model in zip(results, models, strict=True)]
-    except Exception as err:  # failing cells must not stop the suite
-        failed = RunResult(status="failed", message=describe_error(err),
-                           wall_time=(time.perf_counter() - start) / len(cells))
-        trained = [Trained(failed) for _ in cells]
-    return [dataclasses.replace(t, result=stamp(t.result, cell))
-            for t, cell in zip(trained, cells, strict=True)]
+    failed: dict[int, BaseException] = {}
+    ready: list[tuple[int, Task, nn.Module, _Member]] = []
+    for i, cell in enumerate(cells):
+        try:
+            task, model = cell.build()
+            member = _Member(cell.seed, cell.train,
+                             *sample_splits(task, cell.train, cell.seed, ("train", "val")))
+            ready.append((i, task, model, member))
+        except Exception as err:  # failing cells must not stop the suite
+            failed[i] = err
+    trained: dict[int, Trained] = {}
+    if ready:
+        models = [model for _, _, model, _ in ready]
+        try:
+            results = _train_members(ready[0][1], models, [m for *_, m in ready], progress)
+            trained = {i: Trained(result, {k: v.detach().cpu()
+                                           for k, v in model.state_dict().items()})
+                       for (i, _, model, _), result in zip(ready, results, strict=True)}
+        except Exception as err:  # failing cells must not stop the suite
+            failed |= {i: err for i, *_ in ready}
+    wall_time = (time.perf_counter() - start) / len(cells)
+    trained |= {i: Trained(RunResult(status="failed", message=describe_error(err),
+                                     wall_time=wall_time)) for i, err in failed.items()}
+    return [dataclasses.replace(trained[i], result=stamp(trained[i].result, cell))
+            for i, cell in enumerate(cells)]
 
 
 def stamp(result: RunResult, cell: Cell) -> RunResult:
@@ -447,7 +538,8 @@ def _final_metrics(
                                "val": None, "test": None, "ood": {}, "skipped": {}, "extra": {}}
     notes = []
     seed, data, val = member.seed, member.data, member.val
-    test = to_device(task.sample(cfg.n_test, seed, "test"), val.inputs.device)
+    [test] = sample_splits(task, cfg, seed, ["test"])
+    test = to_device(test, val.inputs.device)
 
     @torch.no_grad()
     def score(split: str, split_data: TaskData, extras: bool = True) -> float | None:
