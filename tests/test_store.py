@@ -1,6 +1,7 @@
 """The results store: roundtrip, WAL mode, concurrent writers, run metadata, trained
 weights, claims, kept task files, and files that are not a store."""
 
+import dataclasses
 import hashlib
 import math
 import sqlite3
@@ -235,3 +236,21 @@ def test_kept_task_files_are_copied_hashed_and_imported_once(tmp_path):
     assert record["sha256"][:12] in copy.name and record["file"] == str(source)
     assert record["registers"] == ["task:kept-sum"] and "kept-sum" in dd.list_tasks()
     assert keep_task_files(tmp_path / "run", [source]) == [record]  # not registered twice
+
+
+def test_a_result_written_again_keeps_the_one_it_replaces_as_an_attempt(tmp_path):
+    store = dd.ResultStore(tmp_path / "results.sqlite")
+    first = dd.RunResult(status="diverged", message="loss became nan", key="k", task="t",
+                         model="m", seed=3, metrics={"test": None})
+    store.put(first)
+    assert store.attempts() == []
+    store.put(dataclasses.replace(first, status="ok", message="", metrics={"test": 0.5}))
+    store.put(dataclasses.replace(first, status="ok", message="", metrics={"test": 0.25}))
+    assert [r.status for r in store.rows()] == ["ok"]
+    assert store.rows()[0].metrics == {"test": 0.25}
+    history = store.attempts()
+    assert [(r.status, r.message, r.metrics) for r in history] == [
+        ("diverged", "loss became nan", {"test": None}), ("ok", "", {"test": 0.5})]
+    assert all((r.key, r.seed) == ("k", 3) and r.created_at for r in history)
+    # read-only opening sees the history too
+    assert dd.ResultStore(tmp_path / "results.sqlite", create=False).attempts() == history

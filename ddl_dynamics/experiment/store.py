@@ -71,6 +71,25 @@ CREATE TABLE IF NOT EXISTS runs (
     started_at TEXT NOT NULL,
     ended_at TEXT
 );
+CREATE TABLE IF NOT EXISTS attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL,
+    task TEXT NOT NULL,
+    model TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    message TEXT NOT NULL,
+    metrics TEXT NOT NULL,
+    curve TEXT NOT NULL,
+    params INTEGER,
+    flops REAL,
+    nfe_forward REAL,
+    nfe_backward REAL,
+    wall_time REAL,
+    peak_mem INTEGER,
+    config TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS claims (
     key TEXT PRIMARY KEY,
     owner TEXT,
@@ -224,14 +243,17 @@ class ResultStore:
             raise ValueError(f"not a results store: {self.path} ({err})") from err
 
     def put(self, result: RunResult) -> None:
-        """Insert or replace the row of ``result.key``; this ends any claim on the cell and
-        advances its generation."""
+        """Write the row of ``result.key``, keeping the row it replaces (an earlier attempt
+        at the cell: a failure retried, say) in the attempts table; this ends any claim on
+        the cell and advances its generation."""
         row = dataclasses.asdict(result)
         row["created_at"] = _now()
         for column in _JSON_COLUMNS:
             row[column] = json.dumps(row[column])
         names = ", ".join(row)
         with self._transaction() as con:
+            con.execute(f"INSERT INTO attempts ({names}) SELECT {names} FROM results "
+                        "WHERE key = ?", (result.key,))
             con.execute(
                 f"INSERT OR REPLACE INTO results ({names}) VALUES "
                 f"({', '.join(':' + n for n in row)})",
@@ -305,10 +327,19 @@ class ResultStore:
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         return self._select(f"{clause} ORDER BY task, model, seed, created_at", tuple(args))
 
-    def _select(self, clause: str, args: Sequence[Any]) -> list[RunResult]:
+    def attempts(self) -> list[RunResult]:
+        """Every row a later attempt at its cell replaced, oldest first: a retried failure
+        stays on record. (A store written before attempts were kept has none.)"""
         with self._transaction() as con:
-            rows = [dict(row) for row in con.execute(f"SELECT * FROM results {clause}", args)]
+            kept = con.execute("SELECT 1 FROM sqlite_master WHERE name = 'attempts'").fetchone()
+        return self._select("ORDER BY id", (), table="attempts") if kept else []
+
+    def _select(self, clause: str, args: Sequence[Any],
+                table: str = "results") -> list[RunResult]:
+        with self._transaction() as con:
+            rows = [dict(row) for row in con.execute(f"SELECT * FROM {table} {clause}", args)]
         for row in rows:
+            row.pop("id", None)
             for column in _JSON_COLUMNS:
                 row[column] = json.loads(row[column])
         return [RunResult(**row) for row in rows]
