@@ -222,6 +222,11 @@ class Task(ABC):
     #: The spec field that moves the task from one regime to another (e.g. an event rate),
     #: the x-axis of the crossover figure when an experiment sweeps it; None: no such knob.
     knob: ClassVar[str | None] = None
+    #: ``(relative, absolute)``: two models whose test metrics differ by less than
+    #: ``max(relative · |control's mean|, absolute)`` are practically equal, the margin of
+    #: the report's equivalence test. None: 10% of an MSE (at least 1e-4, for values near
+    #: zero), one point of accuracy. A task whose metric has a natural scale states its own.
+    margin: ClassVar[tuple[float, float] | None] = None
 
     @property
     @abstractmethod
@@ -246,6 +251,12 @@ class Task(ABC):
     @property
     def higher_is_better(self) -> bool:
         return self.metric_name == "accuracy"
+
+    def equivalence_margin(self, control_mean: float) -> float:
+        """The largest difference from a control with this mean that counts as none."""
+        relative, absolute = self.margin or ((0.0, 0.01) if self.metric_name == "accuracy"
+                                             else (0.1, 1e-4))
+        return max(relative * abs(control_mean), absolute)
 
     def loss(self, pred: Tensor, target: Tensor) -> Tensor:
         if self.loss_name == "ce":  # logits (..., classes) against class ids (...)

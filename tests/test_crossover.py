@@ -8,9 +8,11 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.analysis import plots
-from ddl_dynamics.analysis.crossover import Setting, crossovers, gate_use
+from ddl_dynamics.analysis.crossover import Setting, gate_use, sign_interval
 from ddl_dynamics.analysis.probes import probe_model, probe_path
 from ddl_dynamics.analysis.report import render
+from ddl_dynamics.analysis.run import load_run, run_of
+from ddl_dynamics.analysis.stats import Paired
 from ddl_dynamics.experiment.store import model_path
 
 P = (0.0, 0.1, 0.5, 1.0)
@@ -61,16 +63,26 @@ def hand_made(events=("overwrite", "reflect")) -> list[dd.RunResult]:
     return rows
 
 
+#: The experiment declares the erase-term contrast beside each row's baseline.
+ERASE = {"config": '[[comparisons]]\nmodel = "ddl"\ncontrol = "ddl-write"\n'}
+
+
+def crossover_of(rows, experiment=ERASE):
+    return dd.build_report(run_of(rows, experiment=experiment)).crossovers
+
+
 @pytest.fixture
 def run_dir(tmp_path):
     store = dd.ResultStore(tmp_path / "results.sqlite")
+    store.start_run("crossover", ERASE["config"])
     for r in hand_made():
         store.put(r)
     return tmp_path
 
 
-def test_crossover_is_where_the_ci_stays_on_the_winning_side(run_dir):
+def test_crossover_is_where_the_model_wins_from_on_after_adjustment(run_dir):
     report = dd.build_report(run_dir)
+    assert report.tests == 2 * len(P) * 5  # every point of every curve is one test
     found = {(c.setting.label, c.model, c.control): c for c in report.crossovers}
     assert {(m, c) for _, m, c in found} == {("ddl", "resnet"), ("ddl-lin", "resnet"),
                                              ("gated", "resnet"), ("ddl-write", "resnet"),
@@ -79,15 +91,30 @@ def test_crossover_is_where_the_ci_stays_on_the_winning_side(run_dir):
         ddl = found[f"event={event}", "ddl", "resnet"]
         assert [v for v, _ in ddl.points] == list(P)
         assert ddl.star == 0.5
-        assert [p.outcome(False) for _, p in ddl.points] == ["worse", "no difference",
-                                                              "better", "better"]
-        assert ddl.points[2][1].mean == pytest.approx(np.mean(OFFSETS["ddl"][0.5]))
+        assert [c.label for _, c in ddl.points] == ["loss", "inconclusive", "win", "win"]
+        assert ddl.points[2][1].paired.mean == pytest.approx(np.mean(OFFSETS["ddl"][0.5]))
+        assert all(c.paired.total == 4 for _, c in ddl.points)
+        # at p = 0.1 two seeds of four favour ddl: the sign flips there on some resamples
+        assert ddl.interval == (0.1, 0.5)
         assert found[f"event={event}", "ddl-lin", "resnet"].star == 0.0
         assert found[f"event={event}", "gated", "resnet"].star is None
         erase = found[f"event={event}", "ddl", "ddl-write"]
         assert erase.star == 0.5
         diffs = np.subtract(OFFSETS["ddl"][1.0], OFFSETS["ddl-write"][1.0])
-        assert erase.points[-1][1].differences == pytest.approx(tuple(diffs))
+        assert erase.points[-1][1].paired.differences == pytest.approx(tuple(diffs))
+
+
+def test_the_sign_interval_spans_the_knob_values_where_resampled_seeds_disagree():
+    def paired(diffs):
+        return Paired.of(dict(enumerate(diffs)), dict.fromkeys(range(len(diffs)), 0.0), False)
+
+    certain = [(0.0, paired([0.2, 0.3, 0.1, 0.2])), (1.0, paired([-0.2, -0.3, -0.1, -0.2]))]
+    assert sign_interval(certain, higher_is_better=False) == (1.0, 1.0)
+    # at 0.5 one seed of four goes the other way: some resamples favour the model there
+    split = [certain[0], (0.5, paired([-0.2, -0.3, 0.5, -0.2])), certain[1]]
+    assert sign_interval(split, higher_is_better=False) == (0.5, 1.0)
+    never = [(v, paired([0.1, 0.2, 0.1, 0.3])) for v in (0.0, 1.0)]
+    assert sign_interval(never, higher_is_better=False) == (np.inf, np.inf)
 
 
 def test_the_report_has_a_crossover_table(run_dir):
@@ -99,35 +126,45 @@ def test_the_report_has_a_crossover_table(run_dir):
     md = render(report, "md")
     assert "## Crossover" in md and "### switched: test mse ↓ against p" in md
     lines = [line for line in md.splitlines() if "| ddl − resnet |" in line]
-    assert len(lines) == 2 and lines[0].startswith("| event=overwrite | ddl − resnet | p* = 0.5 |")
-    assert "(loss)" in lines[0] and "(tie)" in lines[0] and lines[0].count("(win)") == 2
+    assert len(lines) == 2 and lines[0].startswith(
+        "| event=overwrite | ddl − resnet | p* = 0.5 | [0.1, 0.5] |")
+    assert "(loss (n = 4))" in lines[0] and "(inconclusive (n = 4; detectable" in lines[0]
+    assert lines[0].count("(win (n = 4))") == 2
     assert any("| ddl-lin − resnet | p* = 0 |" in line for line in md.splitlines())
     assert any("| gated − resnet | none in range |" in line for line in md.splitlines())
     assert md.index("## Crossover") < md.index("## Results per task")
 
 
 def test_one_setting_is_labelled_by_nothing_and_one_knob_value_makes_no_curve():
-    rows = hand_made(events=("reflect",))
-    (ddl,) = [c for c in crossovers(rows, []) if c.model == "ddl"]
+    rows = [r for r in hand_made(events=("reflect",)) if r.model in ("ddl", "ddl-write")]
+    (ddl,) = crossover_of(rows)
     assert ddl.setting == Setting("switched", "p", "")
-    assert ddl.control == "ddl-write"  # only the contrast: no comparisons were given
+    assert ddl.control == "ddl-write"  # the declared comparison: no baseline in the run
+    assert crossover_of(rows, experiment={}) == []  # nothing declared, nothing to follow
     single = [r for r in rows if r.config["spec"]["p"] == 1.0]
-    assert crossovers(single, []) == []
+    assert crossover_of(single) == []
 
 
-def test_a_missing_seed_pairs_only_the_seeds_both_finished():
+def test_a_seed_one_side_did_not_run_is_left_out_and_one_it_failed_counts():
     rows = [r for r in hand_made(events=("reflect",)) if not (r.model == "ddl" and r.seed == 3)]
-    (erase,) = [c for c in crossovers(rows, []) if c.model == "ddl"]
-    assert all(paired.seeds == (0, 1, 2) for _, paired in erase.points)
+    (erase,) = [c for c in crossover_of(rows) if c.model == "ddl" and c.control == "ddl-write"]
+    assert all(c.paired.seeds == (0, 1, 2) and c.paired.total == 3 for _, c in erase.points)
+    rows = hand_made(events=("reflect",))
+    for r in rows:
+        if r.model == "ddl" and r.seed == 3:
+            r.status = "diverged"
+    (erase,) = [c for c in crossover_of(rows) if c.model == "ddl" and c.control == "ddl-write"]
+    assert all(c.paired.failed == (3,) and c.paired.total == 4 for _, c in erase.points)
 
 
-def test_a_control_trained_on_another_budget_leaves_its_knob_values_out():
+def test_a_control_trained_on_another_budget_gets_no_verdict_at_that_knob_value():
     rows = hand_made(events=("reflect",))
     for r in rows:  # ddl-write trained half the steps at p = 1 only
         r.config["train"] = {"steps": 50 if r.model == "ddl-write" and
                              r.config["spec"]["p"] == 1.0 else 100}
-    (erase,) = [c for c in crossovers(rows, []) if c.model == "ddl"]
-    assert [p for p, _ in erase.points] == [0.0, 0.1, 0.5]
+    (erase,) = [c for c in crossover_of(rows) if c.model == "ddl" and c.control == "ddl-write"]
+    assert [c.label for _, c in erase.points][-1] == "unequal budget"
+    assert erase.star is None  # no win at the largest knob value
 
 
 def test_gate_use_follows_the_probed_events(tmp_path):
@@ -148,7 +185,7 @@ def test_gate_use_follows_the_probed_events(tmp_path):
             probe_path(tmp_path, r.key).parent.mkdir(exist_ok=True)
             events = regimes if p == 0.5 else np.full(regimes.shape, REFLECTION)
             np.savez(probe_path(tmp_path, r.key), beta=beta, test_step_regimes=events)
-    found = {(g.model, g.regime): g for g in gate_use(tmp_path)}
+    found = {(g.model, g.regime): g for g in gate_use(load_run(tmp_path))}
     assert set(found) == {("ddl", "reflection"), ("ddl-lin", "reflection")}
     ddl, lin = found["ddl", "reflection"], found["ddl-lin", "reflection"]
     assert [(v, e.mean) for v, e in ddl.at_events] == [(0.5, 1.0), (1.0, pytest.approx(

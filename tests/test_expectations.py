@@ -3,13 +3,10 @@
 import pytest
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.expectations import (
-    CONFIRMED,
-    CONTRADICTED,
-    INSUFFICIENT,
-    judge,
-    match,
-)
+from ddl_dynamics.analysis.comparisons import judge as judge_all
+from ddl_dynamics.analysis.expectations import judge_expectations, match, request_for
+from ddl_dynamics.analysis.run import run_of
+from ddl_dynamics.analysis.verdicts import CONFIRMED, CONTRADICTED, INSUFFICIENT
 from ddl_dynamics.models.base import list_models, model_options
 
 DEFAULTS = {
@@ -22,9 +19,20 @@ def cell(label, seed, test, family=None, status="ok", long=None, steps=100, **op
     family = family or label
     config = {**DEFAULTS[family], "width": 32, "hidden": 40, **options}
     return dd.RunResult(status=status, key=f"{label}-{seed}", task="t", model=label, seed=seed,
-                        metrics={"test": test, "ood": {"long": long}},
+                        params=1000, metrics={"test": test, "ood": {"long": long}},
                         config={"model": family, "config": config,
                                 "train": {"steps": steps, "batch_size": 128, "n_train": 2048}})
+
+
+def judge(task, expectation, rows, higher_is_better):
+    """One claim judged alone, as the report judges it among its comparisons."""
+    for r in rows:
+        r.task, r.metrics["higher_is_better"] = task, higher_is_better
+    run = run_of(rows)
+    request = request_for(task, expectation, [row.cells[0] for row in run.rows.values()])
+    judged = judge_all(run, [] if isinstance(request, str) else [request])
+    return judge_expectations([(task, expectation, request)], judged,
+                              {task: higher_is_better})[0]
 
 
 def cells(label, values, **kwargs):
@@ -43,8 +51,9 @@ def test_a_paired_significant_difference_confirms_or_contradicts():
     rows = cells("ddl", WIN) + cells("resnet", LOSE)
     v = judge("t", claim(), rows, higher_is_better=False)
     assert v.verdict == CONFIRMED and (v.model, v.control) == ("ddl", "resnet")
-    assert v.paired.n == 3 and v.paired.p < 0.05
-    assert v.paired.mean == pytest.approx((sum(WIN) - sum(LOSE)) / 3)
+    paired = v.comparison.paired
+    assert paired.n == 3 and paired.p < 0.05 and v.comparison.p_adjusted == paired.p
+    assert paired.mean == pytest.approx((sum(WIN) - sum(LOSE)) / 3)
     assert judge("t", claim(relation="worse"), rows, False).verdict == CONTRADICTED
     # The direction is the metric's: on an accuracy the same numbers read the other way.
     assert judge("t", claim(), rows, higher_is_better=True).verdict == CONTRADICTED
@@ -53,31 +62,33 @@ def test_a_paired_significant_difference_confirms_or_contradicts():
 def test_fewer_than_three_seeds_is_insufficient_evidence():
     rows = cells("ddl", WIN[:2]) + cells("resnet", LOSE)
     v = judge("t", claim(), rows, False)
-    assert v.verdict == INSUFFICIENT and "2 paired finished seeds, fewer than 3" in v.note
+    assert v.verdict == INSUFFICIENT and "inconclusive, n = 2" in v.note
     # One seed of a bound claim confirms nothing either.
     v = judge("t", claim(control=1.0), cells("ddl", WIN[:1]), False)
-    assert v.verdict == INSUFFICIENT and v.paired.n == 1
+    assert v.verdict == INSUFFICIENT and v.comparison.paired.n == 1
 
 
-def test_failed_seeds_do_not_count_and_the_verdict_says_so():
+def test_failed_seeds_count_against_their_model_and_the_verdict_says_so():
     rows = cells("ddl", WIN) + cells("resnet", LOSE)
     rows[1].status, rows[2].status = "diverged", "capped"
     v = judge("t", claim(), rows, False)
-    assert v.verdict == INSUFFICIENT and v.paired.n == 1
-    assert "ddl: 2 of 3 seeds failed (1 capped, 1 diverged)" in v.note
+    paired = v.comparison.paired
+    assert v.verdict == INSUFFICIENT and (paired.n, paired.total) == (1, 3)
+    assert paired.failed == (1, 2) and paired.better(False) is False
+    assert "ddl fails 2/3 (seeds 1, 2 rank last)" in v.note
 
 
 def test_no_significant_difference_is_insufficient_evidence():
     rows = cells("ddl", [0.1, 0.9, 0.5]) + cells("resnet", LOSE)
     v = judge("t", claim(), rows, False)
-    assert v.verdict == INSUFFICIENT and v.note == "no significant difference"
+    assert v.verdict == INSUFFICIENT and v.note == "inconclusive, n = 3"
 
 
 def test_a_control_trained_on_another_budget_is_insufficient_evidence():
     rows = cells("ddl", WIN, steps=150) + cells("resnet", LOSE, steps=50)
     v = judge("t", claim(), rows, False)
-    assert v.verdict == INSUFFICIENT and v.paired is None
-    assert v.note == "unequal budgets: ddl steps=150; resnet steps=50"
+    assert v.verdict == INSUFFICIENT and v.comparison.paired is None
+    assert v.comparison.label == "unequal budget" and v.note == "ddl steps=150; resnet steps=50"
     # An analytic bound has no budget: the same model is judged against it.
     assert judge("t", claim(control=1.0), rows, False).verdict == CONFIRMED
 
@@ -91,7 +102,7 @@ def test_an_analytic_bound_uses_the_one_sample_test():
     floor = [1.07, 1.09, 1.08]
     v = judge("t", claim("node", "worse", 0.975), cells("node", floor), False)
     assert v.verdict == CONFIRMED and v.control is None
-    assert v.paired.mean == pytest.approx(1.08 - 0.975)
+    assert v.comparison.paired.mean == pytest.approx(1.08 - 0.975)
     solved = judge("t", claim("node", "worse", 0.975), cells("node", WIN), False)
     assert solved.verdict == CONTRADICTED
 
@@ -99,11 +110,11 @@ def test_an_analytic_bound_uses_the_one_sample_test():
 LINEAR = {"tied": True, "context": "control"}
 
 
-def parity_rows(test_b2, long_b2, long_b1):
+def parity_rows(test_b2, long_b2, long_b1, test_b1=(1.0, 1.0, 1.0)):
     rows = [cell("lin", s, t, family="ddl", long=x, beta_max=2.0, **LINEAR)
             for s, (t, x) in enumerate(zip(test_b2, long_b2, strict=True))]
-    rows += [cell("lin-bmax1", s, 0.6, family="ddl", long=x, beta_max=1.0, **LINEAR)
-             for s, x in enumerate(long_b1)]
+    rows += [cell("lin-bmax1", s, t, family="ddl", long=x, beta_max=1.0, **LINEAR)
+             for s, (t, x) in enumerate(zip(test_b1, long_b1, strict=True))]
     return rows + cells("ddl", [1.0, 1.0, 1.0], family="ddl")  # the state-dependent stack
 
 
@@ -113,15 +124,21 @@ def parity_claim():
                           split="long", requires=0.95)
 
 
-def test_ood_claim_needs_the_model_to_succeed_in_distribution():
+def test_ood_claim_needs_both_rows_to_succeed_in_distribution():
     long_b2, long_b1 = [0.99, 1.0, 0.98], [0.52, 0.50, 0.51]
     solved = judge("parity", parity_claim(), parity_rows([1.0, 1.0, 0.99], long_b2, long_b1),
                    higher_is_better=True)
     assert solved.verdict == CONFIRMED and (solved.model, solved.control) == ("lin", "lin-bmax1")
+    assert solved.comparison.split == "long"
     # One seed that did not learn the trained length: the extrapolation means nothing.
     v = judge("parity", parity_claim(), parity_rows([1.0, 0.55, 0.99], long_b2, long_b1), True)
-    assert v.verdict == INSUFFICIENT and v.paired is None
-    assert "precondition failed: lin reached test ≥ 0.95 on 2 of 3 finished seeds" in v.note
+    assert v.verdict == INSUFFICIENT and v.comparison.split == "test"
+    assert "long not judged: lin reached test ≥ 0.95 on 2 of 3 seeds" in v.note
+    # Nor when the control never fitted the trained length: that is a failure to fit.
+    v = judge("parity", parity_claim(),
+              parity_rows([1.0, 1.0, 0.99], long_b2, long_b1, test_b1=[0.47, 0.44, 0.45]), True)
+    assert v.verdict == INSUFFICIENT
+    assert "lin-bmax1 reached test ≥ 0.95 on 0 of 3 seeds" in v.note
 
 
 def test_ood_claims_must_state_their_precondition():

@@ -140,10 +140,13 @@ def test_probes_are_cached_and_plotting_never_retrains(tiny_run):
 def test_report_judges_expectations_and_audits_regimes(tiny_run):
     report = dd.build_report(tiny_run)
     verdicts = {(v.task, v.claim): v for v in report.expectations}
-    # Two seeds confirm nothing; the linear recurrence of parity's claim was not run.
+    # A tied ddl is far smaller than the untied resnet: no test; the linear recurrence of
+    # parity's claim was not run.
     oscillator = verdicts["oscillator", "ddl worse than resnet on test"]
     assert (oscillator.model, oscillator.control) == ("ddl", "resnet")  # not ddl-bmax1
-    assert oscillator.verdict == "insufficient evidence" and oscillator.paired.n == 2
+    assert oscillator.verdict == "insufficient evidence"
+    assert oscillator.comparison.label == "unmatched size"
+    assert "parameters" in oscillator.note and "more than 10% apart" in oscillator.note
     (parity,) = [v for v in report.expectations if v.task == "parity"]
     assert parity.verdict == "insufficient evidence" and parity.note.startswith("no cell of")
     rows = {(r.task, r.model): r for r in report.regimes}
@@ -158,19 +161,24 @@ def test_report_judges_expectations_and_audits_regimes(tiny_run):
     assert bmax1["over-relaxed"] == bmax1["reflection"] == 0.0
     text = render(report, "md")
     assert "## Expectations against the measured seeds" in text
-    assert "| insufficient evidence | 2 paired finished seeds, fewer than 3 |" in text
+    assert "| insufficient evidence | ddl has " in text
 
 
 def test_verdict_matrix_colours_each_mark():
-    cells = {"overwrite": {"ddl": ("win", "-0.4 ± 0.1"), "ddl-write": ("loss", "+0.2 ± 0.1")},
-             "parity": {"ddl": ("tie", "+0.01 ± 0.3"), "node": ("n < 3", "+0.1")}}
+    cells = {"overwrite": {"ddl": ("win", "-0.4 ± 0.1"), "ddl-write": ("loss", "+0.2 ± 0.1"),
+                           "gated": ("equivalent", "+0.01 ± 0.01")},
+             "parity": {"ddl": ("inconclusive", "+0.01 ± 0.3"),
+                        "node": ("unequal budget", "no test"),
+                        "gated": ("unmatched size", "no test")}}
     fig = plots.verdict_matrix(cells)
     ax = fig.axes[0]
     drawn = {tuple(round(c, 3) for c in p.get_facecolor()[:3]) for p in ax.patches}
     expected = {tuple(round(c, 3) for c in to_rgb(color)) for color in plots.MARK_COLORS.values()}
-    assert drawn == expected and len(ax.patches) == 4  # (overwrite, node) stays blank
+    assert drawn == expected and len(ax.patches) == 6  # (overwrite, node) stays blank
     texts = {t.get_text() for t in ax.texts}
-    assert "win\n-0.4 ± 0.1" in texts and "n < 3\n+0.1" in texts
+    assert "win\n-0.4 ± 0.1" in texts and "unequal budget\nno test" in texts
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 2  # no test drawn
     assert [t.get_text() for t in ax.get_yticklabels()] == ["overwrite", "parity"]
 
 

@@ -1,5 +1,10 @@
-"""Statistics over seeds, against scipy: intervals, the paired t-test, Wilcoxon."""
+"""Statistics over seeds, against scipy and first principles: intervals, the paired t-test,
+the exact sign and signed-rank tests, Holm, TOST, the detectable difference, and pairs
+with failed seeds."""
 
+import itertools
+
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,15 +14,29 @@ from ddl_dynamics.analysis.stats import (
     ALPHA,
     WILCOXON_MIN_PAIRS,
     Paired,
+    detectable_difference,
+    holm,
     mean_ci,
     paired_t_p,
-    wilcoxon_p,
+    sign_test_p,
+    signed_rank_p,
+    tost_p,
 )
 
 values = st.floats(-1e3, 1e3, allow_nan=False)
 samples = st.lists(values, min_size=2, max_size=8).filter(lambda xs: max(xs) - min(xs) > 1e-3)
 pairs = st.lists(st.tuples(values, values), min_size=2, max_size=12).filter(
     lambda ps: max(a - b for a, b in ps) - min(a - b for a, b in ps) > 1e-3)
+
+
+def by_enumeration(differences):
+    """The signed-rank p by listing every sign flip: the definition, ties and all."""
+    d = np.array([x for x in differences if x])
+    ranks = stats.rankdata(np.abs(d))
+    observed = abs((np.sign(d) * ranks).sum())
+    flips = [abs((np.array(signs) * ranks).sum())
+             for signs in itertools.product((-1, 1), repeat=len(d))]
+    return np.mean(np.array(flips) >= observed - 1e-9)
 
 
 @given(samples)
@@ -32,8 +51,9 @@ def test_mean_ci_matches_scipy_t_interval(xs):
 def test_paired_test_matches_scipy_ttest_rel(ps):
     model = dict(enumerate(a for a, _ in ps))
     control = dict(enumerate(b for _, b in ps))
-    paired = Paired.of(model, control)
+    paired = Paired.of(model, control, higher_is_better=True)
     expected = stats.ttest_rel(list(model.values()), list(control.values()))
+    assert paired.test == "paired t"
     assert paired.p == pytest.approx(expected.pvalue, rel=1e-6, abs=1e-12)
     low, high = expected.confidence_interval(0.95)
     assert paired.mean == pytest.approx((low + high) / 2, rel=1e-9, abs=1e-9)
@@ -41,52 +61,105 @@ def test_paired_test_matches_scipy_ttest_rel(ps):
     # The interval and the test agree: the CI excludes 0 exactly when p < 0.05.
     if abs(paired.p - ALPHA) > 1e-9:
         assert (abs(paired.mean) > paired.ci) == (paired.p < ALPHA)
-
-
-@given(pairs)
-def test_wilcoxon_matches_scipy_from_six_pairs(ps):
     diffs = [a - b for a, b in ps]
-    if len(diffs) < WILCOXON_MIN_PAIRS:
-        assert wilcoxon_p(diffs) is None
-    elif any(diffs):
-        assert wilcoxon_p(diffs) == pytest.approx(stats.wilcoxon(diffs).pvalue, rel=1e-9)
+    if len(diffs) >= WILCOXON_MIN_PAIRS:
+        assert paired.wilcoxon == pytest.approx(stats.wilcoxon(diffs).pvalue, rel=1e-9)
+    else:
+        assert paired.wilcoxon is None
 
 
-def test_wilcoxon_exact_p_from_first_principles():
-    # All n differences positive: only 1 of the 2ⁿ sign patterns is as extreme on each side.
-    assert wilcoxon_p([0.1, 0.4, 0.2, 0.3, 0.5, 0.6]) == pytest.approx(2 / 2**6)
-    assert wilcoxon_p([0.1, 0.4, 0.2, 0.3, 0.5]) is None  # p ≥ 2/2⁵ > 0.05: never reported
+@given(st.lists(st.floats(-10, 10, allow_nan=False).filter(lambda x: abs(x) > 1e-6),
+                min_size=1, max_size=10, unique=True))
+def test_signed_rank_matches_scipys_exact_wilcoxon_without_ties(diffs):
+    if len({abs(d) for d in diffs}) == len(diffs):
+        expected = stats.wilcoxon(diffs, method="exact").pvalue
+        assert signed_rank_p(diffs) == pytest.approx(expected, rel=1e-9)
 
 
-@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # scipy, constant input
-def test_degenerate_differences():
-    assert mean_ci([2.5]) == (2.5, None)
-    assert paired_t_p([0.3]) is None
-    assert paired_t_p([0.0, 0.0, 0.0]) is None  # no difference at all: no test
-    assert paired_t_p([0.5, 0.5, 0.5]) == stats.ttest_rel([1.5] * 3, [1.0] * 3).pvalue == 0.0
+@pytest.mark.parametrize("diffs", [[1, 1, 2, -2, 3, 3, 3, 0.5], [5, 5, 5, 5, -5, 0, 1],
+                                   [-9, -9, 0.1, 0.2, 0.3]])
+def test_signed_rank_is_exact_with_ties_and_zeros(diffs):
+    assert signed_rank_p(diffs) == pytest.approx(by_enumeration(diffs), rel=1e-12)
 
 
-def test_pairs_only_seeds_both_finished_and_tests_a_bound_with_one_sample():
-    paired = Paired.of({0: 1.0, 1: 2.0, 3: 4.0}, {0: 0.5, 1: 1.0, 2: 9.0})
+def test_identical_differences_get_the_exact_sign_test_never_p_zero():
+    assert paired_t_p([0.5, 0.5, 0.5]) is None  # the t statistic is undefined
+    assert sign_test_p([0.5] * 8) == pytest.approx(2 / 2**8)
+    assert sign_test_p([0.0, 0.0]) is None
+    paired = Paired.of({s: 1.5 for s in range(3)}, {s: 1.0 for s in range(3)}, True)
+    assert paired.test == "exact sign test" and paired.p == pytest.approx(0.25)
+    assert paired.mean == 0.5 and paired.ci == 0.0
+
+
+def test_holm_adjusts_a_known_family_in_place():
+    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → raised to 0.06
+    assert holm([0.01, 0.04, None, 0.03, 0.005]) == pytest.approx(
+        [0.03, 0.06, None, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert holm([]) == [] and holm([None]) == [None]
+
+
+def test_tost_is_the_larger_of_two_one_sided_t_tests():
+    diffs = [0.01, -0.02, 0.0, 0.015, -0.01, 0.005, 0.0, 0.01]
+    margin = 0.05
+    upper = stats.ttest_1samp(diffs, margin, alternative="less").pvalue
+    lower = stats.ttest_1samp(diffs, -margin, alternative="greater").pvalue
+    assert tost_p(diffs, margin) == pytest.approx(max(upper, lower), rel=1e-9)
+    assert tost_p(diffs, margin) < ALPHA
+    assert tost_p([d + 0.06 for d in diffs], margin) > 0.5  # outside the margin
+    assert tost_p([0.01] * 5, 0.05) == pytest.approx(2**-5)  # no spread, inside
+    assert tost_p([0.1] * 5, 0.05) == 1.0  # no spread, outside
+    assert tost_p([0.01], 0.05) is None
+
+
+def test_the_detectable_difference_is_found_with_the_stated_power():
+    sd, n, alpha = 0.2, 8, ALPHA / 10
+    effect = detectable_difference(sd, n, alpha)
+    critical = stats.t.ppf(1 - alpha / 2, n - 1)
+    shift = effect / (sd / np.sqrt(n))
+    power = stats.nct.sf(critical, n - 1, shift) + stats.nct.cdf(-critical, n - 1, shift)
+    assert power == pytest.approx(0.8, abs=1e-6)
+    assert detectable_difference(sd, 1, alpha) is None
+
+
+def test_pairs_seeds_both_ran_and_tests_a_bound_with_one_sample():
+    paired = Paired.of({0: 1.0, 1: 2.0, 3: 4.0}, {0: 0.5, 1: 1.0, 2: 9.0}, True)
     assert paired.seeds == (0, 1) and paired.differences == (0.5, 1.0) and paired.n == 2
     model = {0: 1.1, 1: 1.05, 2: 1.2, 3: 1.08}
-    bound = Paired.of(model, 0.95)
+    bound = Paired.of(model, 0.95, True)
     assert bound.n == 4 and bound.mean == pytest.approx(sum(model.values()) / 4 - 0.95)
     assert bound.p == pytest.approx(stats.ttest_1samp(list(model.values()), 0.95).pvalue)
 
 
-@pytest.mark.parametrize(("higher_is_better", "shift", "outcome"), [
-    (False, -0.2, "better"), (False, 0.2, "worse"),  # MSE: lower is better
-    (True, 0.2, "better"), (True, -0.2, "worse"),    # accuracy: higher is better
+def test_a_failed_seed_ranks_as_its_sides_worst_outcome():
+    control = {s: 0.5 for s in range(5)}
+    # accuracy: three seeds better by a little, two that did not finish
+    model = {0: 0.6, 1: 0.62, 2: 0.61, 3: None, 4: None}
+    paired = Paired.of(model, control, higher_is_better=True, margin=0.01)
+    assert paired.test == "signed rank, failures last" and paired.failed == (3, 4)
+    assert paired.n == 3 and paired.total == 5 and paired.tost is None
+    # the failures take the largest ranks, against the model
+    assert paired.p == pytest.approx(by_enumeration([0.1, 0.12, 0.11, -1, -1]))
+    assert paired.better(True) is False  # ranks 4 + 5 against, 1 + 2 + 3 for
+    # the same failures for the control count for the model; both failing is a tie
+    theirs = Paired.of({s: 0.6 for s in range(5)}, {0: 0.5, 1: None, 2: 0.5, 3: None,
+                                                    4: None}, True)
+    assert theirs.control_failed == (1, 3, 4) and theirs.better(True) is True
+    both = Paired.of({0: None, 1: 0.6, 2: 0.7}, {0: None, 1: 0.5, 2: 0.5}, True)
+    assert both.both_failed == (0,) and both.total == 3 and both.test == "paired t"
+    # with MSE a failure is a large error: it still counts against the failing side
+    mse = Paired.of({0: 0.1, 1: None, 2: None}, {0: 0.2, 1: 0.2, 2: 0.2}, False)
+    assert mse.better(False) is False
+    # one failure against two small wins balances: neither side is favoured
+    assert Paired.of({0: 0.1, 1: None, 2: 0.1}, {0: 0.2, 1: 0.2, 2: 0.2}, False).better(
+        False) is None
+
+
+@pytest.mark.parametrize(("higher_is_better", "shift", "better"), [
+    (False, -0.2, True), (False, 0.2, False),  # MSE: lower is better
+    (True, 0.2, True), (True, -0.2, False),    # accuracy: higher is better
 ])
-def test_outcome_follows_the_metric_direction(higher_is_better, shift, outcome):
+def test_the_direction_follows_the_metric(higher_is_better, shift, better):
     control = {0: 0.50, 1: 0.55, 2: 0.52}
     model = {s: v + shift + 0.01 * s for s, v in control.items()}
-    assert Paired.of(model, control).outcome(higher_is_better) == outcome
-
-
-def test_outcome_needs_three_pairs_and_significance():
-    control = {0: 0.50, 1: 0.55, 2: 0.52}
-    assert Paired.of({0: 0.9, 1: 0.95}, control).outcome(True) == "too few seeds"
-    noisy = {0: 0.9, 1: 0.2, 2: 0.6}  # mean +0.04, spread far wider
-    assert Paired.of(noisy, control).outcome(True) == "no difference"
+    assert Paired.of(model, control, higher_is_better).better(higher_is_better) is better

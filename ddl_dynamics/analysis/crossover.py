@@ -3,13 +3,13 @@
 A task family may name a ``knob``, the spec field that moves it from one regime to another
 (``switched``'s event rate ``p``, from a smooth flow to erase/rewrite events). An experiment
 that sweeps it gives one task label per knob value and *setting* (the other spec values,
-e.g. ``event=reflect``). For each setting, each model is followed across the knob against
-its control: its baseline (the report's comparison) and, for ``ddl``, its write-only
-control ``ddl-write`` (:data:`CONTRASTS`). At every knob value the comparison is the report's
-paired test-metric difference over seeds (:class:`~.stats.Paired`), and the crossover ``p*``
-is the smallest knob value from which on the model wins at every larger value in the run (a
-paired t-test p < 0.05 on at least 3 seeds: the 95% CI stays on the model's better side);
-None when it does not win at the largest value.
+e.g. ``event=reflect``). For each setting, each of the report's comparisons (a row against
+its baseline, or a declared comparison) is followed across the knob: at every knob value
+its judged, Holm-adjusted label (:mod:`.verdicts`), with n. The crossover ``p*`` is the
+smallest knob value from which on the model wins at every larger value in the run; None
+when it does not win at the largest. Because it reads adjusted verdicts, one point that
+misses significance moves it; its bootstrap interval over seeds (:func:`sign_interval`)
+says how firmly the *sign* of the difference changes there.
 
 :func:`gate_use` asks whether the trained Delta stacks' gates follow the events: per knob
 value, the share of gates in each event's regime (projection for an overwrite, reflection
@@ -19,25 +19,26 @@ the steps without an event.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .._task import Subject, make_task
+from .._task import make_task
 from ..experiment.store import RunResult
 from ..models.operator import REGIMES, regime_index
-from .expectations import budget_gap, match, seed_values
+from .comparisons import Comparison
 from .probes import erases, load_probes
+from .run import Run
 from .stats import Estimate, Paired
+from .verdicts import WIN
 
-#: Contrasts followed across the knob besides each model against its baseline: the Delta
-#: stack against its write-only control, which isolates the erase term.
-CONTRASTS = ((Subject("ddl"), Subject("ddl-write")),)
+#: Resamples of the seeds behind :func:`sign_interval`.
+BOOTSTRAP = 2000
 
 
 @dataclass(frozen=True)
@@ -53,29 +54,60 @@ class Setting:
 
 @dataclass(frozen=True)
 class Crossover:
-    """One model against one control across a knob: the paired difference at each value."""
+    """One model against one control across a knob: the judged comparison at each value."""
 
     setting: Setting
     model: str
     control: str
     metric: str
     higher_is_better: bool
-    #: ``(knob value, model − control over paired seeds)``, by increasing knob value.
-    points: tuple[tuple[float, Paired], ...]
+    #: ``(knob value, the comparison there)``, by increasing knob value.
+    points: tuple[tuple[float, Comparison], ...]
     #: ``p*`` (:func:`crossover_point`).
     star: float | None
+    #: The 95% bootstrap interval of the knob value from which on the mean difference
+    #: favours the model (:func:`sign_interval`); ``math.inf`` stands for "none in range".
+    interval: tuple[float, float] | None = None
 
 
-def crossover_point(points: Sequence[tuple[float, Paired]], higher_is_better: bool
-                    ) -> float | None:
+def crossover_point(points: Sequence[tuple[float, Comparison]]) -> float | None:
     """``p*``: the smallest knob value from which on the model wins at every larger one
     (None: it does not win at the largest). ``points`` go by increasing knob value."""
     star = None
-    for value, paired in reversed(points):
-        if paired.outcome(higher_is_better) != "better":
+    for value, comparison in reversed(points):
+        if comparison.label != WIN:
             break
         star = value
     return star
+
+
+def sign_interval(points: Sequence[tuple[float, Paired]], higher_is_better: bool,
+                  resamples: int = BOOTSTRAP) -> tuple[float, float] | None:
+    """A 95% percentile bootstrap interval, over seeds, of the smallest knob value from which
+    on the mean paired difference favours the model at every larger value (``math.inf``
+    where it does not at the largest). The seeds are resampled jointly across the knob (the
+    same seeds see every knob value); a point's mean is over the resampled seeds both rows
+    finished there. None with fewer than 2 seeds."""
+    seeds = sorted({s for _, p in points for s in p.seeds})
+    if len(seeds) < 2 or not points:
+        return None
+    rng = np.random.default_rng(0)
+    index = {s: i for i, s in enumerate(seeds)}
+    counts = rng.multinomial(len(seeds), [1 / len(seeds)] * len(seeds), size=resamples)
+    favours = []
+    for _, paired in points:  # (resamples,) whether the resampled mean favours the model
+        columns = [index[s] for s in paired.seeds]
+        weights = counts[:, columns]
+        total = weights.sum(axis=1)
+        mean = (weights * np.array(paired.differences)).sum(axis=1) / np.maximum(total, 1)
+        good = mean > 0 if higher_is_better else mean < 0
+        favours.append(np.where(total > 0, good, False))
+    favours = np.array(favours)  # (points, resamples)
+    from_here = np.logical_and.accumulate(favours[::-1], axis=0)[::-1]  # favours from i on
+    values = np.array([v for v, _ in points], dtype=float)
+    stars = np.where(from_here.any(axis=0), values[from_here.argmax(axis=0)], math.inf)
+    low, high = np.percentile(stars, [2.5, 97.5], method="inverted_cdf")
+    return float(low), float(high)
 
 
 @dataclass(frozen=True)
@@ -97,6 +129,14 @@ class GateUse:
 def star_text(star: float | None, knob: str) -> str:
     """``p* = 0.25``, or ``none in range``."""
     return "none in range" if star is None else f"{knob}* = {star:g}"
+
+
+def interval_text(interval: tuple[float, float] | None) -> str:
+    """``[0.05, 0.25]``, with ``none`` for a bound beyond the range."""
+    if interval is None:
+        return "—"
+    low, high = ("none" if math.isinf(v) else f"{v:g}" for v in interval)
+    return f"[{low}, {high}]"
 
 
 def curve(points: Sequence[tuple[float, Paired | Estimate]]) -> tuple[list[float], ...]:
@@ -128,46 +168,30 @@ def _settings(rows: Sequence[RunResult]) -> dict[str, tuple[Setting, float]]:
     return settings
 
 
-def crossovers(rows: Sequence[RunResult],
-               comparisons: Iterable[tuple[str, str, str, Paired]]) -> list[Crossover]:
-    """Every model's crossover against its controls, from a run's latest rows and its
-    comparisons ``(task label, model, baseline, paired difference)``."""
-    settings = _settings(rows)
-    by_task: dict[str, list[RunResult]] = defaultdict(list)
-    described: dict[Setting, dict[str, Any]] = {}  # how the metric reads, from any row
-    for row in rows:
-        if row.task in settings:
-            by_task[row.task].append(row)
-            if "metric" in row.metrics:
-                described.setdefault(settings[row.task][0], row.metrics)
-    pairs = {(t, m, c): p for t, m, c, p in comparisons if t in settings}
-    for task, task_rows in by_task.items():
-        for model, control in CONTRASTS:
-            found = match(model, task_rows), match(control, task_rows)
-            if all(len(labels) == 1 for labels in found):
-                sides = [[r for r in task_rows if r.model == labels[0]] for labels in found]
-                if not budget_gap(*sides):
-                    pairs.setdefault((task, found[0][0], found[1][0]),
-                                     Paired.of(*map(seed_values, sides)))
-    curves: dict[tuple[Setting, str, str], list[tuple[float, Paired]]] = defaultdict(list)
-    for (task, model, control), paired in pairs.items():
-        setting, value = settings[task]
-        curves[setting, model, control].append((value, paired))
+def crossovers(run: Run, comparisons: Iterable[Comparison]) -> list[Crossover]:
+    """Every comparison of the report on a swept knob's tasks, followed across the knob."""
+    settings = _settings(run.selected())
+    curves: dict[tuple[Setting, str, str], list[tuple[float, Comparison]]] = defaultdict(list)
+    for c in comparisons:
+        if c.task in settings and isinstance(c.control, str) and c.split == "test":
+            setting, value = settings[c.task]
+            curves[setting, c.model, c.control].append((value, c))
     out = []
     for (setting, model, control), points in curves.items():
-        metrics = described.get(setting, {})
-        higher = bool(metrics.get("higher_is_better", False))
         ordered = tuple(sorted(points, key=lambda point: point[0]))
-        out.append(Crossover(setting, model, control, metrics.get("metric", "metric"), higher,
-                             ordered, crossover_point(ordered, higher)))
+        first = ordered[0][1]
+        drawn = [(v, c.paired) for v, c in ordered if c.paired is not None]
+        out.append(Crossover(setting, model, control, first.metric, first.higher_is_better,
+                             ordered, crossover_point(ordered),
+                             sign_interval(drawn, first.higher_is_better)))
     return sorted(out, key=lambda c: (c.setting.family, c.setting.label, c.model, c.control))
 
 
-def gate_use(run_dir: Path) -> list[GateUse]:
+def gate_use(run: Run) -> list[GateUse]:
     """For every probed Delta stack on a swept knob family whose task marks its events
     (``step_regimes``), the share of gates in each event's regime at those events and
     elsewhere, per knob value (needs the run's probes)."""
-    probed = [(row, arrays) for row, arrays in load_probes(run_dir)
+    probed = [(row, arrays) for row, arrays in load_probes(run)
               if erases(row) and "test_step_regimes" in arrays]
     settings = _settings([row for row, _ in probed])
     probed = [(row, arrays) for row, arrays in probed if row.task in settings]

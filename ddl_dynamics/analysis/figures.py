@@ -1,4 +1,8 @@
-"""From a run folder to figures, drawn from the results store and the cached probes only."""
+"""From a run folder to figures, drawn from the results store and the cached probes only.
+
+Every figure group is drawn from one :class:`~.run.Run` and its :class:`~.report.Report`,
+read once; each row appears at its chosen grid value, as in the report.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..experiment.store import open_run
 from . import plots
 from .crossover import curve, gate_use
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
-from .report import build_report, signed
+from .report import Report, build_report, signed
+from .run import Run, load_run
 
 #: The figure groups of ``ddl-dyn plot``.
 FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover")
@@ -24,19 +28,19 @@ def figure_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "figures"
 
 
-def regime_figures(run_dir: Path) -> list[Path]:
+def regime_figures(run: Run, report: Report) -> list[Path]:
     """Regime atlas and β histograms per Delta-stack label, the probe-consistency check,
     the depth determinants."""
     betas: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     checks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
-    for row, arrays in load_probes(run_dir):
+    for row, arrays in load_probes(run):
         if not erases(row):
             continue
         betas[row.model][row.task].append(arrays["beta"])
         ratio = contraction(arrays["e_pre"], arrays["e_post"])
         checks[row.task].append((np.abs(1 - arrays["beta"]).ravel(), ratio.ravel()))
     out: list[Path] = []
-    out_dir = figure_dir(run_dir)
+    out_dir = figure_dir(run.run_dir)
     for label, by_task in sorted(betas.items()):
         pooled = {task: np.concatenate(b) for task, b in sorted(by_task.items())}
         fractions = {task: regime_fractions(b) for task, b in pooled.items()}
@@ -53,13 +57,13 @@ def regime_figures(run_dir: Path) -> list[Path]:
     return out
 
 
-def trajectory_figures(run_dir: Path, samples: int = 3) -> list[Path]:
+def trajectory_figures(run: Run, report: Report, samples: int = 3) -> list[Path]:
     """Phase portraits against the truth (tasks with a 2-D ground-truth trajectory, on the
     longest split each model ran) and, for every task, the hidden-state norm over depth."""
     portraits: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = defaultdict(dict)
     train_steps: dict[str, int] = {}
     norms: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
-    for row, arrays in load_probes(run_dir):  # ordered by seed: keep each model's first seed
+    for row, arrays in load_probes(run):  # ordered by seed: keep each model's first seed
         if row.model in norms[row.task] or "test_states" not in arrays:  # sequence models
             continue
         norms[row.task][row.model] = np.linalg.norm(arrays["test_states"], axis=-1).mean(0)
@@ -71,7 +75,7 @@ def trajectory_figures(run_dir: Path, samples: int = 3) -> list[Path]:
         portraits[row.task][row.model] = (arrays[f"{split}_pred"][:samples], truth)
         train_steps[row.task] = arrays["test_pred"].shape[1]
     out: list[Path] = []
-    out_dir = figure_dir(run_dir)
+    out_dir = figure_dir(run.run_dir)
     for task, panels in sorted(portraits.items()):
         fig = plots.phase_portraits(dict(sorted(panels.items())), train_steps[task])
         out += plots.save_figure(fig, out_dir / f"trajectories_{task}")
@@ -81,14 +85,13 @@ def trajectory_figures(run_dir: Path, samples: int = 3) -> list[Path]:
     return out
 
 
-def curve_figures(run_dir: Path) -> list[Path]:
+def curve_figures(run: Run, report: Report) -> list[Path]:
     """Val metric against step and against training FLOPs (seed bands), and ODE NFE."""
-    report = build_report(run_dir)
     metric = {t.task: t.metric for t in report.tables}
     by_step: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     by_flops: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     nfe: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
-    for row in usable_rows(run_dir):
+    for row in usable_rows(run):
         curve = np.array(row.curve, dtype=float)
         if curve.ndim != 2 or len(curve) == 0:
             continue
@@ -97,7 +100,7 @@ def curve_figures(run_dir: Path) -> list[Path]:
         if curve.shape[1] > 4 and np.isfinite(curve[:, 4]).any():
             nfe[row.task][row.model].append(curve[:, [0, 4]])
     out: list[Path] = []
-    out_dir = figure_dir(run_dir)
+    out_dir = figure_dir(run.run_dir)
     if by_step:
         out += plots.save_figure(plots.training_curves(by_step, metric), out_dir / "curves_step")
         out += plots.save_figure(plots.training_curves(by_flops, metric, x="FLOPs"),
@@ -107,17 +110,21 @@ def curve_figures(run_dir: Path) -> list[Path]:
     return out
 
 
-def compare_figures(run_dir: Path) -> list[Path]:
+def compare_figures(run: Run, report: Report) -> list[Path]:
     """The verdict matrix (each model against its baseline) and, per task, every model's
     test metric per seed with the mean and 95% CI, from the report."""
-    report = build_report(run_dir)
     out: list[Path] = []
     cells: dict[str, dict[str, tuple[str, str]]] = defaultdict(dict)
     for c in report.comparisons:
+        if "baseline" not in c.kinds:
+            continue
         task = f"{c.task}\n{c.metric} {'↑' if c.higher_is_better else '↓'}"
-        cells[task][c.model] = (c.mark, f"{signed(c.paired)}\nn={c.paired.n} vs {c.baseline}")
+        n = f"n={c.paired.total}" if c.paired else "no test"
+        difference = signed(c.paired) if c.paired else c.label
+        cells[task][c.model] = (c.label, f"{difference}\n{n} vs {c.control_text}")
     if cells:
-        out += plots.save_figure(plots.verdict_matrix(cells), figure_dir(run_dir) / "verdicts")
+        out += plots.save_figure(plots.verdict_matrix(cells),
+                                 figure_dir(run.run_dir) / "verdicts")
     tables = {
         t.task: {r.model: (r.test.mean, r.test.ci or 0.0,
                            [v for v in r.per_seed.values() if not isinstance(v, str)])
@@ -127,22 +134,23 @@ def compare_figures(run_dir: Path) -> list[Path]:
     }
     if tables:
         metric = {t.task: t.metric for t in report.tables}
-        out += plots.save_figure(plots.comparison(tables, metric), figure_dir(run_dir) / "compare")
+        out += plots.save_figure(plots.comparison(tables, metric),
+                                 figure_dir(run.run_dir) / "compare")
     return out
 
 
-def crossover_figures(run_dir: Path) -> list[Path]:
+def crossover_figures(run: Run, report: Report) -> list[Path]:
     """Per swept task family with a knob: every model's paired difference against its
     controls across the knob, with the crossover, and the Delta stacks' gate use."""
-    report = build_report(run_dir)
-    gates = gate_use(run_dir)
+    gates = gate_use(run)
     out: list[Path] = []
     for family in dict.fromkeys(c.setting.family for c in report.crossovers):
         found = [c for c in report.crossovers if c.setting.family == family]
         differences: dict[str, dict[str, tuple]] = defaultdict(dict)
         for c in found:
+            drawn = [(v, p.paired) for v, p in c.points if p.paired is not None]
             differences[c.setting.label or family][f"{c.model} − {c.control}"] = (
-                curve(c.points), c.star)
+                curve(drawn), c.star)
         uses: dict[str, dict[tuple[str, str], tuple]] = defaultdict(dict)
         for g in gates:
             if g.setting.family == family:
@@ -150,7 +158,7 @@ def crossover_figures(run_dir: Path) -> list[Path]:
                     curve(g.at_events), curve(g.elsewhere))
         fig = plots.crossover(differences, uses, found[0].setting.knob, found[0].metric,
                               found[0].higher_is_better)
-        out += plots.save_figure(fig, figure_dir(run_dir) / f"crossover_{family}")
+        out += plots.save_figure(fig, figure_dir(run.run_dir) / f"crossover_{family}")
     return out
 
 
@@ -163,14 +171,15 @@ _BUILDERS = {
 }
 
 
-def make_figures(run_dir: str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
-                 progress: bool = True) -> list[Path]:
-    """Probe what is missing, then draw the figure groups ``kinds``; returns the files."""
-    run_dir = Path(run_dir)
-    open_run(run_dir)  # a valid store, with the run's task files imported
+def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
+                 progress: bool = True, report: Report | None = None) -> list[Path]:
+    """Probe what is missing, then draw the figure groups ``kinds`` of a run folder (or a
+    run read once, with its report where it is built already); returns the files."""
+    run = run if isinstance(run, Run) else load_run(run)
     unknown = sorted(set(kinds) - set(FIGURE_KINDS))
     if unknown:
         raise ValueError(f"unknown figure kind {unknown[0]!r}; choose from {FIGURE_KINDS}")
     if set(kinds) & _PROBED:
-        probe_run(run_dir, progress=progress)
-    return [path for kind in kinds for path in _BUILDERS[kind](run_dir)]
+        probe_run(run, progress=progress)
+    report = report or build_report(run)
+    return [path for kind in kinds for path in _BUILDERS[kind](run, report)]

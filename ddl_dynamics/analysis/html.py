@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .figures import make_figures
+from .probes import probe_run
 from .report import (
     COMPARISON_NOTE,
     CROSSOVER_NOTE,
     EXPECTATION_NOTE,
     REGIME_NOTE,
+    TABLE_NOTE,
     Report,
     build_report,
     comparison_cells,
@@ -27,17 +29,20 @@ from .report import (
     table_cells,
     who,
 )
+from .run import load_run
 
 #: Captions of the figure files, by name prefix.
 CAPTIONS = {
     "verdicts": "Verdicts: per task and model, the paired difference of the test metric "
                 "against the model's baseline (mean ± 95% CI over the seeds both finished, "
-                "n pairs); colour: win / tie / loss, hatched: fewer than 3 pairs; blank: no "
-                "comparison (the baseline itself, or not run there).",
-    "crossover": "Crossover: per setting, each model's paired test-metric difference "
-                 "against its control (its baseline; for ddl also ddl-write) across the knob, "
+                "n seeds compared); colour: win / loss / equivalent / inconclusive on "
+                "Holm-adjusted p-values, hatched: no test (unequal budget, unmatched size); "
+                "blank: no comparison (the baseline itself, or not run there).",
+    "crossover": "Crossover: per setting, each comparison's paired test-metric difference "
+                 "(a row against its baseline, or a declared comparison) across the knob, "
                  "mean and 95% CI over seeds, with p*, the smallest knob value from which on "
-                 "the CI stays on the model's better side (dotted), or none in range. Right: "
+                 "the model wins (adjusted) at every larger value (dotted), or none in range. "
+                 "Right: "
                  "for the ddl stacks, the share of gates in each event's regime at the steps "
                  "with that event (solid) and at the steps without an event (dashed).",
     "compare": "Test metric per task and model: each finished seed (hollow) and their mean "
@@ -71,16 +76,19 @@ figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #e
 figcaption { color: #555; font-size: 13px; }
 .confirmed, .win { color: #00734d; font-weight: 600; }
 .contradicted, .loss { color: #b03000; font-weight: 600; }
-.insufficient-evidence, .tie, .n-3 { color: #7a5a00; font-weight: 600; }
+.equivalent { color: #005a91; font-weight: 600; }
+.insufficient-evidence, .inconclusive { color: #7a5a00; font-weight: 600; }
 pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 12px; }
 """
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], tag: int | None = None) -> str:
-    """An HTML table; column ``tag``, if given, also gives each cell its text as CSS class."""
+    """An HTML table; column ``tag``, if given, also gives each cell its label (its text
+    before any parenthesis) as CSS class."""
 
     def cell(c: str, column: int) -> str:
-        css = f' class="{re.sub("[^a-z0-9]+", "-", c)}"' if column == tag else ""
+        label = c.split(" (")[0]
+        css = f' class="{re.sub("[^a-z0-9]+", "-", label)}"' if column == tag else ""
         return f"<td{css}>{html.escape(str(c))}</td>"
 
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
@@ -111,8 +119,9 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
         ["started / ended", f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"],
     ]))
     head, rows = comparison_cells(report)
-    parts.append("<h2>Verdicts against each model's baseline</h2>")
-    parts.append(f"<p>{html.escape(COMPARISON_NOTE)}</p>")
+    parts.append("<h2>Verdicts</h2>")
+    parts.append(f"<p>{html.escape(COMPARISON_NOTE)} This report draws {report.tests} "
+                 "tests.</p>")
     parts.append(_table(head, rows, tag=head.index("verdict")))
     matrix = [path for path in figures if path.stem == "verdicts"]
     parts += [_figure(path) for path in matrix]
@@ -130,9 +139,7 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
             parts.append(_table(head, rows))
         parts += [_figure(path) for path in crossover]
     parts.append("<h2>Results per task</h2>")
-    parts.append("<p>n: seeds that finished / seeds run; mean ± 95% CI over the finished "
-                 "seeds (a bare mean: one seed), every seed's value beside it; params × "
-                 "baseline: the ratio to the baseline's parameter count.</p>")
+    parts.append(f"<p>{html.escape(TABLE_NOTE)}</p>")
     for table in report.tables:
         arrow = "↑" if table.higher_is_better else "↓"
         parts.append(f"<h3>{html.escape(table.task)} — {html.escape(table.metric)} {arrow}</h3>")
@@ -160,7 +167,10 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
 
 def write_html_report(run_dir: str | Path, path: str | Path | None = None) -> Path:
     """Probe and plot what is missing, then write ``<run_dir>/report.html`` (or ``path``)."""
-    figures = [p for p in make_figures(run_dir) if p.suffix == ".png"]
+    run = load_run(run_dir)
+    probe_run(run)
+    report = build_report(run)
+    figures = [p for p in make_figures(run, report=report) if p.suffix == ".png"]
     path = Path(path) if path is not None else Path(run_dir) / "report.html"
-    path.write_text(render_html(build_report(run_dir), figures))
+    path.write_text(render_html(report, figures))
     return path

@@ -17,6 +17,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from ..models.operator import REGIME_BOUNDS, REGIMES
 from .crossover import star_text
+from .verdicts import EQUIVALENT, INCONCLUSIVE, LOSS, UNEQUAL_BUDGET, UNMATCHED_SIZE, WIN
 
 #: Okabe–Ito palette (colour-blind safe), then two from Tol's muted set for larger sweeps.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -279,11 +280,11 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
     return fig
 
 
-#: Cell colour of each verdict mark (Okabe–Ito green and vermillion); the marks that are no
-#: verdict ("n < 3", "unequal budget") are white and hatched.
-MARK_COLORS = {"win": "#009E73", "tie": "#DDDDDD", "loss": "#D55E00", "n < 3": "#FFFFFF",
-               "unequal budget": "#FFFFFF"}
-NO_VERDICT = ("n < 3", "unequal budget")
+#: Cell colour of each verdict label (Okabe–Ito green, vermillion and blue); the labels
+#: where no test was drawn (unequal budget, unmatched size) are white and hatched.
+MARK_COLORS = {WIN: "#009E73", LOSS: "#D55E00", EQUIVALENT: "#0072B2", INCONCLUSIVE: "#DDDDDD",
+               UNEQUAL_BUDGET: "#FFFFFF", UNMATCHED_SIZE: "#FFFFFF"}
+NO_VERDICT = (UNEQUAL_BUDGET, UNMATCHED_SIZE)
 
 
 @styled
@@ -307,7 +308,7 @@ def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure
                                        edgecolor="0.8", hatch="///" if mark in NO_VERDICT else None,
                                        lw=0.6))
                 ax.text(j, i, f"{mark}\n{text}", ha="center", va="center", fontsize=6.5,
-                        color="white" if mark in ("win", "loss") else "black")
+                        color="white" if mark in (WIN, LOSS, EQUIVALENT) else "black")
     ax.set(xlim=(-0.5, len(models) - 0.5), ylim=(len(tasks) - 0.5, -0.5))
     ax.set_xticks(range(len(models)), models, rotation=35, ha="right")
     ax.set_yticks(range(len(tasks)), tasks)
@@ -317,8 +318,9 @@ def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure
                      label=m) for m, c in MARK_COLORS.items()]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7,
                bbox_to_anchor=(0.5, 1.0))
-    fig.suptitle("test metric, model − baseline over paired seeds: mean ± 95% CI; win/loss: "
-                 "paired t p < 0.05 on ≥ 3 seeds", fontsize=8, y=1.06)
+    fig.suptitle("test metric, model − baseline over paired seeds: mean ± 95% CI; labels on "
+                 "Holm-adjusted p < 0.05 (equivalent: TOST at the task's margin)", fontsize=8,
+                 y=1.06)
     fig.tight_layout()
     return fig
 

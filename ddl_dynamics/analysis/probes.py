@@ -17,10 +17,11 @@ from tqdm.auto import tqdm
 
 from .._task import Task
 from ..experiment.config import COUNTED
-from ..experiment.store import RunResult, load_trained, model_path, open_run
+from ..experiment.store import RunResult, load_trained, model_path
 from ..models.base import DepthModel
 from ..models.delta import DeltaProbe
 from ..models.transformer import Transformer
+from .run import Run, load_run
 
 PROBE_SAMPLES = 256
 
@@ -29,10 +30,11 @@ def probe_path(run_dir: str | Path, key: str) -> Path:
     return Path(run_dir) / "probes" / f"{key}.npz"
 
 
-def usable_rows(run_dir: Path) -> list[RunResult]:
-    """Cells whose metrics count and whose trained weights are stored."""
-    rows = open_run(run_dir).rows()
-    return [r for r in rows if r.status in COUNTED and model_path(run_dir, r.key).is_file()]
+def usable_rows(run: Run) -> list[RunResult]:
+    """The cells the report shows (each row at its chosen grid value) whose metrics count
+    and whose trained weights are stored."""
+    return [r for r in run.selected()
+            if r.status in COUNTED and model_path(run.run_dir, r.key).is_file()]
 
 
 @torch.no_grad()
@@ -81,10 +83,12 @@ def _gate_arrays(probe: DeltaProbe) -> dict[str, np.ndarray]:
     return {name: getattr(probe, name).float().numpy() for name in names}
 
 
-def probe_run(run_dir: str | Path, n: int = PROBE_SAMPLES, progress: bool = True) -> int:
-    """Probe every finished cell that has no probe file yet; returns how many were probed."""
-    run_dir = Path(run_dir)
-    todo = [r for r in usable_rows(run_dir) if not probe_path(run_dir, r.key).is_file()]
+def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = True) -> int:
+    """Probe every cell the report shows that has no probe file yet; returns how many were
+    probed."""
+    run = run if isinstance(run, Run) else load_run(run)
+    run_dir = run.run_dir
+    todo = [r for r in usable_rows(run) if not probe_path(run_dir, r.key).is_file()]
     for row in tqdm(todo, desc="probing", disable=not progress or not todo, leave=False):
         task, model = load_trained(run_dir, row.key)
         path = probe_path(run_dir, row.key)
@@ -93,9 +97,10 @@ def probe_run(run_dir: str | Path, n: int = PROBE_SAMPLES, progress: bool = True
     return len(todo)
 
 
-def load_probes(run_dir: Path) -> Iterator[tuple[RunResult, dict[str, np.ndarray]]]:
-    for row in usable_rows(run_dir):
-        path = probe_path(run_dir, row.key)
+def load_probes(run: Run) -> Iterator[tuple[RunResult, dict[str, np.ndarray]]]:
+    """The cached probes of the cells the report shows, by row and seed."""
+    for row in usable_rows(run):
+        path = probe_path(run.run_dir, row.key)
         if path.is_file():
             with np.load(path) as data:
                 yield row, dict(data)

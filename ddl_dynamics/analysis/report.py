@@ -1,23 +1,23 @@
 """The report: the verdicts first, then the evidence they rest on.
 
-:func:`build_report` turns a run folder's store into
+:func:`build_report` reads a run folder once (:func:`~.run.load_run`) and turns it into
 
-- **comparisons**: per task, every model against its baseline (the label its cells name in
-  ``config["baseline"]``; cells stored without one: ``resnet``, where the task has it). The
-  test metric is compared *paired*, model − baseline per seed over the seeds both finished,
-  with the mean difference, its 95% CI, the paired t-test p and, from 6 pairs, the Wilcoxon
-  signed-rank p (see :mod:`.stats`); the mark is ``win`` / ``loss`` (p < 0.05 on at least
-  3 pairs, direction by the metric), ``tie`` or ``n < 3``;
-- **expectations**: the tasks' claims, judged (see :mod:`.expectations`);
-- **tables**: per task, one row per model: n = finished seeds / seeds run, the per-seed test
-  values beside their mean ± 95% CI, params and their ratio to the baseline's, and the ODE
-  reconstruction flag;
+- **comparisons**: per task, every row against its baseline (the label its cells name in
+  ``config["baseline"]``) and every comparison the experiment declares
+  (``[[comparisons]]``), each drawn and labelled by the rule book (:mod:`.verdicts`):
+  win / loss / equivalent / inconclusive on Holm-adjusted p-values over every test of the
+  report, or no test (unequal budget, unmatched size) with the reason;
+- **expectations**: the tasks' claims, judged as comparisons of the same family
+  (:mod:`.expectations`);
+- **crossovers**: the comparisons followed across a swept knob (:mod:`.crossover`);
+- **tables**: per task, one row per model at its chosen grid value: n = finished seeds /
+  seeds run, the per-seed test values beside their mean ± 95% CI, the chosen value, params
+  and their ratio to the baseline's, and the ODE reconstruction flag; every failed seed and
+  every earlier attempt listed;
 - **regimes**: the gate regimes the trained Delta stacks use.
 
-Only cells that finished ``ok`` count (:data:`COUNTED`): a capped, diverged or failed cell
-is a failure of that model on that seed, shown in n and in the per-seed values and listed
-under its task, never averaged. Renderers in :data:`RENDERERS` turn a report into text
-(``md``, ``csv``, ``json``), each opening with the comparisons.
+Renderers in :data:`RENDERERS` turn a report into text (``md``, ``csv``, ``json``), each
+opening with the comparisons.
 """
 
 from __future__ import annotations
@@ -36,29 +36,28 @@ from typing import Any
 import numpy as np
 
 from .._task import make_task
-from ..experiment.config import COUNTED, DEFAULT_BASELINE
-from ..experiment.store import STATUSES, RunResult, open_run
+from ..experiment.config import COUNTED
+from ..experiment.store import STATUSES, RunResult
 from ..models.operator import REGIMES
-from .crossover import Crossover, crossovers, star_text
-from .expectations import Verdict, budget_gap, check_expectations, seed_values
+from .comparisons import Comparison, Request, judge
+from .crossover import Crossover, crossovers, interval_text, star_text
+from .expectations import Verdict, expectation_requests, judge_expectations
 from .probes import erases, load_probes
 from .regimes import regime_fractions
-from .stats import WILCOXON_MIN_PAIRS, Estimate, Outcome, Paired
-
-#: A comparison's mark by the outcome of its paired test.
-MARKS: dict[Outcome, str] = {"better": "win", "worse": "loss", "no difference": "tie",
-                             "too few seeds": "n < 3"}
-#: The mark of a comparison between rows trained on unequal budgets: no verdict.
-UNEQUAL = "unequal budget"
+from .run import Row, Run, in_tasks, load_run
+from .stats import ALPHA, POWER, Estimate, Paired
+from .verdicts import MIN_PAIRS, SIZE_TOLERANCE, flagged
 
 
 @dataclass(frozen=True)
 class ModelRow:
-    """One model on one task, over its seeds.
+    """One model on one task, at its chosen grid value, over its seeds.
 
     ``per_seed`` maps every seed run to its test value, or to its status when the cell
     did not finish; ``flagged`` lists the seeds whose ODE reconstruction error exceeded its
-    tolerance (the solver, not only the model, shaped the result).
+    tolerance (the solver, not only the model, shaped the result); ``chosen`` the grid value
+    chosen on val (empty: not tuned); ``retries`` how many earlier attempts later ones
+    replaced; ``older`` how many cells of an older config of the row are left out.
     """
 
     model: str
@@ -77,6 +76,9 @@ class ModelRow:
     nfe_backward: float | None
     wall_time: float | None
     flagged: tuple[int, ...] = ()
+    chosen: str = ""
+    retries: int = 0
+    older: int = 0
 
     @property
     def finished(self) -> int:
@@ -88,25 +90,9 @@ class ModelRow:
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """One model against its baseline on one task: the paired test-metric difference
-    (model − baseline) and its mark; ``finished`` / ``run`` count the model's seeds."""
-
-    task: str
-    model: str
-    baseline: str
-    metric: str
-    higher_is_better: bool
-    finished: int
-    run: int
-    paired: Paired
-    mark: str
-
-
-@dataclass(frozen=True)
 class Problem:
-    """A cell that did not finish cleanly (one seed), or an OOD split some models could
-    not run (``seed`` None, ``model`` lists them)."""
+    """A cell that did not finish cleanly (one seed), an earlier attempt at a cell, or an
+    OOD split some models could not run (``seed`` None, ``model`` lists them)."""
 
     model: str
     seed: int | None
@@ -127,6 +113,10 @@ class TaskTable:
     @property
     def has_val(self) -> bool:
         return any(r.val.n for r in self.rows)
+
+    @property
+    def tuned(self) -> bool:
+        return any(r.chosen for r in self.rows)
 
 
 @dataclass(frozen=True)
@@ -149,7 +139,8 @@ class RegimeRow:
 @dataclass(frozen=True)
 class Report:
     """A run's report, in reading order: comparisons, expectations, crossovers (where a
-    task's knob is swept), tables, regimes."""
+    task's knob is swept), tables, regimes. ``tests`` is the size of the family of p-values
+    Holm adjusts over."""
 
     name: str
     run_dir: str
@@ -159,71 +150,50 @@ class Report:
     tables: list[TaskTable]
     regimes: list[RegimeRow] = field(default_factory=list)
     crossovers: list[Crossover] = field(default_factory=list)
+    tests: int = 0
 
     @property
     def statuses(self) -> Counter[str]:
         return sum((Counter(r.statuses) for t in self.tables for r in t.rows), Counter())
 
 
-def build_report(run_dir: str | Path) -> Report:
-    """Aggregate a run folder's results: comparisons, expectations, tables, regimes."""
-    store = open_run(run_dir)
-    latest: dict[tuple[str, str, int], RunResult] = {}
-    for row in store.rows():  # ordered by created_at within a cell: the newest config wins
-        latest[(row.task, row.model, row.seed)] = row
-    by_task: dict[str, dict[str, list[RunResult]]] = defaultdict(lambda: defaultdict(list))
-    for (task, model, _), row in latest.items():
-        by_task[task][model].append(row)
-    experiment = store.experiment() or {}
-    tables = [_table(task, models) for task, models in sorted(by_task.items())]
-    name = experiment.get("name") or Path(run_dir).name
-    comparisons = [c for task, models in sorted(by_task.items())
-                   for c in _comparisons(task, models)]
-    rows = list(latest.values())
-    return Report(name, str(run_dir), experiment, comparisons, check_expectations(rows), tables,
-                  _regimes(Path(run_dir)),
-                  crossovers(rows, [(c.task, c.model, c.baseline, c.paired) for c in comparisons
-                                    if c.mark != UNEQUAL]))
+def build_report(run: Run | str | Path) -> Report:
+    """Aggregate a run folder (or a run read once): comparisons, expectations, crossovers,
+    tables, regimes."""
+    run = run if isinstance(run, Run) else load_run(run)
+    requests = _requests(run)
+    pending = expectation_requests(run)
+    judged = judge(run, [*requests, *(r for _, _, r in pending if isinstance(r, Request))])
+    higher = {task: next(iter(run.task_rows(task).values())).higher_is_better
+              for task in run.tasks}
+    comparisons = [judged[r.key] for r in requests]
+    drawn = {(c.task, c.model, c.control, c.split) for c in judged.values()
+             if c.p_adjusted is not None}
+    name = run.experiment.get("name") or run.run_dir.name
+    return Report(name, str(run.run_dir), run.experiment, comparisons,
+                  judge_expectations(pending, judged, higher),
+                  [_table(run, task) for task in run.tasks],
+                  _regimes(run), crossovers(run, comparisons), len(drawn))
 
 
-def baseline_of(label: str, rows: Sequence[RunResult], labels: Sequence[str]) -> str | None:
-    """The baseline label of a model's cells: as stored, else :data:`DEFAULT_BASELINE`
-    when the task has it (and the model is not it)."""
-    stored = [r.config["baseline"] for r in rows if "baseline" in r.config]
-    if stored:
-        return stored[-1]
-    return DEFAULT_BASELINE if DEFAULT_BASELINE in labels and label != DEFAULT_BASELINE else None
+def _requests(run: Run) -> list[Request]:
+    """Each row against its baseline, then the experiment's declared comparisons, per task."""
+    requests = []
+    for task in run.tasks:
+        rows = run.task_rows(task)
+        requests += [Request(task, label, baseline, "baseline") for label in sorted(rows)
+                     if (baseline := run.baseline(task, label)) in rows]
+        requests += [Request(task, c.model, c.control, "declared", c.split, c.requires)
+                     for c in run.comparisons
+                     if c.model in rows and c.control in rows and in_tasks(task, c.tasks)]
+    return list({r.key: r for r in requests}.values())
 
 
-def _comparisons(task: str, models: dict[str, list[RunResult]]) -> list[Comparison]:
-    metrics = _described(models)
-    higher = bool(metrics.get("higher_is_better", False))
-    found = []
-    for label in sorted(models):
-        rows = models[label]
-        baseline = baseline_of(label, rows, list(models))
-        if baseline is None:
-            continue
-        control = models.get(baseline, [])
-        paired = Paired.of(seed_values(rows), seed_values(control))
-        found.append(Comparison(
-            task, label, baseline, metrics.get("metric", "metric"), higher,
-            sum(r.status in COUNTED for r in rows), len(rows), paired,
-            UNEQUAL if budget_gap(rows, control) else MARKS[paired.outcome(higher)]))
-    return found
-
-
-def _described(models: dict[str, list[RunResult]]) -> dict[str, Any]:
-    """How the task's numbers read (metric name, direction), from any row that says."""
-    every = (r for rows in models.values() for r in rows)
-    return next((r.metrics for r in every if "metric" in r.metrics), {})
-
-
-def _regimes(run_dir: Path) -> list[RegimeRow]:
+def _regimes(run: Run) -> list[RegimeRow]:
     """Gate-regime use of every probed Delta stack, pooled over seeds (needs probes)."""
     betas: dict[tuple[str, str], list[np.ndarray]] = defaultdict(list)
     stated: dict[str, tuple[str, ...]] = {}
-    for row, arrays in load_probes(run_dir):
+    for row, arrays in load_probes(run):
         if erases(row):
             betas[row.task, row.model].append(arrays["beta"])
             if row.task not in stated:
@@ -236,21 +206,24 @@ def _regimes(run_dir: Path) -> list[RegimeRow]:
     return rows
 
 
-def _table(task: str, models: dict[str, list[RunResult]]) -> TaskTable:
-    every = [r for rows in models.values() for r in rows]
-    described = _described(models)
+def _table(run: Run, task: str) -> TaskTable:
+    models = run.task_rows(task)
+    every = [c for row in models.values() for c in row.selected]
+    described = next(iter(models.values())).described
     splits = sorted({s for r in every for s in r.metrics.get("ood", {})})
     extras = sorted({e for r in every for e in _extras(r)},
                     key=lambda e: (e in _ODE_EXTRAS.values(), e))
-    baselines = {label: baseline_of(label, rows, list(models)) for label, rows in models.items()}
+    baselines = {label: run.baseline(task, label) for label in models}
     order = sorted(models, key=lambda m: (m not in baselines.values(), m))
     rows, problems = [], []
     skipped: dict[tuple[str, str], list[str]] = defaultdict(list)
     for model in order:
-        group = sorted(models[model], key=lambda r: r.seed)
+        row = models[model]
+        group = row.selected
         ok = [r for r in group if r.status in COUNTED]
         params = Estimate.of([r.params for r in group]).mean
-        reference = Estimate.of([r.params for r in models.get(baselines[model] or "", [])]).mean
+        base = models.get(baselines[model] or "")
+        reference = Estimate.of([r.params for r in base.selected] if base else []).mean
         rows.append(ModelRow(
             model=model,
             baseline=baselines[model],
@@ -268,7 +241,10 @@ def _table(task: str, models: dict[str, list[RunResult]]) -> TaskTable:
             nfe_forward=Estimate.of([r.nfe_forward for r in ok]).mean,
             nfe_backward=Estimate.of([r.nfe_backward for r in ok]).mean,
             wall_time=Estimate.of([r.wall_time for r in group]).mean,
-            flagged=tuple(r.seed for r in ok if r.metrics.get("reconstruction_flag")),
+            flagged=flagged(ok),
+            chosen=row.chosen_text(),
+            retries=len(row.attempts),
+            older=row.older,
         ))
         for r in group:
             if r.status not in COUNTED:
@@ -276,11 +252,26 @@ def _table(task: str, models: dict[str, list[RunResult]]) -> TaskTable:
             for split, reason in r.metrics.get("skipped", {}).items():
                 if model not in skipped[split, reason]:
                     skipped[split, reason].append(model)
+        problems += [Problem(model, a.seed, f"{a.status}, then retried",
+                             f"{_attempt_at(row, a)}{a.message or 'no message'} "
+                             f"(attempt of {a.created_at})") for a in row.attempts]
+        if row.older:
+            problems.append(Problem(model, None, "older config left out",
+                                    f"{row.older} cell(s) of an earlier version of this row's "
+                                    "config are in the store but not in this report"))
     problems += [Problem(", ".join(labels), None, f"{split} not run", reason)
                  for (split, reason), labels in skipped.items()]
     return TaskTable(task, described.get("metric", "metric"),
                      bool(described.get("higher_is_better", False)), splits, extras, rows,
                      problems)
+
+
+def _attempt_at(row: Row, attempt: RunResult) -> str:
+    """``"at lr=0.01: "`` for an attempt of a tuned row, else empty."""
+    train = attempt.config.get("train", {})
+    values = ", ".join(f"{f}={train.get(f):g}" if isinstance(train.get(f), float)
+                       else f"{f}={train.get(f)}" for f in row.grid)
+    return f"at {values}: " if values else ""
 
 
 #: ODE checks shown beside the task's extras, after them: metrics key → column name.
@@ -351,41 +342,85 @@ def _md_escape(text: str) -> str:
 
 #: How to read the comparisons, for every renderer that shows them.
 COMPARISON_NOTE = (
-    "Each model against its baseline on the test metric: model − baseline per seed, over "
-    "the seeds both finished (same data and initial weights per seed): mean ± 95% CI, n "
-    f"pairs, paired t-test p, Wilcoxon signed-rank p from {WILCOXON_MIN_PAIRS} pairs. "
-    "win / loss: p < 0.05 on at least 3 pairs, in the metric's better direction (↑ higher, "
-    "↓ lower is better); tie: no significant difference; n < 3: too few pairs to say; "
-    "unequal budget: the two rows trained for different steps, batch sizes or training "
-    "sets, so no verdict. finished: seeds that ended ok / seeds run; a capped, diverged or "
-    "failed seed is a failure of that model, never averaged.")
+    "Each row against its baseline, and each comparison the experiment declares: model − "
+    "control per seed (same data and initial weights per seed), each row at its own grid "
+    "value chosen on val. Δ: mean ± 95% CI over the seeds both finished; n: seeds compared, "
+    "failures included, a seed one side did not finish counting as that side's worst "
+    "outcome. p: the paired t-test (sign: the exact sign test, where the differences do not "
+    "vary; rank: the exact signed-rank test, where a seed failed), then Holm-adjusted over "
+    "every test of this report, as the TOST p of equivalence at the task's margin. win / "
+    f"loss: adjusted p < {ALPHA}, in the metric's better / worse direction (↑ higher, ↓ lower "
+    f"is better); equivalent: adjusted TOST p < {ALPHA}, the difference within the margin "
+    "(which a significant but smaller difference also is); inconclusive: neither, or fewer "
+    f"than {MIN_PAIRS} seeds, with the smallest difference the test could have detected "
+    f"({POWER:.0%} power, at the Bonferroni level); not significant is never equal. "
+    "unequal budget: the training configs differ beyond seed and tuned fields, or a seed "
+    f"stopped early; unmatched size: parameter counts more than {SIZE_TOLERANCE:.0%} apart: "
+    "no test. At every grid value: whether the model's side of the difference holds with "
+    "both rows at each value of the grid.")
 #: How to read the expectations.
 EXPECTATION_NOTE = (
-    "Each claim is judged on model − control per finished seed (against a number: the "
-    "one-sample test): confirmed or contradicted only with at least 3 paired seeds and "
-    "p < 0.05; otherwise insufficient evidence, with the reason. A claim on an "
-    "out-of-distribution split is judged only if the model first reached the stated test "
-    "metric on every finished seed.")
+    "Each claim is a comparison of the report, drawn and Holm-adjusted with the others: "
+    "confirmed by a win (a claim of better) or a loss (worse), contradicted by the opposite "
+    "label or by equivalence within the task's margin, otherwise insufficient evidence, "
+    "with the reason. Against a number, the one-sample test. A claim on an "
+    "out-of-distribution split is judged only where its rows first reached the stated test "
+    "metric on every seed.")
+
+
+def _test(paired: Paired) -> str:
+    return {"paired t": "t", "exact sign test": "sign"}.get(paired.test, "rank")
+
+
+def _verdict(c: Comparison) -> str:
+    """The label, with n and what an inconclusive test could have detected."""
+    if c.paired is None:
+        return c.label
+    if c.label == "inconclusive":
+        seen = (f"; detectable ±{_num(c.detectable, 2)}" if c.detectable is not None
+                else "")
+        return f"inconclusive (n = {c.paired.total}{seen})"
+    return f"{c.label} (n = {c.paired.total})"
+
+
+def _grid(c: Comparison) -> str:
+    holds = c.grid_holds
+    if holds is None:
+        return "—"
+    if holds:
+        return f"holds ({len(c.grid)}/{len(c.grid)})"
+    overall = c.paired.better(c.higher_is_better) if c.paired else None
+    return "flips at " + "; ".join(text for text, sign in c.grid if sign != overall)
 
 
 def comparison_cells(report: Report) -> tuple[list[str], list[list[str]]]:
-    """One row per task × model with a baseline: the paired difference and its mark."""
-    head = ["task", "model", "baseline", "finished", "Δ test (model − baseline)", "n",
-            "p (paired t)", "p (Wilcoxon)", "verdict"]
-    rows = [[f"{c.task} ({c.metric} {_direction(c.higher_is_better)})", c.model, c.baseline,
-             _finished(c.finished, c.run), signed(c.paired), str(c.paired.n), _p(c.paired.p),
-             _p(c.paired.wilcoxon), c.mark]
-            for c in report.comparisons]
+    """One row per comparison: the paired difference, its tests and its label."""
+    head = ["task", "model", "control", "chosen", "Δ (model − control)", "p", "p Holm",
+            "TOST p Holm (margin)", "verdict", "at every grid value", "note"]
+    rows = []
+    for c in report.comparisons:
+        p = c.paired
+        split = "" if c.split == "test" else f", {c.split}"
+        chosen = " / ".join(t or "—" for t in (c.chosen, c.control_chosen))
+        rows.append([
+            f"{c.task} ({c.metric} {_direction(c.higher_is_better)}{split})", c.model,
+            c.control_text, chosen if chosen != "— / —" else "—",
+            "—" if p is None else signed(p),
+            "—" if p is None or p.p is None else f"{_p(p.p)} ({_test(p)})",
+            _p(c.p_adjusted),
+            "—" if p is None or p.margin is None
+            else f"{_p(c.tost_adjusted)} (±{_num(p.margin, 2)})",
+            _verdict(c), _grid(c), c.note or "—"])
     return head, rows
 
 
 def table_cells(table: TaskTable) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one task's table, shared by the text and HTML renderers."""
     arrow = _direction(table.higher_is_better)
-    head = ["model", "n", f"test {arrow}", "test per seed",
+    head = ["model", "n", *(["chosen"] if table.tuned else []), f"test {arrow}", "test per seed",
             *([f"val {arrow}"] if table.has_val else []), f"train {arrow}",
             *(f"{s} {arrow}" for s in table.ood_splits), *table.extras,
-            "params (× baseline)", "FLOPs/sample", "NFE fwd/bwd", "time (s)", "status"]
+            "params (× baseline)", "matmul FLOPs/sample", "NFE fwd/bwd", "time (s)", "status"]
     rows = []
     for r in table.rows:
         nfe = ("—" if r.nfe_forward is None
@@ -393,8 +428,10 @@ def table_cells(table: TaskTable) -> tuple[list[str], list[list[str]]]:
         params = _num(r.params, 6)
         if r.params_ratio is not None:
             params += f" ({r.params_ratio:.2f}×)"
-        rows.append([r.model + (" ⚑" if r.flagged else ""), _finished(r.finished, r.run),
-                     _est(r.test), _per_seed(r.per_seed), *([_est(r.val)] if table.has_val else []),
+        n = _finished(r.finished, r.run) + (f", {r.retries} retried" if r.retries else "")
+        rows.append([r.model + (" ⚑" if r.flagged else ""), n,
+                     *([r.chosen or "—"] if table.tuned else []), _est(r.test),
+                     _per_seed(r.per_seed), *([_est(r.val)] if table.has_val else []),
                      _est(r.train), *(_est(r.ood[s]) for s in table.ood_splits),
                      *(_est(r.extra[e]) for e in table.extras),
                      params, _num(r.flops, 3), nfe, _num(r.wall_time, 3), _status(r.statuses)])
@@ -410,15 +447,16 @@ def flag_notes(table: TaskTable) -> list[str]:
 
 def expectation_cells(report: Report) -> tuple[list[str], list[list[str]]]:
     """One row per task expectation: claim, reason, n, difference, p, verdict and why."""
-    head = ["task", "claim", "reason", "model / control", "n", "Δ (model − control)", "p",
-            "verdict", "note"]
+    head = ["task", "claim", "reason", "model / control", "n", "Δ (model − control)",
+            "p Holm", "verdict", "note"]
     rows = []
     for v in report.expectations:
-        p = v.paired
+        p = v.comparison.paired if v.comparison else None
         matched = " / ".join(label for label in (v.model, v.control) if label) or "—"
         rows.append([f"{v.task} ({_direction(v.higher_is_better)})", v.claim,
-                     v.expectation.reason, matched, "—" if p is None else str(p.n),
-                     "—" if p is None else signed(p), "—" if p is None else _p(p.p),
+                     v.expectation.reason, matched, "—" if p is None else str(p.total),
+                     "—" if p is None else signed(p),
+                     "—" if v.comparison is None else _p(v.comparison.p_adjusted),
                      v.verdict, v.note or "—"])
     return head, rows
 
@@ -432,34 +470,40 @@ REGIME_NOTE = ("Share of (sample, layer) gates per regime on the test split, poo
 
 #: How to read the crossover tables.
 CROSSOVER_NOTE = (
-    "Where the run sweeps a task's knob (e.g. the event rate p), each model against its "
-    "baseline and ddl against ddl-write at every knob value: model − control per seed, mean ± "
-    "95% CI over the seeds both finished, and the verdict mark as above. The crossover p* is "
-    "the smallest knob value from which on the model wins at every larger value in the run; "
-    "none in range: it does not win at the largest.")
+    "Where the run sweeps a task's knob (e.g. the event rate p), every comparison above "
+    "followed across the knob: at each value the paired difference (mean ± 95% CI over the "
+    "seeds both finished) and its adjusted label with n. The crossover p* is the smallest "
+    "knob value from which on the model wins at every larger value in the run (none in "
+    "range: it does not win at the largest); it reads adjusted verdicts, so one point that "
+    "misses significance moves it. Beside it, the 95% bootstrap interval over seeds of the "
+    "knob value from which on the mean difference favours the model (none: beyond the "
+    "range).")
 
 
 def crossover_cells(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
     """Per swept task family: a title, a header and one row per setting × model × control
-    with ``p*`` and the paired difference at every knob value."""
+    with ``p*`` and the judged comparison at every knob value."""
     tables = []
     for family in dict.fromkeys(c.setting.family for c in report.crossovers):
         found = [c for c in report.crossovers if c.setting.family == family]
         first = found[0]
         values = sorted({v for c in found for v, _ in c.points})
-        head = ["setting", "model − control", "crossover",
+        head = ["setting", "model − control", "crossover", "sign crossover (bootstrap)",
                 *(f"{first.setting.knob} = {v:g}" for v in values)]
         rows = []
         for c in found:
             at = dict(c.points)
             rows.append([c.setting.label or "—", f"{c.model} − {c.control}",
-                         star_text(c.star, c.setting.knob),
-                         *(f"{signed(at[v])} ({MARKS[at[v].outcome(c.higher_is_better)]})"
-                           if v in at else "—" for v in values)])
+                         star_text(c.star, c.setting.knob), interval_text(c.interval),
+                         *(_point(at[v]) if v in at else "—" for v in values)])
         title = (f"{family}: test {first.metric} {_direction(first.higher_is_better)} "
                  f"against {first.setting.knob}")
         tables.append((title, head, rows))
     return tables
+
+
+def _point(c: Comparison) -> str:
+    return c.label if c.paired is None else f"{signed(c.paired)} ({_verdict(c)})"
 
 
 def regime_cells(report: Report) -> tuple[list[str], list[list[str]]]:
@@ -479,6 +523,17 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines + ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
 
 
+#: How to read the tables per task.
+TABLE_NOTE = (
+    "Each row at its chosen grid value (chosen: the value with the best mean val metric). n: "
+    "seeds that finished / seeds run (retried: earlier attempts, listed below the table); "
+    "mean ± 95% CI over the finished seeds (a bare mean: one seed), every seed's value "
+    "beside it; ↑/↓: higher/lower is better; params × baseline: the ratio to the baseline's "
+    "parameter count; matmul FLOPs/sample: forward FLOPs of matmuls, convolutions and "
+    "attention as torch's FLOP counter counts them (elementwise work, the Delta update's "
+    "included, is not counted), per sample of one val batch.")
+
+
 def render_markdown(report: Report) -> str:
     """The report as GitHub-flavoured markdown, verdicts first."""
     exp = report.experiment
@@ -491,7 +546,8 @@ def render_markdown(report: Report) -> str:
     if machine:
         lines.append(f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} CPUs"
                      + (f", {machine['cuda']}" if "cuda" in machine else "") + ".")
-    lines += ["", "## Verdicts against each model's baseline", "", COMPARISON_NOTE, ""]
+    lines += ["", "## Verdicts", "", COMPARISON_NOTE,
+              f"This report draws {report.tests} tests.", ""]
     lines += [*_md_table(*comparison_cells(report)), ""]
     if report.expectations:
         lines += ["## Expectations against the measured seeds", "", EXPECTATION_NOTE, ""]
@@ -501,9 +557,7 @@ def render_markdown(report: Report) -> str:
         for title, head, rows in crossover_cells(report):
             lines += [f"### {title}", "", *_md_table(head, rows), ""]
     lines += ["## Results per task", "",
-              "n: seeds that finished / seeds run; mean ± 95% CI over the finished seeds (a "
-              "bare mean: one seed), every seed's value beside it; ↑/↓: higher/lower is "
-              "better; params × baseline: the ratio to the baseline's parameter count.", ""]
+              TABLE_NOTE, ""]
     for table in report.tables:
         lines += [f"### {table.task} — {table.metric} {_direction(table.higher_is_better)}", ""]
         lines += _md_table(*table_cells(table))
@@ -521,21 +575,26 @@ def render_markdown(report: Report) -> str:
 
 
 def _flat_rows(report: Report) -> list[dict[str, Any]]:
-    """One flat dict per task × model, the shape of the CSV: the verdict columns first."""
+    """One flat dict per task × model, the shape of the CSV: the verdict against the
+    baseline first."""
     def verdict(c: Comparison | None) -> dict[str, Any]:
-        p = c.paired if c else Paired((), (), None, None, None, None)
-        return {"verdict": c.mark if c else None, "diff_mean": p.mean, "diff_ci": p.ci,
-                "n_paired": p.n if c else None, "p_paired_t": p.p, "p_wilcoxon": p.wilcoxon}
+        p = c.paired if c else None
+        return {"verdict": c.label if c else None, "diff_mean": p and p.mean,
+                "diff_ci": p and p.ci, "n_compared": p and p.total, "n_paired": p and p.n,
+                "test": p and p.test, "p": p and p.p, "p_holm": c and c.p_adjusted,
+                "tost_margin": p and p.margin, "tost_p_holm": c and c.tost_adjusted,
+                "detectable": c and c.detectable, "grid_holds": c and c.grid_holds,
+                "note": c and c.note}
 
-    versus = {(c.task, c.model): c for c in report.comparisons}
+    versus = {(c.task, c.model): c for c in report.comparisons if "baseline" in c.kinds}
     out = []
     for table in report.tables:
         for r in table.rows:
             row: dict[str, Any] = {
                 "task": table.task, "model": r.model, "metric": table.metric,
                 "higher_is_better": table.higher_is_better, "baseline": r.baseline,
-                **verdict(versus.get((table.task, r.model))), "finished": r.finished,
-                "run": r.run,
+                **verdict(versus.get((table.task, r.model))), "chosen": r.chosen,
+                "finished": r.finished, "run": r.run, "retried": r.retries,
                 **{s: r.statuses.get(s, 0) for s in STATUSES},
                 "test_mean": r.test.mean, "test_ci": r.test.ci,
                 "test_per_seed": "; ".join(f"{seed}: {v}" for seed, v in

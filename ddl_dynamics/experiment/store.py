@@ -126,7 +126,8 @@ class RunResult:
             exceeds the tolerance: the solver, not the vector field alone, shaped the result).
         curve: ``[step, mean train loss since last point, val metric, cumulative FLOPs,
             mean forward NFE since last point (None for discrete models)]``.
-        flops: forward FLOPs per sample (matmul-class ops, as counted by torch).
+        flops: forward FLOPs per sample of one val batch, of the matmul-class ops torch's
+            FLOP counter counts (matmuls, convolutions, attention; no elementwise work).
         nfe_forward, nfe_backward: ODE function evaluations per training batch, averaged.
         wall_time: seconds; of seeds trained together, the ensemble's time divided by
             their number.
@@ -159,7 +160,7 @@ class RunResult:
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def model_path(run_dir: str | Path, key: str) -> Path:

@@ -1,0 +1,176 @@
+"""A run folder read once: its cells grouped into rows, each at its chosen grid value.
+
+Analysis opens a run folder through :func:`load_run` and hands the one :class:`Run` it
+returns to the report, the figures and the probes, so they all read the same cells.
+
+Which cells a row shows: the store holds one result per cell key (earlier attempts at it
+come along, see :meth:`~ddl_dynamics.experiment.store.ResultStore.attempts`). A row (one
+model label on one task) shows one *version* of its config, that of its newest cell: the
+whole cell config but the seed and the tuned values. Cells of an older version (the
+experiment file was edited between runs) are left out, and counted, so that one mean never
+mixes two configs. A tuned row is reported at its chosen grid value
+(:func:`~.verdicts.chosen_value`).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ..experiment.config import DEFAULT_BASELINE, Comparison
+from ..experiment.store import RunResult, open_run
+from .verdicts import chosen_value, grid_value
+
+
+@dataclass(frozen=True)
+class Row:
+    """One model label on one task: its cells at every seed and grid value."""
+
+    task: str
+    label: str
+    #: The current version's cells, by seed and grid value.
+    cells: tuple[RunResult, ...]
+    #: Earlier attempts at these cells (each replaced by a later result), oldest first.
+    attempts: tuple[RunResult, ...] = ()
+    #: Cells of older versions of this row's config, left out.
+    older: int = 0
+
+    @property
+    def grid(self) -> dict[str, list[Any]]:
+        """The searched training fields and their values (empty: not tuned)."""
+        return self.cells[0].config.get("tune", {})
+
+    @cached_property
+    def chosen(self) -> tuple[Any, ...]:
+        """The grid value the row is reported at (``()`` when it is not tuned)."""
+        return chosen_value(self.cells, list(self.grid))
+
+    def at(self, value: tuple[Any, ...]) -> list[RunResult]:
+        """The cells at one grid value, by seed."""
+        return sorted((c for c in self.cells if grid_value(c, list(self.grid)) == value),
+                      key=lambda c: c.seed)
+
+    @property
+    def selected(self) -> list[RunResult]:
+        """The cells the row is reported with: those at its chosen grid value."""
+        return self.at(self.chosen)
+
+    def chosen_text(self) -> str:
+        """``"lr=0.003"``, or empty when the row is not tuned."""
+        return ", ".join(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}"
+                         for f, v in zip(self.grid, self.chosen, strict=True))
+
+    @property
+    def baseline(self) -> str | None:
+        """The label the row's cells name as their baseline."""
+        return self.cells[0].config.get("baseline")
+
+    @property
+    def described(self) -> dict[str, Any]:
+        """How the task's numbers read (``metric``, ``higher_is_better``), from any cell."""
+        return next((c.metrics for c in self.cells if "higher_is_better" in c.metrics), {})
+
+    @property
+    def higher_is_better(self) -> bool:
+        return bool(self.described.get("higher_is_better", False))
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder: its rows by ``(task, label)``, the latest run's record (name, config
+    text, versions, machine, times) and the comparisons its experiment declares."""
+
+    run_dir: Path
+    rows: dict[tuple[str, str], Row]
+    experiment: dict[str, Any]
+    comparisons: tuple[Comparison, ...] = ()
+
+    @property
+    def tasks(self) -> list[str]:
+        return sorted({task for task, _ in self.rows})
+
+    def task_rows(self, task: str) -> dict[str, Row]:
+        """The rows of one task by label."""
+        return {label: row for (t, label), row in self.rows.items() if t == task}
+
+    def baseline(self, task: str, label: str) -> str | None:
+        """The label a row is compared with: the one its cells name (None: it heads its
+        family); cells stored before baselines were recorded: ``resnet`` where the task has
+        it."""
+        row = self.rows[task, label]
+        if "baseline" in row.cells[0].config:
+            return row.baseline
+        return (DEFAULT_BASELINE if label != DEFAULT_BASELINE
+                and (task, DEFAULT_BASELINE) in self.rows else None)
+
+    def selected(self) -> list[RunResult]:
+        """Every row's cells at its chosen grid value: what tables, probes and figures read."""
+        return [cell for row in self.rows.values() for cell in row.selected]
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read a run folder's store once (see the module docstring for which cells count)."""
+    store = open_run(run_dir)
+    experiment = store.experiment() or {}
+    return run_of(store.rows(), store.attempts(), experiment, run_dir)
+
+
+def run_of(cells: Sequence[RunResult], attempts: Sequence[RunResult] = (),
+           experiment: dict[str, Any] | None = None, run_dir: str | Path = ".") -> Run:
+    """The run these results make: its cells grouped into rows, each row at its newest
+    config version, and the comparisons its experiment record declares."""
+    experiment = experiment or {}
+    history: dict[str, list[RunResult]] = defaultdict(list)
+    for attempt in attempts:
+        history[attempt.key].append(attempt)
+    by_row: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
+    for cell in cells:
+        by_row[cell.task, cell.model].append(cell)
+    rows = {}
+    for (task, label), found in sorted(by_row.items()):
+        newest = max(found, key=lambda c: c.created_at)
+        current = [c for c in found if _version(c) == _version(newest)]
+        rows[task, label] = Row(task, label, tuple(current),
+                                tuple(a for c in current for a in history[c.key]),
+                                len(found) - len(current))
+    return Run(Path(run_dir), rows, experiment,
+               recorded_comparisons(experiment.get("config", "")))
+
+
+def _version(cell: RunResult) -> str:
+    """A cell's config but its seed and tuned values: the same for every cell of one version
+    of its row."""
+    config = dict(cell.config)
+    tuned = config.get("tune", {})
+    config["seed"] = None
+    config["train"] = {k: v for k, v in config.get("train", {}).items() if k not in tuned}
+    return json.dumps(config, sort_keys=True)
+
+
+def recorded_comparisons(text: str) -> tuple[Comparison, ...]:
+    """The ``[[comparisons]]`` of an experiment as its run recorded it (the TOML file's text,
+    or the JSON of a config built in Python); checked when the run started."""
+    if not text:
+        return ()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return ()
+    return tuple(Comparison(c["model"], c["control"], tuple(c.get("tasks", ())),
+                            c.get("split", "test"), c.get("requires"))
+                 for c in data.get("comparisons", []) if isinstance(c, dict))
+
+
+def in_tasks(label: str, names: Sequence[str]) -> bool:
+    """Whether a task label is among ``names``, directly or through its sweep's label
+    (``switched[p=0.5]`` is among ``["switched"]``)."""
+    return not names or label in names or label.split("[", 1)[0] in names
