@@ -180,15 +180,20 @@ def held_out(draw: Callable[[int], Tensor], n: int, split: str, rounds: int = 10
 def content_overlap(task: Task, split: str, n: int = 256, seed: int = 0) -> float:
     """The share of ``n`` examples of ``split`` whose content (inputs and controls) also
     occurs among ``n`` training examples of the same seed."""
+    return shared_content(task.sample(n, seed, "train"), task.sample(n, seed, split))
 
-    def contents(name: str) -> list[bytes]:
-        data = task.sample(n, seed, name)
+
+def shared_content(train: TaskData, other: TaskData) -> float:
+    """The share of the examples of ``other`` whose content (inputs and controls) also
+    occurs among the examples of ``train``."""
+
+    def contents(data: TaskData) -> list[bytes]:
         parts = [data.inputs] + ([] if data.controls is None else [data.controls])
         rows = torch.cat([p.flatten(1) for p in parts], dim=1)
         return [row.cpu().numpy().tobytes() for row in rows]
 
-    train = set(contents("train"))
-    return sum(row in train for row in contents(split)) / n
+    seen = set(contents(train))
+    return sum(row in seen for row in contents(other)) / max(1, len(other))
 
 
 @dataclass(frozen=True)

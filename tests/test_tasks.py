@@ -10,6 +10,7 @@ from ddl_dynamics.tasks import switched
 from scipy.integrate import solve_ivp
 from torchdiffeq import odeint
 
+import ddl_dynamics as dd
 from ddl_dynamics import (
     REGIMES,
     Subject,
@@ -23,6 +24,7 @@ from ddl_dynamics import (
     split_generator,
 )
 from ddl_dynamics._task import LONG_FACTOR, MAX_OVERLAP
+from ddl_dynamics.experiment.train import TaskDataError
 
 NAMES = list_tasks()
 N = 64
@@ -396,6 +398,21 @@ def test_check_task_catches_test_examples_seen_in_training() -> None:
     with pytest.raises(AssertionError, match=r"of val examples also occur in train"):
         check_task(leaky)
     check_task(AllSequencesParity(depth=40))  # a space too large to repeat itself
+
+
+def test_an_overlap_only_run_sizes_reveal_fails_the_cell_as_the_tasks() -> None:
+    """2¹⁵ sequences drawn without holding any out: 256 draws per split rarely collide, so
+    check_task passes; 4096 training draws cover an eighth of the space, so about a tenth
+    of the test sequences were trained on. Training checks at its own sizes and seeds."""
+    leaky = AllSequencesParity(depth=14)
+    check_task(leaky)
+    assert content_overlap(leaky, "test", n=4096) > 0.05
+    cell = dd.expand_cells(dd.parse_experiment({
+        "tasks": [{"name": "parity", "spec": {"depth": 14}}], "models": [{"name": "resnet"}],
+        "defaults": {"model": {"width": 4, "hidden": 4}, "train": {"steps": 2}}}))[0]
+    with pytest.raises(TaskDataError, match=r"of the val examples for seed 0 also occur among "
+                                            r"its 4096 training examples"):
+        dd.train(leaky, cell.build()[1], cell.train, seed=0)
 
 
 def test_held_out_fails_clearly_when_the_space_is_too_small() -> None:

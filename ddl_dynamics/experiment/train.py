@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
-from .._task import Task, TaskData
+from .._task import MAX_OVERLAP, Task, TaskData, shared_content
 from ..models.ensemble import Ensemble, alone, fold
 from ..models.params import count_parameters
 from .config import TUNABLE, Cell, TrainConfig
@@ -58,8 +58,7 @@ def train(
     ``"capped"``: both are failures, scored where possible.
     Exceptions propagate (:func:`run_cells` records them as failed).
     """
-    member = _Member(seed, cfg, *sample_splits(task, cfg, seed, ("train", "val")))
-    return _train(alone(model), task, [member], progress)[0]
+    return train_seeds(task, [model], cfg, [seed], progress=progress)[0]
 
 
 def train_seeds(
@@ -83,13 +82,27 @@ def train_seeds(
     trained one after another.
     """
     cfgs = [cfgs] * len(models) if isinstance(cfgs, TrainConfig) else list(cfgs)
-    members = [_Member(seed, cfg, *sample_splits(task, cfg, seed, ("train", "val")))
+    since = _Since.now(cfgs[0].device)
+    members = [_Member(seed, cfg, *sample_splits(task, cfg, seed, SPLITS))
                for cfg, seed in zip(cfgs, seeds, strict=True)]
-    return _train_members(task, models, members, progress)
+    return _train_members(task, models, members, since, progress)
+
+
+@dataclass(frozen=True)
+class _Since:
+    """When a group of cells began (before its data was sampled), for its wall time and
+    peak memory."""
+
+    start: float
+    memory: str
+
+    @classmethod
+    def now(cls, device: str) -> _Since:
+        return cls(time.perf_counter(), _reset_peak_memory(torch.device(device)))
 
 
 def _train_members(task: Task, models: Sequence[nn.Module], members: Sequence[_Member],
-                   progress: bool) -> list[RunResult]:
+                   since: _Since, progress: bool) -> list[RunResult]:
     """:func:`train_seeds` of members whose data is sampled."""
     budgets = {json.dumps(_budget(m.cfg), sort_keys=True) for m in members}
     if len(budgets) > 1:
@@ -98,8 +111,8 @@ def _train_members(task: Task, models: Sequence[nn.Module], members: Sequence[_M
     ensemble = fold(models)
     if ensemble is not None:
         with contextlib.suppress(_Unfolded):
-            return _train(ensemble, task, members, progress)
-    return [_train(alone(model), task, [member], progress)[0]
+            return _train(ensemble, task, members, since, progress)
+    return [_train(alone(model), task, [member], since, progress)[0]
             for model, member in zip(models, members, strict=True)]
 
 
@@ -112,13 +125,35 @@ class TaskDataError(ValueError):
     """A task's sampler returned data that cannot be trained on: a failure of the task."""
 
 
+#: The splits a member samples before it trains (test is scored once, at the end).
+SPLITS = ("train", "val", "test")
+
+
 def sample_splits(task: Task, cfg: TrainConfig, seed: int,
-                  splits: Sequence[str]) -> list[TaskData]:
+                  splits: Sequence[str] = SPLITS) -> list[TaskData]:
     """The task's ``splits`` for one seed, at the sizes ``cfg`` asks for, each checked
-    (:func:`check_sample`)."""
+    (:func:`check_sample`), val and test also for content they share with train (which
+    comes first)."""
     sizes = {"train": cfg.n_train, "val": cfg.n_val}
-    return [check_sample(task.sample(sizes.get(split, cfg.n_test), seed, split),
-                         sizes.get(split, cfg.n_test), seed, split) for split in splits]
+    found: dict[str, TaskData] = {}
+    for split in splits:
+        n = sizes.get(split, cfg.n_test)
+        found[split] = check_sample(task.sample(n, seed, split), n, seed, split)
+        if split in ("val", "test") and "train" in found:
+            check_held_out(found["train"], found[split], seed, split)
+    return list(found.values())
+
+
+def check_held_out(train: TaskData, data: TaskData, seed: int, split: str) -> None:
+    """:class:`TaskDataError` unless at most :data:`~ddl_dynamics._task.MAX_OVERLAP` of the
+    examples of ``split`` also occur in ``train``, at the run's own sizes and seed (a small
+    sample can miss an overlap that a large training set makes)."""
+    shared = shared_content(train, data)
+    if shared > MAX_OVERLAP:
+        raise TaskDataError(f"{shared:.1%} of the {split} examples for seed {seed} also occur "
+                            f"among its {len(train)} training examples (at most "
+                            f"{MAX_OVERLAP:.0%} allowed): hold whole inputs out, e.g. with "
+                            "held_out()")
 
 
 def check_sample(data: TaskData, n: int, seed: int, split: str) -> TaskData:
@@ -144,8 +179,9 @@ class _Member:
     """One member of an ensemble: its seed, config and data, and how it is doing: its
     status, curve and counters."""
 
-    def __init__(self, seed: int, cfg: TrainConfig, data: TaskData, val: TaskData) -> None:
-        self.seed, self.cfg, self.data, self.val = seed, cfg, data, val
+    def __init__(self, seed: int, cfg: TrainConfig, data: TaskData, val: TaskData,
+                 test: TaskData) -> None:
+        self.seed, self.cfg, self.data, self.val, self.test = seed, cfg, data, val, test
         self.status, self.message, self.done, self.training = "ok", "", 0, True
         self.first_loss = math.nan
         self.curve: list[list[float]] = []
@@ -157,14 +193,13 @@ class _Member:
         self.status, self.message, self.training = status, message, False
 
 
-def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member],
+def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _Since,
            progress: bool) -> list[RunResult]:
     """The training loop of :func:`train_seeds`, over the folded batches of ``ensemble``."""
-    start = time.perf_counter()
+    start = since.start
     cfg = members[0].cfg  # the budget every member shares
     cfgs = [m.cfg for m in members]
     device = torch.device(cfg.device)
-    memory = _reset_peak_memory(device)
     size = ensemble.size
     module = ensemble.module.to(device).train()
     for model in ensemble.members:
@@ -248,7 +283,7 @@ def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member],
               for i, m in enumerate(members)]
     results = [_result(model, task, member, predict, ode)
                for model, member in zip(models, members, strict=True)]
-    peak_mem, measure = _peak_memory(device, memory)
+    peak_mem, measure = _peak_memory(device, since.memory)
     wall_time = (time.perf_counter() - start) / size
     for result in results:
         result.metrics.update(peak_mem_measure=measure, ensemble=size)
@@ -421,14 +456,14 @@ def run_cells(cells: Sequence[Cell], progress: bool = False) -> list[Trained]:
     themselves. A cell whose model or data cannot be made (say, the task fails for its
     seed) is ``"failed"`` alone, and the others train; an error in training fails them all.
     """
-    start = time.perf_counter()
+    since = _Since.now(cells[0].train.device)
     failed: dict[int, BaseException] = {}
     ready: list[tuple[int, Task, nn.Module, _Member]] = []
     for i, cell in enumerate(cells):
         try:
             task, model = cell.build()
             member = _Member(cell.seed, cell.train,
-                             *sample_splits(task, cell.train, cell.seed, ("train", "val")))
+                             *sample_splits(task, cell.train, cell.seed, SPLITS))
             ready.append((i, task, model, member))
         except Exception as err:  # failing cells must not stop the suite
             failed[i] = err
@@ -436,13 +471,14 @@ def run_cells(cells: Sequence[Cell], progress: bool = False) -> list[Trained]:
     if ready:
         models = [model for _, _, model, _ in ready]
         try:
-            results = _train_members(ready[0][1], models, [m for *_, m in ready], progress)
+            results = _train_members(ready[0][1], models, [m for *_, m in ready], since,
+                                     progress)
             trained = {i: Trained(result, {k: v.detach().cpu()
                                            for k, v in model.state_dict().items()})
                        for (i, _, model, _), result in zip(ready, results, strict=True)}
         except Exception as err:  # failing cells must not stop the suite
             failed |= {i: err for i, *_ in ready}
-    wall_time = (time.perf_counter() - start) / len(cells)
+    wall_time = (time.perf_counter() - since.start) / len(cells)
     trained |= {i: Trained(RunResult(status="failed", message=describe_error(err),
                                      wall_time=wall_time)) for i, err in failed.items()}
     return [dataclasses.replace(trained[i], result=stamp(trained[i].result, cell))
@@ -538,8 +574,7 @@ def _final_metrics(
                                "val": None, "test": None, "ood": {}, "skipped": {}, "extra": {}}
     notes = []
     seed, data, val = member.seed, member.data, member.val
-    [test] = sample_splits(task, cfg, seed, ["test"])
-    test = to_device(test, val.inputs.device)
+    test = to_device(member.test, val.inputs.device)
 
     @torch.no_grad()
     def score(split: str, split_data: TaskData, extras: bool = True) -> float | None:
