@@ -421,10 +421,13 @@ def test_every_shipped_experiment_file_loads(path):
     assert dd.expand_cells(dd.load_experiment(path))
 
 
-def test_the_quick_crossover_is_the_crossover_at_fewer_steps():
-    full, quick = (dd.expand_cells(dd.load_experiment(EXPERIMENTS[0].parent / f"{name}.toml"))
+def test_the_quick_crossover_is_the_crossover_at_fewer_steps_and_seeds():
+    full, quick = (dd.load_experiment(EXPERIMENTS[0].parent / f"{name}.toml")
                    for name in ("crossover", "crossover-quick"))
-    assert len(full) == len(quick) == 6 * 2 * 7 * 3
+    assert (len(full.seeds), len(quick.seeds)) == (8, 3) and set(quick.seeds) < set(full.seeds)
+    assert full.comparisons == quick.comparisons
+    full, quick = (dd.expand_cells(c, seeds=[0]) for c in (full, quick))
+    assert len(full) == len(quick) == 6 * 2 * 7 * 3  # settings × rows × learning rates
     for a, b in zip(full, quick, strict=True):
         assert dataclasses.replace(a, train=b.train) == b
         assert dataclasses.replace(a.train, steps=b.train.steps) == b.train

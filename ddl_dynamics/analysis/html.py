@@ -113,7 +113,7 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
     machine = exp.get("machine", {})
     parts.append(_table(["", ""], [
         ["run folder", report.run_dir],
-        ["cells", ", ".join(f"{n} {s}" for s, n in sorted(report.statuses.items()))],
+        ["cells", report.cells_text],
         ["software", ", ".join(f"{k} {v}" for k, v in versions.items())],
         ["machine", ", ".join(f"{k}: {v}" for k, v in machine.items())],
         ["started / ended", f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"],

@@ -151,10 +151,21 @@ class Report:
     regimes: list[RegimeRow] = field(default_factory=list)
     crossovers: list[Crossover] = field(default_factory=list)
     tests: int = 0
+    #: Cells trained for the rows shown, at every grid value (the tables show the chosen).
+    trained: int = 0
 
     @property
     def statuses(self) -> Counter[str]:
+        """The statuses of the cells the tables show."""
         return sum((Counter(r.statuses) for t in self.tables for r in t.rows), Counter())
+
+    @property
+    def cells_text(self) -> str:
+        """``"24 ok"``, or ``"24 ok at the chosen grid values, of 72 trained"``."""
+        shown = _status(self.statuses) or "none"
+        count = sum(self.statuses.values())
+        return shown if self.trained == count else (
+            f"{shown} at the chosen grid values, of {self.trained} trained")
 
 
 def build_report(run: Run | str | Path) -> Report:
@@ -173,7 +184,8 @@ def build_report(run: Run | str | Path) -> Report:
     return Report(name, str(run.run_dir), run.experiment, comparisons,
                   judge_expectations(pending, judged, higher),
                   [_table(run, task) for task in run.tasks],
-                  _regimes(run), crossovers(run, comparisons), len(drawn))
+                  _regimes(run), crossovers(run, comparisons), len(drawn),
+                  sum(len(row.cells) for row in run.rows.values()))
 
 
 def _requests(run: Run) -> list[Request]:
@@ -540,7 +552,7 @@ def render_markdown(report: Report) -> str:
     versions = exp.get("versions", {})
     machine = exp.get("machine", {})
     lines = [f"# Experiment `{report.name}`", ""]
-    lines.append(f"Run folder `{report.run_dir}`; cells: {_status(report.statuses) or 'none'}.")
+    lines.append(f"Run folder `{report.run_dir}`; cells: {report.cells_text}.")
     if versions:
         lines.append("Software: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
     if machine:
