@@ -429,3 +429,12 @@ def test_the_quick_crossover_is_the_crossover_at_fewer_steps():
         assert dataclasses.replace(a, train=b.train) == b
         assert dataclasses.replace(a.train, steps=b.train.steps) == b.train
         assert a.train.steps > b.train.steps
+
+
+def test_limits_catch_a_typo_and_give_way_to_a_user_who_means_it(monkeypatch):
+    steps = {"defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
+                          "train": {"steps": 10**9}}}
+    with pytest.raises(dd.ConfigError, match="steps = 1000000000 is beyond any sane run"):
+        config(**steps)
+    monkeypatch.setenv("DDL_DYNAMICS_NO_LIMITS", "1")
+    assert {cell.train.steps for cell in dd.expand_cells(config(**steps))} == {10**9}
