@@ -40,7 +40,7 @@ import torch
 from .._registry import load_file
 from .._task import Task, list_tasks
 from ..models.base import list_models
-from .config import FINISHED, Cell
+from .config import FINISHED, Cell, check_label
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -78,7 +78,14 @@ CREATE TABLE IF NOT EXISTS claims (
     generation INTEGER NOT NULL DEFAULT 0
 );
 """
-_JSON_COLUMNS = ("metrics", "curve", "config")
+#: The columns stored as JSON, and the type each holds.
+_JSON_COLUMNS = {"metrics": dict, "curve": list, "config": dict}
+#: SQLite errors that are the storage's problem, not the file's, by their names' prefix
+#: (``SQLITE_READONLY_DIRECTORY`` is read-only); any other error means the file is not a
+#: results store.
+_STORAGE_ERRORS = {"SQLITE_FULL": "disk full", "SQLITE_READONLY": "read-only",
+                   "SQLITE_PERM": "permission denied", "SQLITE_AUTH": "permission denied",
+                   "SQLITE_IOERR": "I/O error", "SQLITE_CANTOPEN": "cannot open"}
 #: What :meth:`ResultStore.claim` found: the cell is now the caller's; another live
 #: process holds it; or a result was written for it since the caller looked.
 Claim = Literal["claimed", "busy", "done"]
@@ -155,9 +162,11 @@ def store_path(run_dir: str | Path) -> Path:
 class ResultStore:
     """Rows of :class:`RunResult` in SQLite; safe to write from several processes.
 
-    ``create=False`` opens an existing store for reading and never writes to the file. A
-    file that is not a results store (corrupt, truncated, or another program's SQLite
-    database) raises ``ValueError("not a results store: …")`` and is left as it was.
+    ``create=False`` opens an existing store read-only (on read-only storage too): it never
+    writes to the file. A file that is not a results store (corrupt, truncated, or another
+    program's SQLite database) raises ``ValueError("not a results store: …")`` and is left
+    as it was; a problem of the storage raises ``OSError`` saying which (disk full,
+    read-only, permission denied, an I/O error).
     """
 
     def __init__(self, path: str | Path, create: bool = True) -> None:
@@ -167,7 +176,9 @@ class ResultStore:
             raise ValueError(f"{folder}: a file, not a run folder")
         if not create and not self.path.is_file():
             raise FileNotFoundError(f"{folder}: no results store ({self.path.name}) here")
-        folder.mkdir(parents=True, exist_ok=True)
+        self._uri = None if create else self._read_only_uri()
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
         with self._transaction() as con:
             tables = {row[0] for row in
                       con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -196,7 +207,9 @@ class ResultStore:
             except sqlite3.OperationalError as err:
                 busy = getattr(err, "sqlite_errorname", "").startswith(("SQLITE_BUSY",
                                                                         "SQLITE_LOCKED"))
-                if not busy or time.monotonic() > deadline:
+                if not busy:
+                    raise self._refusal(err) from err
+                if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
 
@@ -210,10 +223,12 @@ class ResultStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """A short-lived connection whose work commits as one transaction, or not at all.
-        SQLite errors other than a busy or locked database mean the file is not a store."""
+        """A short-lived connection (read-only where the store was opened so) whose work
+        commits as one transaction, or not at all. SQLite errors other than a busy or
+        locked database become :meth:`_refusal` s."""
         try:
-            with closing(sqlite3.connect(self.path, timeout=60)) as con:
+            with closing(sqlite3.connect(self.path, timeout=60) if self._uri is None else
+                         sqlite3.connect(self._uri, uri=True, timeout=60)) as con:
                 con.execute("PRAGMA busy_timeout = 60000")
                 con.row_factory = sqlite3.Row
                 with con:
@@ -221,7 +236,7 @@ class ResultStore:
         except sqlite3.DatabaseError as err:
             if getattr(err, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
                 raise
-            raise ValueError(f"not a results store: {self.path} ({err})") from err
+            raise self._refusal(err) from err
 
     def put(self, result: RunResult) -> None:
         """Insert or replace the row of ``result.key``; this ends any claim on the cell and
@@ -308,10 +323,27 @@ class ResultStore:
     def _select(self, clause: str, args: Sequence[Any]) -> list[RunResult]:
         with self._transaction() as con:
             rows = [dict(row) for row in con.execute(f"SELECT * FROM results {clause}", args)]
-        for row in rows:
-            for column in _JSON_COLUMNS:
-                row[column] = json.loads(row[column])
-        return [RunResult(**row) for row in rows]
+        return [self._result(row) for row in rows]
+
+    def _result(self, row: dict[str, Any]) -> RunResult:
+        """A stored row as a :class:`RunResult`, or ``ValueError`` naming the cell where the
+        row is damaged: a JSON column that does not hold its JSON, a label that cannot name
+        files."""
+        try:
+            for column, kind in _JSON_COLUMNS.items():
+                try:
+                    row[column] = json.loads(row[column])
+                except (TypeError, ValueError) as err:
+                    raise ValueError(f"its {column} is not JSON ({err})") from None
+                if not isinstance(row[column], kind):
+                    raise ValueError(f"its {column} is not a JSON "
+                                     f"{'object' if kind is dict else 'array'}")
+            for column in ("task", "model"):
+                check_label(row[column])
+        except ValueError as err:
+            raise ValueError(f"damaged row in {self.path}: cell {row['key']} ({row['task']!r} "
+                             f"× {row['model']!r}, seed {row['seed']}): {err}") from None
+        return RunResult(**row)
 
     def start_run(self, name: str, config_text: str,
                   task_files: Sequence[dict[str, Any]] = ()) -> int:
@@ -374,7 +406,13 @@ def load_trained(run_dir: str | Path, key: str) -> tuple[Task, torch.nn.Module]:
     if result is None or not path.is_file():
         raise ValueError(f"{run_dir}: no trained model for cell {key!r}")
     task, model = Cell.from_dict(result.config).build()
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    try:
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    except Exception as err:  # a truncated or foreign file may fail in any way
+        why = str(err).strip().splitlines()[:1] or [""]
+        raise ValueError(f"damaged weights: {path}, of cell {key} ({result.task!r} × "
+                         f"{result.model!r}, seed {result.seed}), cannot be read "
+                         f"({type(err).__name__}: {why[0]})") from err
     return task, model.eval()
 
 
