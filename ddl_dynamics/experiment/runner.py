@@ -145,7 +145,7 @@ def run_experiment(
     kept = keep_task_files(run_dir, task_files)
     copies = [str((run_dir / record["copy"]).resolve()) for record in kept]
     text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
-    run_id = store.start_run(config.name, text, kept)
+    run_id = store.start_run(config.name, text, kept, [cell.key for cell in cells])
     with (CellQueue(store, cells, ("ok",) if retry_failed else FINISHED, vectorize) as queue,
           tqdm(total=queue.size, disable=not progress, desc=config.name, unit="cell") as bar):
 

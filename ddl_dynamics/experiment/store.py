@@ -69,7 +69,8 @@ CREATE TABLE IF NOT EXISTS runs (
     versions TEXT NOT NULL,
     machine TEXT NOT NULL,
     started_at TEXT NOT NULL,
-    ended_at TEXT
+    ended_at TEXT,
+    cells TEXT
 );
 CREATE TABLE IF NOT EXISTS claims (
     key TEXT PRIMARY KEY,
@@ -146,6 +147,20 @@ class RunResult:
     created_at: str = ""
 
 
+@dataclass(frozen=True)
+class Progress:
+    """How far a run got: ``finished`` of the ``selected`` cells have a row (a failure is a
+    result too), and whether the run ``ended`` (one killed, or still going, has not)."""
+
+    finished: int
+    selected: int
+    ended: bool
+
+    def __str__(self) -> str:
+        return f"{self.finished} of {self.selected} cells" + ("" if self.ended else
+                                                              "; run unfinished")
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -188,6 +203,38 @@ class ResultStore:
             self._use_wal()
             with self._transaction() as con:
                 con.executescript(_SCHEMA)
+            with self._transaction() as con:  # a store from before runs recorded their cells
+                con.execute("BEGIN IMMEDIATE")
+                if "cells" not in {row[1] for row in con.execute("PRAGMA table_info(runs)")}:
+                    con.execute("ALTER TABLE runs ADD COLUMN cells TEXT")
+
+    def _read_only_uri(self) -> str:
+        """A URI that reads the store and never writes: ``mode=ro``, or where the folder
+        cannot take SQLite's shared-memory file (read-only storage) ``immutable=1``, which
+        reads the file as it is."""
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        try:
+            with closing(sqlite3.connect(uri, uri=True)) as con:
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as err:
+            if getattr(err, "sqlite_errorname", "").startswith("SQLITE_READONLY"):
+                return f"{uri}&immutable=1"
+        return uri
+
+    def _refusal(self, err: sqlite3.DatabaseError) -> OSError | ValueError:
+        """What a SQLite error other than a busy or locked database means: a problem of the
+        storage (``OSError``, named) or a file that is not a results store (``ValueError``)."""
+        name = getattr(err, "sqlite_errorname", "")
+        why = next((why for prefix, why in _STORAGE_ERRORS.items() if name.startswith(prefix)),
+                   None)
+        if why == "cannot open":  # the OS knows why: permission denied, most often
+            try:
+                self.path.open("rb").close()
+            except OSError as denied:
+                why = (denied.strerror or why).lower()
+        if why is None:
+            return ValueError(f"not a results store: {self.path} ({err})")
+        return OSError(f"{why}: {self.path} ({err})")
 
     def _use_wal(self, wait: float = 60.0) -> None:
         """Put the file in WAL mode (it stays so) unless it is already.
@@ -346,21 +393,34 @@ class ResultStore:
         return RunResult(**row)
 
     def start_run(self, name: str, config_text: str,
-                  task_files: Sequence[dict[str, Any]] = ()) -> int:
+                  task_files: Sequence[dict[str, Any]] = (), cells: Sequence[str] = ()) -> int:
         """Record that a run (or a resume) of experiment ``name`` starts now, with the
-        records of :func:`keep_task_files`."""
+        records of :func:`keep_task_files` and the keys of the cells it selected."""
         with self._transaction() as con:
             cursor = con.execute(
-                "INSERT INTO runs (name, config, task_files, versions, machine, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (name, config, task_files, versions, machine, started_at, "
+                "cells) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (name, config_text, json.dumps(list(task_files)), json.dumps(_versions()),
-                 json.dumps(_machine()), _now()),
+                 json.dumps(_machine()), _now(), json.dumps(list(cells))),
             )
             return int(cursor.lastrowid)
 
     def finish_run(self, run_id: int) -> None:
         with self._transaction() as con:
             con.execute("UPDATE runs SET ended_at = ? WHERE id = ?", (_now(), run_id))
+
+    def progress(self) -> Progress | None:
+        """How far the latest run got, or None where no run recorded the cells it selected
+        (a store written before runs did)."""
+        with self._transaction() as con:
+            con.execute("BEGIN")  # one snapshot of both tables
+            run = con.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+            stored = {row["key"] for row in con.execute("SELECT key FROM results")}
+        selected = None if run is None else dict(run).get("cells")
+        if selected is None:
+            return None
+        keys = set(json.loads(selected))
+        return Progress(len(keys & stored), len(keys), run["ended_at"] is not None)
 
     def experiment(self) -> dict[str, Any] | None:
         """The latest run's record: name, config text, task files, versions, machine, times."""
