@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .figures import make_figures
+from .figures import drawn_where_possible, make_figures, writable
 from .report import (
     COMPARISON_NOTE,
     CROSSOVER_NOTE,
@@ -159,8 +159,14 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
 
 
 def write_html_report(run_dir: str | Path, path: str | Path | None = None) -> Path:
-    """Probe and plot what is missing, then write ``<run_dir>/report.html`` (or ``path``)."""
-    figures = [p for p in make_figures(run_dir) if p.suffix == ".png"]
+    """Probe and plot what is missing, then write ``<run_dir>/report.html`` (or ``path``).
+    A run folder on read-only storage is only read: its probes stay in memory and its
+    figures in a temporary folder, so ``path`` elsewhere is all the report needs."""
     path = Path(path) if path is not None else Path(run_dir) / "report.html"
-    path.write_text(render_html(build_report(run_dir), figures))
+    if not writable(path.parent):  # say so before probing and drawing everything
+        raise OSError(f"cannot write {path}: read-only or no permission (give --output "
+                      "elsewhere)")
+    with drawn_where_possible(run_dir):
+        figures = [p for p in make_figures(run_dir) if p.suffix == ".png"]
+        path.write_text(render_html(build_report(run_dir), figures))
     return path

@@ -27,13 +27,13 @@ import platform
 import sqlite3
 import sys
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import torch
 
@@ -508,14 +508,25 @@ def keep_task_files(run_dir: str | Path, paths: Iterable[str | Path]) -> list[di
         digest = hashlib.sha256(data).hexdigest()
         copy = Path("task_files") / f"{path.stem}-{digest[:12]}.py"
         target = Path(run_dir) / copy
-        if not target.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            tmp.replace(target)  # concurrent runs copying the same file both succeed
+        if not target.is_file():  # concurrent runs copying the same file both succeed
+            write_atomically(target, lambda file, data=data: file.write(data))
         records.append({"file": str(path.resolve()), "sha256": digest, "copy": str(copy),
                         "registers": list(load_task_file(target))})
     return records
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write ``path`` through ``write(file)`` into a file beside it, then rename that into
+    place: a process killed meanwhile leaves no partial file under ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as file:
+            write(file)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _registered() -> set[str]:
