@@ -2,7 +2,8 @@
 
 Exit codes: 0 success, 1 some cells failed or diverged, 2 bad usage (unknown names,
 invalid values, malformed TOML, missing files, broken task files, a file that is not a
-results store), reported as one line on stderr; warnings go to stderr as one line each.
+results store, a damaged row or weights file) or a storage problem (disk full, read-only,
+permission denied), reported as one line on stderr; warnings go to stderr as one line each.
 """
 
 from __future__ import annotations

@@ -242,6 +242,8 @@ DAMAGED = {
     "bad_label": lambda folder: plant(folder, label="../../../../x/ESCAPED"),
     "bad_weights": lambda folder: [p.write_bytes(p.read_bytes()[:500])
                                    for p in (plant(folder).path.parent / "models").iterdir()],
+    "foreign_weights": lambda folder: [p.write_bytes(b"not weights")
+                                       for p in (plant(folder).path.parent / "models").iterdir()],
 }
 
 
@@ -342,6 +344,7 @@ def _update(store, change):
         (["plot", "regimes", "{bad_weights}"], "damaged weights: {bad_weights}/models/"),
         (["report", "{bad_weights}", "--format", "html", "--output", "{exp}.html"],
          "'overwrite' × 'ddl', seed 0), cannot be read (RuntimeError: PytorchStreamReader"),
+        (["plot", "trajectories", "{foreign_weights}"], "damaged weights: {foreign_weights}/"),
     ],
 )
 def test_bad_usage_exits_2_with_one_line(argv, message, write, tmp_path, capsys):
