@@ -106,9 +106,11 @@ def load_file(path: str | Path) -> None:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as err:  # the user's file is broken: say where, not a traceback
+    except (Exception, SystemExit, KeyboardInterrupt) as err:  # the user's file is broken
+        # (even one calling sys.exit or raising KeyboardInterrupt): say where, not a traceback
         del sys.modules[module_name]
         if isinstance(err, SyntaxError):
             line = f" at line {err.lineno}" if err.lineno else ""
             raise ValueError(f"{path}: syntax error{line}: {err.msg}") from err
-        raise ValueError(f"{path}: importing it raised {type(err).__name__}: {err}") from err
+        raised = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        raise ValueError(f"{path}: importing it raised {raised}") from err

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success, 1 some cells failed or diverged, 2 bad usage (unknown names,
 invalid values, malformed TOML, missing files, broken task files, a file that is not a
-results store), reported as one line on stderr; warnings go to stderr as one line each.
+results store, a damaged row or weights file) or a storage problem (disk full, read-only,
+permission denied), reported as one line on stderr; warnings go to stderr as one line each.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.repeats < 1:
+        raise ValueError(f"--repeats: expected at least 1 timed repeat, got {args.repeats}")
     results = run_bench(args.parts.split(","), args.experiment,
                         _only(args.only) if args.only else None, _seeds(args.seeds),
                         args.repeats)
@@ -199,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exit_.code or 0)
     command: Command = args.func
     try:
+        _check_paths(args)
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return command(args)
@@ -212,6 +216,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ddl-dyn: interrupted; finished cells are stored, rerun to resume",
               file=sys.stderr)
         return 130
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """An empty folder or file name is a slip, never the current folder (where ``''`` would
+    put a run's store)."""
+    for name in ("run_dir", "output"):
+        if getattr(args, name, None) == "":
+            raise ValueError(f"{name}: an empty path (it would be the current folder); give "
+                             "a name")
 
 
 def _one_line(message: object) -> str:

@@ -1,7 +1,11 @@
-"""Numerics set once for the whole test run."""
+"""Numerics set once for the whole test run, and fixtures several test files share."""
 
+import json
 import math
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -26,3 +30,36 @@ def infinite_loss(monkeypatch):
             self, pred, target) * (math.inf if pred.requires_grad else 1.0))
 
     return apply
+
+
+#: Runs ``ddl-dyn`` command lines (JSON in argv[1]) in one process; prints what each gave.
+_COMMANDS = """
+import contextlib, io, json, sys
+from ddl_dynamics.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    results.append((code, out.getvalue(), err.getvalue()))
+sys.stdout.write(json.dumps(results))
+"""
+
+
+@pytest.fixture
+def as_user():
+    """``as_user(argv, ...)`` runs ``ddl-dyn`` command lines in one fresh process bound by file
+    permissions as a user is (as root: without the capabilities that override them), for
+    read-only and unreadable files; returns ``(exit code, stdout, stderr)`` per command."""
+    prefix = []
+    if os.geteuid() == 0:
+        prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner"]
+        if shutil.which("setpriv") is None or subprocess.run([*prefix, "true"]).returncode:
+            pytest.skip("root, with no way to drop the capabilities that override permissions")
+
+    def run(*argvs):
+        done = subprocess.run([*prefix, sys.executable, "-c", _COMMANDS, json.dumps(argvs)],
+                              capture_output=True, text=True, timeout=600, check=True)
+        return [tuple(result) for result in json.loads(done.stdout)]
+
+    return run

@@ -1,5 +1,5 @@
 """A user task file (``--task-file``) for the CLI and Ray tests: a tiny honest task, one
-whose sampler kills the worker process training it (and behaves anywhere else), and two
+whose sampler kills the worker process training it (and behaves anywhere else), and three
 that ``check_task`` must stop before anything trains.
 """
 
@@ -69,3 +69,14 @@ class NanTargets(TinySum):
     def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
         data = super().sample(n, seed, split)
         return dataclasses.replace(data, targets=torch.full_like(data.targets, math.nan))
+
+
+@register_task("float64-inputs")
+@dataclass(frozen=True)
+class Float64Inputs(TinySum):
+    """Tiny-sum whose data are float64, which the float32 models cannot take."""
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        data = super().sample(n, seed, split)
+        return dataclasses.replace(data, inputs=data.inputs.double(),
+                                   targets=data.targets.double())

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.cli import main
@@ -67,6 +68,7 @@ def test_user_task_file_in_worker_pool_with_a_dying_worker(tmp_path):
     report = (run_dir / "report.md").read_text()
     assert "## tiny-sum — mse ↓" in report and "## worker-crash" in report
     assert report.count("**failed** — the worker process died") == 2, report
+    assert "leaked semaphore" not in done.stderr  # the resource tracker's, about the dead worker
 
 
 def test_run_resume_and_report(write, tmp_path, capsys):
@@ -94,6 +96,83 @@ def test_seeds_train_together_unless_no_vectorize(flags, ensemble, write, tmp_pa
     assert main(argv) == 0 and "2 ok" in capsys.readouterr().out
     rows = dd.ResultStore(run_dir / "results.sqlite").rows()
     assert [r.metrics["ensemble"] for r in rows] == [ensemble, ensemble]
+    assert [r.metrics["vectorize"] for r in rows] == [not flags] * 2  # the keys do not say it
+
+
+def test_a_rerun_beside_other_results_warns_in_one_line(write, tmp_path, capsys):
+    """Results of an edited file, or of another experiment, go beside the stored ones: the
+    run says so; the store records what each run selected and how far it got."""
+    run_dir = tmp_path / "run"
+    argv = ["--run-dir", str(run_dir), "--only", "model=resnet", "--seeds", "0"]
+    assert main(["run", write(), *argv]) == 0
+    store = dd.ResultStore(run_dir / "results.sqlite")
+    assert store.progress() == dd.experiment.store.Progress(1, 1, ended=True)
+    assert main(["run", write(), *argv, "--seeds", "0,1"]) == 0  # more cells: nothing to say
+    edited = write(text=TOML.format(task="overwrite").replace("steps = 10", "steps = 12"))
+    assert main(["run", edited, *argv]) == 0
+    other = write(text=TOML.format(task="overwrite").replace('name = "cli"', 'name = "other"'),
+                  name="other")
+    assert main(["run", other, *argv]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines()
+              if line.startswith("ddl-dyn")]
+    assert warned == [
+        f"ddl-dyn: warning: {run_dir}: 1 of the selected cells have results under another "
+        "config (e.g. overwrite × resnet, seed 0: train.steps 10 → 12); the new results are "
+        "stored beside them",
+        f"ddl-dyn: warning: {run_dir} holds results of experiment 'cli': those of 'other' are "
+        "stored beside them",
+    ]
+    assert str(store.progress()) == "1 of 1 cells"
+
+
+def test_storage_problems_are_named_and_read_only_runs_are_reported(tmp_path, as_user, write):
+    """A run folder on read-only storage is reported (md, and html written elsewhere) and
+    never written; a run into it, or an unreadable store, says what is wrong in one line."""
+    read_only, unreadable = tmp_path / "read-only", tmp_path / "unreadable"
+    for folder in (read_only, unreadable):
+        folder.mkdir()
+        plant(folder)
+    (unreadable / "results.sqlite").chmod(0)
+    before = {p: p.is_file() and p.read_bytes() for p in read_only.rglob("*")}
+    for path in (read_only, *read_only.rglob("*")):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    html = tmp_path / "report.html"
+    try:
+        md, page, plot, rerun, denied = as_user(
+            ["report", str(read_only)],
+            ["report", str(read_only), "--format", "html", "--output", str(html)],
+            ["plot", "all", str(read_only)],
+            ["run", write(), "--run-dir", str(read_only)],
+            ["report", str(unreadable)])
+    finally:
+        for path in (read_only, *read_only.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert md[0] == 0 and "## overwrite — mse ↓" in md[1], md
+    assert page[0] == 0 and html.read_text().count("<img") >= 1, page
+    assert plot[0] == 2 and plot[2].endswith(f"ddl-dyn: error: cannot write figures into "
+                                             f"{read_only / 'figures'}: read-only or no "
+                                             "permission\n"), plot
+    assert rerun[0] == 2 and f"error: read-only: {read_only / 'results.sqlite'}" in rerun[2]
+    assert denied[0] == 2 and "error: permission denied: " in denied[2], denied
+    assert {p: p.is_file() and p.read_bytes() for p in read_only.rglob("*")} == before
+
+
+def test_a_full_disk_is_named(write, tmp_path, capsys, monkeypatch):
+    """SQLite says a full disk as it says any file it cannot grow: so do its connections
+    here, capped at the pages the store has when first opened."""
+    connect = sqlite3.connect
+
+    def capped(*args, **kwargs):
+        con = connect(*args, **kwargs)
+        pages = con.execute("PRAGMA page_count").fetchone()[0]
+        con.execute(f"PRAGMA max_page_count = {max(pages, 1)}")
+        return con
+
+    monkeypatch.setattr(sqlite3, "connect", capped)
+    assert main(["run", write(), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.rpartition("\r")[2]
+    assert err.startswith(f"ddl-dyn: error: disk full: {tmp_path / 'run' / 'results.sqlite'} "
+                          "(database or disk is full)"), err
 
 
 def test_diverged_cells_exit_1(write, tmp_path, capsys, infinite_loss):
@@ -113,7 +192,64 @@ VARIANTS = {
     "lr_nan": ("steps = 10", "steps = 10\nlr = nan"),
     "lr_inf": ("steps = 10", "steps = 10\nlr = inf"),
     "beta_inf": ("beta_max = 1.0", "beta_max = inf"),
+    # labels name figure files: one path component, not too long, printable
+    "label_escape": ('label = "ddl-bmax1"', 'label = "../../../../x/ESCAPED"'),
+    "label_nested": ('label = "ddl-bmax1"', 'label = "ddl/v2"'),
+    "label_backslash": ('label = "ddl-bmax1"', 'label = "ddl\\\\v2"'),
+    "label_dotdot": ('label = "ddl-bmax1"', 'label = ".."'),
+    "label_empty": ('label = "ddl-bmax1"', 'label = ""'),
+    "label_long": ('label = "ddl-bmax1"', f'label = "{"d" * 300}"'),
+    "label_newline": ('label = "ddl-bmax1"', 'label = "ddl\\nbmax1"'),
+    "task_label": ('name = "overwrite"', 'name = "overwrite"\nlabel = "../x"'),
+    "name_long": ('name = "cli"', f'name = "{"n" * 300}"'),
+    "baseline_circle": ('name = "resnet"\n[[models]]\nname = "ddl"\n',
+                        'name = "resnet"\nbaseline = "ddl-bmax1"\n[[models]]\nname = "ddl"\n'
+                        'baseline = "resnet"\n'),
+    "device": ("steps = 10", 'steps = 10\ndevice = "cpu:abc"'),
+    "nested": ('name = "overwrite"', f'name = "overwrite"\nspec = {{ depth = {"[" * 40}3'
+                                     f'{"]" * 40} }}'),
+    # sizes and budgets beyond any sane run
+    "hidden_huge": ("hidden = 8", "hidden = 10000000000000"),
+    "match_huge": ("hidden = 8", "match_params = 1000000000000"),
+    "width_huge": ("width = 8", "width = 10000000"),
+    "depth_huge": ("depth = 3", "depth = 1000000"),
+    "steps_huge": ("steps = 10", "steps = 1000000000000"),
+    "n_train_huge": ("n_train = 64", "n_train = 1000000000"),
 }
+LIMIT = "is beyond any sane run"
+
+
+def plant(folder, label="ddl", weights=True):
+    """A run folder with one finished ``ddl`` cell, untrained (real weights, nothing
+    trained), its row stored under ``label``."""
+    cfg = dd.parse_experiment({"tasks": [{"name": "overwrite"}], "models": [{"name": "ddl"}],
+                               "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}}})
+    cell = dd.expand_cells(cfg)[0]
+    store = dd.ResultStore(folder / "results.sqlite")
+    store.put(dd.RunResult(status="ok", key=cell.key, task=cell.task_label, model=label, seed=0,
+                           metrics={"metric": "mse", "test": 0.5}, curve=[[1, 0.5, 0.5, 1.0]],
+                           config=cell.to_dict()))
+    if weights:
+        dd.experiment.store.model_path(folder, cell.key).parent.mkdir()
+        torch.save(cell.build()[1].state_dict(), dd.experiment.store.model_path(folder, cell.key))
+    return store
+
+
+#: Run folders damaged after the fact, by what :func:`plant` leaves changed.
+DAMAGED = {
+    "bad_metrics": lambda folder: _update(plant(folder), "metrics = '[]'"),
+    "bad_curve": lambda folder: _update(plant(folder), "curve = '[[1, 0.5'"),
+    "bad_label": lambda folder: plant(folder, label="../../../../x/ESCAPED"),
+    "bad_weights": lambda folder: [p.write_bytes(p.read_bytes()[:500])
+                                   for p in (plant(folder).path.parent / "models").iterdir()],
+    "foreign_weights": lambda folder: [p.write_bytes(b"not weights")
+                                       for p in (plant(folder).path.parent / "models").iterdir()],
+}
+
+
+def _update(store, change):
+    with sqlite3.connect(store.path) as con:
+        con.execute(f"UPDATE results SET {change}")
 
 
 @pytest.mark.parametrize(
@@ -158,6 +294,57 @@ VARIANTS = {
          "task 'wrong-shape': fails check_task: WrongShape[train]: targets (8, 2) != (8, 1)"),
         (["run", "{nan_targets}", "--task-file", TASK_FILE],
          "task 'nan-targets': fails check_task: NanTargets[train]: targets has NaN/Inf"),
+        (["run", "{float64_inputs}", "--task-file", TASK_FILE],
+         "fails check_task: Float64Inputs[train]: inputs must be float32, got torch.float64"),
+        # task files that end the process or interrupt it as they are imported
+        (["run", "{exp}", "--task-file", "{exits_py}"],
+         "exits.py: importing it raised SystemExit: 0"),
+        (["run", "{exp}", "--task-file", "{interrupts_py}"],
+         "interrupts.py: importing it raised KeyboardInterrupt"),
+        # labels and names that would escape the run folder, collide or not fit a file name
+        (["run", "{label_escape}"], "models[1].label: '../../../../x/ESCAPED' is not one path"),
+        (["run", "{label_nested}"], "models[1].label: 'ddl/v2' is not one path component"),
+        (["run", "{label_backslash}"], "models[1].label: 'ddl\\\\v2' is not one path component"),
+        (["run", "{label_dotdot}"], "models[1].label: '..' is not one path component"),
+        (["run", "{label_empty}"], "models[1].label: '' is not one path component"),
+        (["run", "{label_long}"], "models[1].label: 'dddddddddddddddddddddddd'… is 300 bytes long"),
+        (["run", "{label_newline}"], "models[1].label: 'ddl\\nbmax1' has a control character"),
+        (["run", "{task_label}"], "tasks[0].label: '../x' is not one path component"),
+        (["run", "{name_long}"], "name: 'nnnnnnnnnnnnnnnnnnnnnnnn'… is 300 bytes long, over 200"),
+        (["run", "{baseline_circle}"],
+         "baselines name each other in a circle: resnet → ddl-bmax1 → resnet"),
+        (["run", "{exp}", "--run-dir", ""], "run_dir: an empty path"),
+        (["report", ""], "run_dir: an empty path"),
+        (["report", "{exp}", "--output", ""], "output: an empty path"),
+        # values every cell would fail on, or that would hang, caught at load time
+        (["run", "{device}"], "device must be 'cpu', 'cuda' or 'cuda:<index>', got 'cpu:abc'"),
+        (["run", "{hidden_huge}"], f"hidden = 10000000000000 {LIMIT}"),
+        (["run", "{match_huge}"], f"match_params = 1000000000000: 1,000,000,000,000 "
+                                  f"parameters {LIMIT}"),
+        (["run", "{width_huge}"], f"width = 10000000 {LIMIT} (at most 100,000); set "
+                                  "DDL_DYNAMICS_NO_LIMITS=1 if you mean it"),
+        (["run", "{depth_huge}"], f"depth = 1000000 {LIMIT}"),
+        (["run", "{steps_huge}"], f"steps = 1000000000000 {LIMIT}"),
+        (["run", "{n_train_huge}"], f"n_train = 1000000000 {LIMIT}"),
+        (["run", "{exp}", "--jobs", "99999999999999999999"],
+         "jobs must be between 1 and 1024, got 99999999999999999999"),
+        (["run", "{exp}", "--jobs", "0"], "jobs must be between 1 and 1024, got 0"),
+        (["bench", "--repeats", "0"], "--repeats: expected at least 1 timed repeat, got 0"),
+        # files TOML cannot read, explained
+        (["run", "{deep_toml}"], "deep.toml: nested more than 32 tables or lists deep"),
+        (["run", "{nested}"], "tasks[0].spec.depth[0][0][0]"),
+        (["run", "{bom}"], "bom.toml: starts with a UTF-8 byte-order mark"),
+        # stores and weights damaged after the run: the cell is named
+        (["report", "{bad_metrics}"], "damaged row in {bad_metrics}/results.sqlite: cell "),
+        (["report", "{bad_metrics}"], "'overwrite' × 'ddl', seed 0): its metrics is not a JSON "
+                                      "object"),
+        (["plot", "curves", "{bad_curve}"], "its curve is not JSON (Expecting"),
+        (["plot", "all", "{bad_label}"],
+         "× '../../../../x/ESCAPED', seed 0): '../../../../x/ESCAPED' is not one path"),
+        (["plot", "regimes", "{bad_weights}"], "damaged weights: {bad_weights}/models/"),
+        (["report", "{bad_weights}", "--format", "html", "--output", "{exp}.html"],
+         "'overwrite' × 'ddl', seed 0), cannot be read (RuntimeError: PytorchStreamReader"),
+        (["plot", "trajectories", "{foreign_weights}"], "damaged weights: {foreign_weights}/"),
     ],
 )
 def test_bad_usage_exits_2_with_one_line(argv, message, write, tmp_path, capsys):
@@ -184,20 +371,34 @@ def test_bad_usage_exits_2_with_one_line(argv, message, write, tmp_path, capsys)
         con.execute("CREATE TABLE photos (path TEXT)")
     Path(paths["a_file"]).write_text("")
     Path(paths["binary"]).write_bytes(bytes(range(256)))
+    for name, text in (("exits", "import sys\nsys.exit(0)\n"),
+                       ("interrupts", "raise KeyboardInterrupt\n")):
+        paths[f"{name}_py"] = str(tmp_path / f"{name}.py")
+        Path(paths[f"{name}_py"]).write_text(text)
     for name, (old, new) in VARIANTS.items():
+        assert old in TOML.format(task="overwrite"), name
         paths[name] = write(text=TOML.format(task="overwrite").replace(old, new), name=name)
-    for name in ("wrong_shape", "nan_targets"):
+    for name in ("wrong_shape", "nan_targets", "float64_inputs"):
         paths[name] = write(task=name.replace("_", "-"), name=name)
+    paths["deep_toml"] = write(text=f"x = {'[' * 1000}{']' * 1000}\n", name="deep")
+    paths["bom"] = write(text="\ufeff" + TOML.format(task="overwrite"), name="bom")
+    for name, damage in DAMAGED.items():
+        paths[name] = str(tmp_path / name)
+        if f"{{{name}}}" in " ".join(argv):
+            (tmp_path / name).mkdir()
+            damage(tmp_path / name)
     stores = {p: p.read_bytes() for p in tmp_path.glob("*/results.sqlite")}
+    weights = set(tmp_path.rglob("*.pt"))
     argv = [a.format(**paths) for a in argv]
     if argv[0] == "run" and "--run-dir" not in argv:
         argv += ["--run-dir", str(tmp_path / "run")]
     assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("ddl-dyn: error:") and message in err
+    err = capsys.readouterr().err.rpartition("\r")[2]  # after any progress bar
+    assert err.startswith("ddl-dyn: error:") and message.format(**paths) in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert not (tmp_path / "run").exists() and not list(tmp_path.rglob("*.pt"))  # nothing ran
+    assert not (tmp_path / "run").exists() and set(tmp_path.rglob("*.pt")) == weights  # no run
     assert {p: p.read_bytes() for p in stores} == stores  # no store was written into
+    assert not list(tmp_path.rglob("*ESCAPED*")) and not (tmp_path / "x").exists()
 
 
 def test_a_task_that_replaces_a_default_warns_in_one_line(write, tmp_path, capsys):

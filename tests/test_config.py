@@ -516,3 +516,12 @@ def test_a_comparison_between_rows_that_share_no_task_fails():
     with pytest.raises(dd.ConfigError, match="do not both run task 'sign-flip'"):
         config(models=models, comparisons=[{"model": "gated", "control": "ddl",
                                             "tasks": ["sign-flip"]}])
+
+
+def test_limits_catch_a_typo_and_give_way_to_a_user_who_means_it(monkeypatch):
+    steps = {"defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
+                          "train": {"steps": 10**9}}}
+    with pytest.raises(dd.ConfigError, match="steps = 1000000000 is beyond any sane run"):
+        config(**steps)
+    monkeypatch.setenv("DDL_DYNAMICS_NO_LIMITS", "1")
+    assert {cell.train.steps for cell in dd.expand_cells(config(**steps))} == {10**9}

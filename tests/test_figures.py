@@ -1,8 +1,11 @@
 """Probes, regime analysis, figures, expectation checks and the HTML report."""
 
 import shutil
+import signal
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -218,3 +221,86 @@ def test_html_report_renders_in_headless_chromium(tiny_run, tmp_path):
                     page.as_uri()], capture_output=True, timeout=120, check=True)
     pixels = shot.read_bytes()
     assert pixels.startswith(b"\x89PNG") and len(pixels) > 20_000  # not a blank page
+
+
+DOTTED = """
+name = "dotted"
+[defaults.model]
+width = 8
+depth = 3
+hidden = 8
+[defaults.train]
+steps = 10
+eval_every = 5
+batch_size = 32
+n_train = 64
+n_test = 32
+[[tasks]]
+name = "oscillator"
+spec = { horizon = [1.5, 1.25] }
+[[models]]
+name = "ddl"
+label = "ddl-b0.5"
+beta_max = 0.5
+beta_init = 0.1
+[[models]]
+name = "ddl"
+label = "ddl-b0.25"
+beta_max = 0.25
+beta_init = 0.1
+"""
+
+
+@pytest.fixture(scope="module")
+def dotted_run(tmp_path_factory):
+    """A run whose labels, models' and tasks' alike, differ after their last dot."""
+    root = tmp_path_factory.mktemp("dotted")
+    (root / "dotted.toml").write_text(DOTTED)
+    assert main(["run", str(root / "dotted.toml"), "--run-dir", str(root / "run")]) == 0
+    return root / "run"
+
+
+def test_labels_that_differ_after_a_dot_get_a_figure_each(dotted_run, capsys):
+    assert main(["plot", "all", str(dotted_run)]) == 0
+    written = capsys.readouterr().out.split()
+    names = {Path(path).name for path in written}
+    for stem in ("regime_atlas_ddl-b0.5", "regime_atlas_ddl-b0.25",
+                 "trajectories_oscillator[horizon=1.5]",
+                 "trajectories_oscillator[horizon=1.25]"):
+        assert {f"{stem}.png", f"{stem}.svg"} <= names
+    assert len(names) == len(written) == len(list((dotted_run / "figures").iterdir()))
+
+
+def test_a_probe_cut_short_counts_as_missing(dotted_run, capsys):
+    """A probe file written only in part (by a process killed mid-write before files were
+    renamed into place) or damaged is probed again, and read by nothing meanwhile."""
+    assert main(["plot", "regimes", str(dotted_run)]) == 0
+    cut, empty, *_ = sorted((dotted_run / "probes").glob("*.npz"))
+    cut.write_bytes(cut.read_bytes()[:200])
+    empty.write_bytes(b"")
+    assert main(["report", str(dotted_run)]) == 0  # reads the cache, probes nothing
+    assert cut.stat().st_size == 200 and "ddl-b0.5" in capsys.readouterr().out
+    assert main(["plot", "regimes", str(dotted_run)]) == 0
+    for path in (cut, empty):
+        with np.load(path) as arrays:
+            assert arrays["beta"].shape[1] == 3  # every layer's gate, again
+
+
+def test_a_plot_killed_while_probing_leaves_a_run_the_html_report_takes(dotted_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(dotted_run, run, ignore=shutil.ignore_patterns("probes", "figures"))
+    plot = subprocess.Popen([sys.executable, "-m", "ddl_dynamics.cli", "plot", "regimes",
+                             str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    probes = run / "probes"
+    while plot.poll() is None and not (probes.is_dir() and any(probes.iterdir())):
+        time.sleep(0.001)
+    plot.kill()  # as the first probe is being written
+    assert plot.wait() == -signal.SIGKILL
+    for path in probes.glob("*.npz"):  # whole, or not there
+        with np.load(path) as arrays:
+            assert "beta" in arrays
+    report = subprocess.run([sys.executable, "-m", "ddl_dynamics.cli", "report", str(run),
+                             "--format", "html"], capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    assert (run / "report.html").read_text().count('alt="regime_atlas_ddl-b0.') == 2
+    assert len(list(probes.glob("*.npz"))) == 4

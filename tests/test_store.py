@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics.experiment.store import keep_task_files, open_run
+from ddl_dynamics.experiment.store import Progress, keep_task_files, open_run
 from ddl_dynamics.experiment.train import run_cells
 
 
@@ -105,6 +105,27 @@ def test_run_metadata(tmp_path):
     assert meta["machine"]["cpu_count"] >= 1
     store.finish_run(run_id)
     assert store.experiment()["ended_at"] >= meta["started_at"]
+
+
+def test_progress_of_the_latest_run(tmp_path):
+    """What a run selected is recorded with it, so a report can say how far it got; a store
+    written before runs recorded it has no progress to tell."""
+    path = tmp_path / "results.sqlite"
+    with sqlite3.connect(path) as con:  # the runs table as stores had it before
+        con.executescript(dd.experiment.store._SCHEMA.replace(",\n    cells TEXT", ""))
+        con.execute("INSERT INTO runs (name, config, task_files, versions, machine, "
+                    "started_at) VALUES ('old', '', '[]', '{}', '{}', 'then')")
+    assert open_run(tmp_path).progress() is None  # read-only: nothing is added to the file
+    store = dd.ResultStore(path)
+    assert store.progress() is None
+    run_id = store.start_run("quick", 'name = "quick"', cells=["a", "b", "c"])
+    store.put(result("a"))
+    store.put(result("b", status="failed"))  # a failure is a result too
+    store.put(result("elsewhere"))  # not selected by this run
+    assert store.progress() == Progress(2, 3, ended=False)
+    assert str(store.progress()) == "2 of 3 cells; run unfinished"
+    store.finish_run(run_id)
+    assert str(open_run(tmp_path).progress()) == "2 of 3 cells"
 
 
 def test_load_trained_rebuilds_the_trained_model(tmp_path):

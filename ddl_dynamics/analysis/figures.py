@@ -6,7 +6,10 @@ read once; each row appears at its chosen grid value, as in the report.
 
 from __future__ import annotations
 
+import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +25,39 @@ from .run import Run, load_run
 FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover")
 #: The groups that read probes (made first, for the cells that have none yet).
 _PROBED = {"regimes", "trajectories", "crossover"}
+#: Run folders whose figures are drawn elsewhere for now (:func:`drawn_where_possible`).
+_ELSEWHERE: dict[Path, Path] = {}
 
 
 def figure_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "figures"
+    run_dir = Path(run_dir)
+    return _ELSEWHERE.get(run_dir.resolve(), run_dir / "figures")
+
+
+def writable(folder: Path) -> bool:
+    """Whether files can be made in ``folder`` (made first if missing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def drawn_where_possible(run_dir: str | Path) -> Iterator[None]:
+    """While open, the figures of a run folder that cannot take them (read-only storage) go
+    to a temporary folder, removed at the end: for a report that embeds them."""
+    key = Path(run_dir).resolve()
+    if writable(figure_dir(run_dir)):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="ddl-dyn-figures-") as folder:
+        _ELSEWHERE[key] = Path(folder)
+        try:
+            yield
+        finally:
+            del _ELSEWHERE[key]
 
 
 def regime_figures(run: Run, report: Report) -> list[Path]:
@@ -179,6 +211,9 @@ def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
     unknown = sorted(set(kinds) - set(FIGURE_KINDS))
     if unknown:
         raise ValueError(f"unknown figure kind {unknown[0]!r}; choose from {FIGURE_KINDS}")
+    if not writable(figure_dir(run.run_dir)):  # say so before probing
+        raise OSError(f"cannot write figures into {figure_dir(run.run_dir)}: read-only or no "
+                      "permission")
     if set(kinds) & _PROBED:
         probe_run(run, progress=progress)
     report = report or build_report(run)

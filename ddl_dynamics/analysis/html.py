@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .figures import make_figures
+from .figures import drawn_where_possible, make_figures, writable
 from .probes import probe_run
 from .report import (
     COMPARISON_NOTE,
@@ -166,11 +166,17 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
 
 
 def write_html_report(run_dir: str | Path, path: str | Path | None = None) -> Path:
-    """Probe and plot what is missing, then write ``<run_dir>/report.html`` (or ``path``)."""
-    run = load_run(run_dir)
-    probe_run(run)
-    report = build_report(run)
-    figures = [p for p in make_figures(run, report=report) if p.suffix == ".png"]
+    """Probe and plot what is missing, then write ``<run_dir>/report.html`` (or ``path``).
+    A run folder on read-only storage is only read: its probes stay in memory and its
+    figures in a temporary folder, so ``path`` elsewhere is all the report needs."""
     path = Path(path) if path is not None else Path(run_dir) / "report.html"
-    path.write_text(render_html(report, figures))
+    if not writable(path.parent):  # say so before probing and drawing everything
+        raise OSError(f"cannot write {path}: read-only or no permission (give --output "
+                      "elsewhere)")
+    run = load_run(run_dir)
+    with drawn_where_possible(run_dir):
+        probe_run(run)
+        report = build_report(run)
+        figures = [p for p in make_figures(run, report=report) if p.suffix == ".png"]
+        path.write_text(render_html(report, figures))
     return path

@@ -57,10 +57,11 @@ def model_colors(panels: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
 
 
 def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
-    """Write ``stem.png`` and ``stem.svg``; return both paths."""
+    """Write ``stem.png`` and ``stem.svg``; return both paths. The suffix is appended, never
+    put in place of one: a stem may end like one (``regime_atlas_ddl-b0.5``)."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.svg")]
     for path in paths:
         fig.savefig(path, bbox_inches="tight")
     return paths

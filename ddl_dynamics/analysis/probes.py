@@ -3,11 +3,16 @@
 Per layer and sample of a Delta stack: β, ‖k̃‖, the readout kᵀX, the target v, and the
 discrepancy before and after the update; for every family, the hidden depth trajectory
 and the decoded per-step predictions beside the ground truth. Files live in
-``<run>/probes/<key>.npz``, so figures and reports never retrain or rerun a model.
+``<run>/probes/<key>.npz``, so figures and reports never retrain or rerun a model. A file is
+written beside its place and renamed into it, and one that cannot be read counts as
+missing, so a probe killed midway is done again; a run folder that cannot take the files
+(read-only storage) keeps them in this process instead.
 """
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,17 +22,32 @@ from tqdm.auto import tqdm
 
 from .._task import Task
 from ..experiment.config import COUNTED
-from ..experiment.store import RunResult, load_trained, model_path
+from ..experiment.store import RunResult, load_trained, model_path, write_atomically
 from ..models.base import DepthModel
 from ..models.delta import DeltaProbe
 from ..models.transformer import Transformer
 from .run import Run, load_run
 
 PROBE_SAMPLES = 256
+#: Probes this process could not write into their run folder, by resolved file path.
+_UNSAVED: dict[Path, dict[str, np.ndarray]] = {}
 
 
 def probe_path(run_dir: str | Path, key: str) -> Path:
     return Path(run_dir) / "probes" / f"{key}.npz"
+
+
+def cached_probe(run_dir: str | Path, key: str) -> dict[str, np.ndarray] | None:
+    """The cached arrays of cell ``key``, or None where its file is missing or cannot be
+    read (cut short, damaged): that cell is then not yet probed."""
+    path = probe_path(run_dir, key)
+    if (unsaved := _UNSAVED.get(path.resolve())) is not None:
+        return unsaved
+    try:
+        with np.load(path) as data:
+            return dict(data)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error):
+        return None
 
 
 def usable_rows(run: Run) -> list[RunResult]:
@@ -84,26 +104,29 @@ def _gate_arrays(probe: DeltaProbe) -> dict[str, np.ndarray]:
 
 
 def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = True) -> int:
-    """Probe every cell the report shows that has no probe file yet; returns how many were
-    probed."""
+    """Probe every cell the report shows whose probe is not cached (:func:`cached_probe`);
+    returns how many were probed."""
     run = run if isinstance(run, Run) else load_run(run)
     run_dir = run.run_dir
-    todo = [r for r in usable_rows(run) if not probe_path(run_dir, r.key).is_file()]
+    todo = [r for r in usable_rows(run) if cached_probe(run_dir, r.key) is None]
     for row in tqdm(todo, desc="probing", disable=not progress or not todo, leave=False):
         task, model = load_trained(run_dir, row.key)
+        arrays = probe_model(task, model, row.seed, n)
         path = probe_path(run_dir, row.key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(path, **probe_model(task, model, row.seed, n))
+        try:
+            write_atomically(path, lambda file, arrays=arrays: np.savez_compressed(file, **arrays))
+        except OSError:  # read-only storage, no permission, a full disk: the cache is a cache
+            _UNSAVED[path.resolve()] = arrays
     return len(todo)
 
 
 def load_probes(run: Run) -> Iterator[tuple[RunResult, dict[str, np.ndarray]]]:
-    """The cached probes of the cells the report shows, by row and seed."""
+    """The cached probes of the cells the report shows (those not yet probed are left
+    out), by row and seed."""
     for row in usable_rows(run):
-        path = probe_path(run.run_dir, row.key)
-        if path.is_file():
-            with np.load(path) as data:
-                yield row, dict(data)
+        arrays = cached_probe(run.run_dir, row.key)
+        if arrays is not None:
+            yield row, arrays
 
 
 def erases(row: RunResult) -> bool:

@@ -74,7 +74,8 @@ class Row:
     @property
     def described(self) -> dict[str, Any]:
         """How the task's numbers read (``metric``, ``higher_is_better``), from any cell."""
-        return next((c.metrics for c in self.cells if "higher_is_better" in c.metrics), {})
+        return next((c.metrics for c in self.cells
+                     if {"metric", "higher_is_better"} & set(c.metrics)), {})
 
     @property
     def higher_is_better(self) -> bool:

@@ -43,11 +43,14 @@ import torch
 
 from .._registry import did_you_mean
 from .._task import TASKS, Task, check_task, make_task
-from ..models.base import MODELS
+from ..models.base import MODELS, make_model
 from ..models.base import model_options as _model_options
-from ..models.params import match_hidden, parameter_count
+from ..models.params import count_parameters, match_hidden, parameter_count
 from .config import (
     DEFAULT_BASELINE,
+    MAX_DEPTH,
+    MAX_PARAMS,
+    MAX_WIDTH,
     TASK_DIMS,
     Cell,
     ConfigError,
@@ -56,6 +59,7 @@ from .config import (
     ModelEntry,
     TaskEntry,
     TrainConfig,
+    check_limit,
     check_seeds,
     coerce,
 )
@@ -153,8 +157,9 @@ def check_experiment(config: ExperimentConfig) -> None:
     with torch.random.fork_rng(devices=[]):
         for cell in expand_cells(config, seeds=[0]):
             try:
+                check_size(cell)
                 task, _ = cell.build()
-            except (ValueError, TypeError) as err:
+            except (ValueError, TypeError, RuntimeError) as err:  # torch's errors: RuntimeError
                 where = f"task {cell.task_label!r} × model {cell.label!r}"
                 raise ConfigError(config.source, where, str(err)) from err
             runnable.add(cell.task_label)
@@ -201,6 +206,22 @@ def compared_tasks(config: ExperimentConfig, index: int) -> list[str]:
         raise ConfigError(config.source, where, f"{comparison.model!r} and "
                           f"{comparison.control!r} share no task")
     return shared
+
+
+def check_size(cell: Cell) -> None:
+    """``ValueError`` for a model too large for any sane run, before anything allocates it:
+    its sizes first (:data:`MAX_DEPTH`, :data:`MAX_WIDTH`; counting builds every layer),
+    then its parameters (:data:`MAX_PARAMS`), counted on the meta device."""
+    for option, limit in (("depth", MAX_DEPTH), ("width", MAX_WIDTH), ("hidden", MAX_WIDTH)):
+        value = cell.config.get(option)
+        if isinstance(value, int):
+            check_limit(f"{option} = {value}", value, limit)
+    task = make_task(cell.task, **cell.spec)
+    with torch.device("meta"):
+        count = count_parameters(make_model(cell.model, in_dim=task.in_dim, out_dim=task.out_dim,
+                                            control_dim=task.control_dim, **cell.config))
+    check_limit(f"a model of {count:,} parameters (≈ {16 * count / 1e9:,.0f} GB to train: "
+                "weights, gradients and AdamW state)", count, MAX_PARAMS, " parameters")
 
 
 def model_options(name: str) -> dict[str, tuple[Any, Any]]:
@@ -314,6 +335,7 @@ def _match(config: ExperimentConfig, t_index: int, m_index: int, match: str | in
             target = parameter_count(config.models[index].name, **dims, **reference.config)
         else:
             target = match
+        check_limit(f"{target:,} parameters", target, MAX_PARAMS)  # before sizing for it
         others = {k: v for k, v in resolved.items() if k != "hidden"}
         resolved["hidden"] = match_hidden(model.name, target, **dims, **others)
     except ConfigError:

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import types
 import typing
 from collections.abc import Mapping
@@ -39,6 +40,20 @@ SEED_LIMIT = 2**63
 #: (steps, batch size, data), which every row of a comparison shares. A cell's grid values
 #: train as members of its seeds' ensemble, each member with its own.
 TUNABLE = ("lr", "weight_decay", "warmup", "grad_clip")
+#: The longest experiment name or label, in UTF-8 bytes: they name folders and files
+#: (``runs/<name>``, ``regime_atlas_<label>.png``), which file systems cap at 255 bytes.
+MAX_NAME = 200
+#: Bounds beyond any sane run of this suite, which catch a typo (``steps = 10**30``,
+#: ``width = 10**7``) before it trains for ever or fills the machine's memory: training
+#: steps; examples per split or batch; layers; units per layer (``width``, ``hidden``);
+#: parameters (16 bytes each to train: weights, gradients and AdamW's two moments).
+#: Setting the environment variable :data:`NO_LIMITS` lifts them, for a user who means it.
+MAX_STEPS = 10**8
+MAX_EXAMPLES = 10**7
+MAX_DEPTH = 1000
+MAX_WIDTH = 10**5
+MAX_PARAMS = 10**9
+NO_LIMITS = "DDL_DYNAMICS_NO_LIMITS"
 
 
 
@@ -99,8 +114,15 @@ class TrainConfig:
         for name in ("weight_decay", "warmup", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
-        if self.device.split(":")[0] not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        check_limit(f"steps = {self.steps}", self.steps, MAX_STEPS)
+        for name in ("batch_size", "n_train", "n_test", "n_val"):
+            check_limit(f"{name} = {getattr(self, name)}", getattr(self, name), MAX_EXAMPLES)
+        try:
+            kind = torch.device(self.device).type
+        except RuntimeError:  # e.g. "cpu:abc": every cell would fail on it
+            kind = None
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {self.device!r}")
 
     @property
     def warmup_steps(self) -> int:
@@ -278,6 +300,34 @@ def check_seeds(seeds: Any) -> tuple[int, ...]:
         if seed in seeds[:i]:
             raise ValueError(f"seed {seed} is given twice (each seed is one cell)")
     return tuple(seeds)
+
+
+def check_name(value: str, what: str) -> str:
+    """``value`` if it can name a file or folder as it is (``what`` says which it names):
+    one path component (no ``/`` or ``\\``, not ``.``, ``..`` or empty) of at most
+    :data:`MAX_NAME` bytes, without control characters; else ``ValueError``."""
+    if value in ("", ".", "..") or "/" in value or "\\" in value:
+        raise ValueError(f"{value!r} is not one path component ({what}): no '/', '\\' or "
+                         "'..', and not empty")
+    if any(ord(c) < 32 or c == "\x7f" for c in value):
+        raise ValueError(f"{value!r} has a control character ({what})")
+    size = len(value.encode())
+    if size > MAX_NAME:
+        raise ValueError(f"{value[:24]!r}… is {size} bytes long, over {MAX_NAME} ({what})")
+    return value
+
+
+def check_label(label: str) -> str:
+    """``label`` if a task or model label can name figure files (:func:`check_name`)."""
+    return check_name(label, "a label names figure files")
+
+
+def check_limit(what: str, value: int, limit: int, note: str = "") -> None:
+    """``ValueError`` saying ``what`` is beyond any sane run when ``value`` exceeds ``limit``,
+    unless :data:`NO_LIMITS` is set."""
+    if value > limit and os.environ.get(NO_LIMITS, "") in ("", "0"):
+        raise ValueError(f"{what} is beyond any sane run (at most {limit:,}{note}); set "
+                         f"{NO_LIMITS}=1 if you mean it")
 
 
 def check_finite(config: Any) -> None:

@@ -2,10 +2,13 @@
 
 Everything is checked when the file is loaded, before anything trains: unknown keys,
 names and options, wrong types, non-finite numbers, seeds outside 0 ≤ seed < 2⁶³ or given
-twice, a name that is not one path component, values that a task or model constructor
-rejects, and tasks that fail :func:`check_task` all raise one :class:`ConfigError` naming
-the file, the key path and the closest valid name (see :mod:`.cells` for how options
-resolve, ``match_params`` and ``baseline``).
+twice, a name or label that cannot name a file (:func:`~.config.check_name`), baselines
+that name each other in a circle, sizes and budgets beyond any sane run
+(:func:`~.config.check_limit`), values that a task or model constructor rejects, and tasks
+that fail :func:`check_task` all raise one :class:`ConfigError` naming the file, the key
+path and the closest valid name (see :mod:`.cells` for how options resolve,
+``match_params`` and ``baseline``); so do a byte-order mark and nesting deeper than
+:data:`MAX_NESTING`.
 
 A task entry *sweeps* a spec field by giving a list of values::
 
@@ -26,7 +29,7 @@ import itertools
 import tomllib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +47,14 @@ from .config import (
     Override,
     TaskEntry,
     TrainConfig,
+    check_label,
+    check_name,
     check_seeds,
     coerce,
 )
+
+#: The most tables and lists an experiment file nests in one another (it needs about 6).
+MAX_NESTING = 32
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
@@ -59,10 +67,16 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     except UnicodeDecodeError as err:
         raise ConfigError(str(path), "", f"not a TOML text file ({err.reason} at byte "
                                          f"{err.start})") from err
+    if text.startswith("\ufeff"):
+        raise ConfigError(str(path), "", "starts with a UTF-8 byte-order mark, which TOML does "
+                                         "not allow: save it as UTF-8 without one")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(str(path), "", f"malformed TOML: {err}") from err
+    except RecursionError:
+        raise ConfigError(str(path), "", f"nested more than {MAX_NESTING} tables or lists "
+                                         "deep") from None
     data.setdefault("name", path.stem)
     return parse_experiment(data, source=str(path), text=text)
 
@@ -70,6 +84,9 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
 def parse_experiment(data: Mapping[str, Any], source: str = "<dict>",
                      text: str = "") -> ExperimentConfig:
     """Parse and fully validate an experiment given as the TOML's dict."""
+    deep = _too_deep(data, MAX_NESTING)
+    if deep is not None:
+        raise ConfigError(source, deep, f"nested more than {MAX_NESTING} tables or lists deep")
     config = _Parser(source).experiment(data, text)
     check_experiment(config)
     return config
@@ -104,6 +121,14 @@ class _Parser:
             raise self.fail(f"{where}.{key}", f"expected a string, got {value!r}")
         return value
 
+    def name(self, value: str, where: str, check: Callable[[str], str] = check_label) -> str:
+        """``value`` if it can name files (``check``: :func:`check_label` or
+        :func:`check_name`), else fail."""
+        try:
+            return check(value)
+        except ValueError as err:
+            raise self.fail(where, str(err)) from None
+
     def labels(self, value: Any, where: str) -> tuple[str, ...]:
         value = [value] if isinstance(value, str) else value
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -119,9 +144,8 @@ class _Parser:
         except ValueError as err:
             raise self.fail("seeds", str(err)) from None
         name = self.string(data, "name", "", "experiment")
-        if name in ("", ".", "..") or Path(name).name != name or "\\" in name:
-            raise self.fail("name", f"{name!r} is not one path component (it names the run "
-                                    "folder runs/<name>): no '/', '\\' or '..'")
+        name = self.name(name, "name", lambda n: check_name(n, "it names the run folder "
+                                                               "runs/<name>"))
         defaults = self.table(data.get("defaults", {}), "defaults")
         self.keys(defaults, ("model", "train", "tune"), "defaults")
         tasks = tuple(entry for i, t in enumerate(self.entries(data, "tasks"))
@@ -179,6 +203,14 @@ class _Parser:
                 self.known_labels(model.baseline, f"models[{i}].baseline", config.models)
                 if model.baseline == model.label:
                     raise self.fail(f"models[{i}].baseline", "a row cannot be its own baseline")
+        baselines = {m.label: m.baseline for m in config.models}
+        for i, model in enumerate(config.models):
+            chain = [model.label]
+            while (label := baselines.get(chain[-1])) is not None and label not in chain:
+                chain.append(label)
+            if label is not None:  # each row of the circle would be judged against the next
+                raise self.fail(f"models[{i}].baseline", "baselines name each other in a "
+                                f"circle: {' → '.join([*chain, label])}")
 
     def entries(self, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
         value = data.get(key)
@@ -194,7 +226,7 @@ class _Parser:
         if name not in TASKS:
             raise self.fail(f"{where}.name", f"unknown task {name!r}; tasks: "
                             f"{', '.join(names)}." + did_you_mean(name, names))
-        label = self.string(data, "label", where, name)
+        label = self.name(self.string(data, "label", where, name), f"{where}.label")
         spec = self.table(data.get("spec", {}), f"{where}.spec")
         model = self.table(data.get("model", {}), f"{where}.model")
         train = self.train_table(data.get("train", {}), f"{where}.train")
@@ -229,8 +261,9 @@ class _Parser:
             entry_model = dict(model)
             if "depth" in resolved:  # the task runs at its model's depth; see the docstring
                 entry_model.setdefault("depth", resolved.pop("depth"))
-            entries.append(TaskEntry(name, f"{label}[{tag}]" if tag else label, resolved,
-                                     entry_model, train, label if tag else "", tune))
+            swept = self.name(f"{label}[{tag}]", f"{where}.spec") if tag else label
+            entries.append(TaskEntry(name, swept, resolved, entry_model, train,
+                                     label if tag else "", tune))
         return entries
 
     def model_entry(self, data: dict[str, Any], where: str,
@@ -243,7 +276,7 @@ class _Parser:
         entry_keys = ("name", "label", "train", "tune", "tasks", "baseline")
         options = {k: v for k, v in data.items() if k not in entry_keys}
         return ModelEntry(
-            name, self.string(data, "label", where, name),
+            name, self.name(self.string(data, "label", where, name), f"{where}.label"),
             self.model_table(options, where, set(model_options(name))),
             self.train_table(data.get("train", {}), f"{where}.train"),
             self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
@@ -357,6 +390,21 @@ class _Parser:
             return coerce(value, default, hint)
         except ValueError as err:
             raise self.fail(where, str(err)) from None
+
+
+def _too_deep(value: Any, levels: int, where: str = "") -> str | None:
+    """The key path at which ``value`` nests more than ``levels`` tables or lists deep,
+    or None (deeper data would exhaust Python's recursion when copied or hashed)."""
+    if not isinstance(value, Mapping | list):
+        return None
+    if levels == 0:
+        return where or "(top level)"
+    items = value.items() if isinstance(value, Mapping) else enumerate(value)
+    for key, item in items:
+        here = f"{where}[{key}]" if isinstance(value, list) else f"{where}.{key}".lstrip(".")
+        if (found := _too_deep(item, levels - 1, here)) is not None:
+            return found
+    return None
 
 
 def _sequence_typed(default: Any, hint: Any) -> bool:

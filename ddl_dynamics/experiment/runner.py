@@ -27,10 +27,12 @@ import multiprocessing
 import os
 import socket
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
 import uuid
+import warnings
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -44,7 +46,7 @@ from tqdm.auto import tqdm
 
 from ..models.base import MODELS
 from .cells import expand_cells
-from .config import COUNTED, FINISHED, Cell, ExperimentConfig
+from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig
 from .reader import load_experiment
 from .store import (
     STATUSES,
@@ -63,6 +65,12 @@ HEARTBEAT = 10.0
 STALE_AFTER = 120.0
 #: Seconds between looks at cells that other runs are training.
 POLL = 1.0
+#: The most cells trained at once: worker processes on one machine.
+MAX_JOBS = 1024
+#: Keeps the resource tracker quiet (as a ``-W`` option it passes on to the tracker): a
+#: worker killed, or this process ended by a signal, leaves the pool's semaphores to it,
+#: which it frees, warning in two lines that ask nothing of the user.
+_QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 
 
 @dataclass(frozen=True)
@@ -123,8 +131,8 @@ def run_experiment(
     start = time.perf_counter()
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend {backend!r}; use 'local' or 'ray'")
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"jobs must be between 1 and {MAX_JOBS}, got {jobs}")
     if address is not None and backend != "ray":
         raise ValueError(f"address {address!r} is the Ray cluster to join: it needs "
                          "backend 'ray'")
@@ -145,12 +153,14 @@ def run_experiment(
     kept = keep_task_files(run_dir, task_files)
     copies = [str((run_dir / record["copy"]).resolve()) for record in kept]
     text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
-    run_id = store.start_run(config.name, text, kept)
+    _warn_beside(store, config.name, cells, run_dir)
+    run_id = store.start_run(config.name, text, kept, [cell.key for cell in cells])
     with (CellQueue(store, cells, ("ok",) if retry_failed else FINISHED, vectorize) as queue,
           tqdm(total=queue.size, disable=not progress, desc=config.name, unit="cell") as bar):
 
         def finished(group: Sequence[Trained]) -> None:
             for trained in group:
+                trained.result.metrics["vectorize"] = vectorize  # the keys do not say it
                 trained.save(run_dir)
                 result = trained.result
                 bar.update()
@@ -169,6 +179,39 @@ def run_experiment(
     counts = Counter(statuses.get(cell.key, "failed") for cell in cells)
     return SuiteSummary(config.name, run_dir, {s: counts[s] for s in STATUSES if counts[s]},
                         queue.taken, queue.skipped, time.perf_counter() - start, queue.others)
+
+
+def _warn_beside(store: ResultStore, name: str, cells: Sequence[Cell], run_dir: Path) -> None:
+    """Warn in one line where this run adds results beside others they could be taken for:
+    another experiment's, or the same cells' under another config (a file edited between
+    runs, rerun with ``--only`` or ``--seeds`` or not)."""
+    latest = store.experiment()
+    if latest is not None and latest["name"] != name:
+        warnings.warn(f"{run_dir} holds results of experiment {latest['name']!r}: those of "
+                      f"{name!r} are stored beside them", ConfigWarning, stacklevel=2)
+    rows = store.rows()  # oldest first: each cell below keeps its newest row
+    stored = {(row.task, row.model, row.seed): row for row in rows}
+    keys = {row.key for row in rows}
+    changed = [(cell, stored[cell.task_label, cell.label, cell.seed]) for cell in cells
+               if cell.key not in keys and (cell.task_label, cell.label, cell.seed) in stored]
+    if changed:
+        cell, row = changed[0]
+        change = next(_changes(row.config, cell.to_dict()), "")
+        warnings.warn(f"{run_dir}: {len(changed)} of the selected cells have results under "
+                      f"another config (e.g. {cell.task_label} × {cell.label}, seed "
+                      f"{cell.seed}: {change}); the new results are stored beside them",
+                      ConfigWarning, stacklevel=2)
+
+
+def _changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    """``key old → new`` for every value that differs between two configs, nested keys
+    dotted."""
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            yield from _changes(a, b, f"{prefix}{key}.")
+        elif a != b:
+            yield f"{prefix}{key} {a!r} → {b!r}"
 
 
 class CellQueue:
@@ -241,7 +284,7 @@ class CellQueue:
 
     def _heartbeat(self) -> None:
         while not self._closed.wait(HEARTBEAT):
-            with contextlib.suppress(sqlite3.OperationalError):  # busy: the next beat counts
+            with contextlib.suppress(sqlite3.OperationalError, OSError):  # the next beat counts
                 self.store.heartbeat(self.owner)
 
 
@@ -349,6 +392,8 @@ def _context() -> multiprocessing.context.BaseContext:
     ``spawn``, which is the fallback where ``forkserver`` is unavailable). The server also
     imports ``torch._dynamo``, which torch's optimisers otherwise import, slowly, on first use
     in every worker."""
+    if _QUIET_TRACKER not in sys.warnoptions:  # before the pool starts the tracker
+        sys.warnoptions.append(_QUIET_TRACKER)
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")

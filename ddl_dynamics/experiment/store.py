@@ -27,20 +27,20 @@ import platform
 import sqlite3
 import sys
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import torch
 
 from .._registry import load_file
 from .._task import Task, list_tasks
 from ..models.base import list_models
-from .config import FINISHED, Cell
+from .config import FINISHED, Cell, check_label
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -69,7 +69,8 @@ CREATE TABLE IF NOT EXISTS runs (
     versions TEXT NOT NULL,
     machine TEXT NOT NULL,
     started_at TEXT NOT NULL,
-    ended_at TEXT
+    ended_at TEXT,
+    cells TEXT
 );
 CREATE TABLE IF NOT EXISTS attempts (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -97,7 +98,14 @@ CREATE TABLE IF NOT EXISTS claims (
     generation INTEGER NOT NULL DEFAULT 0
 );
 """
-_JSON_COLUMNS = ("metrics", "curve", "config")
+#: The columns stored as JSON, and the type each holds.
+_JSON_COLUMNS = {"metrics": dict, "curve": list, "config": dict}
+#: SQLite errors that are the storage's problem, not the file's, by their names' prefix
+#: (``SQLITE_READONLY_DIRECTORY`` is read-only); any other error means the file is not a
+#: results store.
+_STORAGE_ERRORS = {"SQLITE_FULL": "disk full", "SQLITE_READONLY": "read-only",
+                   "SQLITE_PERM": "permission denied", "SQLITE_AUTH": "permission denied",
+                   "SQLITE_IOERR": "I/O error", "SQLITE_CANTOPEN": "cannot open"}
 #: What :meth:`ResultStore.claim` found: the cell is now the caller's; another live
 #: process holds it; or a result was written for it since the caller looked.
 Claim = Literal["claimed", "busy", "done"]
@@ -159,6 +167,20 @@ class RunResult:
     created_at: str = ""
 
 
+@dataclass(frozen=True)
+class Progress:
+    """How far a run got: ``finished`` of the ``selected`` cells have a row (a failure is a
+    result too), and whether the run ``ended`` (one killed, or still going, has not)."""
+
+    finished: int
+    selected: int
+    ended: bool
+
+    def __str__(self) -> str:
+        return f"{self.finished} of {self.selected} cells" + ("" if self.ended else
+                                                              "; run unfinished")
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -175,9 +197,11 @@ def store_path(run_dir: str | Path) -> Path:
 class ResultStore:
     """Rows of :class:`RunResult` in SQLite; safe to write from several processes.
 
-    ``create=False`` opens an existing store for reading and never writes to the file. A
-    file that is not a results store (corrupt, truncated, or another program's SQLite
-    database) raises ``ValueError("not a results store: …")`` and is left as it was.
+    ``create=False`` opens an existing store read-only (on read-only storage too): it never
+    writes to the file. A file that is not a results store (corrupt, truncated, or another
+    program's SQLite database) raises ``ValueError("not a results store: …")`` and is left
+    as it was; a problem of the storage raises ``OSError`` saying which (disk full,
+    read-only, permission denied, an I/O error).
     """
 
     def __init__(self, path: str | Path, create: bool = True) -> None:
@@ -187,7 +211,9 @@ class ResultStore:
             raise ValueError(f"{folder}: a file, not a run folder")
         if not create and not self.path.is_file():
             raise FileNotFoundError(f"{folder}: no results store ({self.path.name}) here")
-        folder.mkdir(parents=True, exist_ok=True)
+        self._uri = None if create else self._read_only_uri()
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
         with self._transaction() as con:
             tables = {row[0] for row in
                       con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -197,6 +223,38 @@ class ResultStore:
             self._use_wal()
             with self._transaction() as con:
                 con.executescript(_SCHEMA)
+            with self._transaction() as con:  # a store from before runs recorded their cells
+                con.execute("BEGIN IMMEDIATE")
+                if "cells" not in {row[1] for row in con.execute("PRAGMA table_info(runs)")}:
+                    con.execute("ALTER TABLE runs ADD COLUMN cells TEXT")
+
+    def _read_only_uri(self) -> str:
+        """A URI that reads the store and never writes: ``mode=ro``, or where the folder
+        cannot take SQLite's shared-memory file (read-only storage) ``immutable=1``, which
+        reads the file as it is."""
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        try:
+            with closing(sqlite3.connect(uri, uri=True)) as con:
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as err:
+            if getattr(err, "sqlite_errorname", "").startswith("SQLITE_READONLY"):
+                return f"{uri}&immutable=1"
+        return uri
+
+    def _refusal(self, err: sqlite3.DatabaseError) -> OSError | ValueError:
+        """What a SQLite error other than a busy or locked database means: a problem of the
+        storage (``OSError``, named) or a file that is not a results store (``ValueError``)."""
+        name = getattr(err, "sqlite_errorname", "")
+        why = next((why for prefix, why in _STORAGE_ERRORS.items() if name.startswith(prefix)),
+                   None)
+        if why == "cannot open":  # the OS knows why: permission denied, most often
+            try:
+                self.path.open("rb").close()
+            except OSError as denied:
+                why = (denied.strerror or why).lower()
+        if why is None:
+            return ValueError(f"not a results store: {self.path} ({err})")
+        return OSError(f"{why}: {self.path} ({err})")
 
     def _use_wal(self, wait: float = 60.0) -> None:
         """Put the file in WAL mode (it stays so) unless it is already.
@@ -216,7 +274,9 @@ class ResultStore:
             except sqlite3.OperationalError as err:
                 busy = getattr(err, "sqlite_errorname", "").startswith(("SQLITE_BUSY",
                                                                         "SQLITE_LOCKED"))
-                if not busy or time.monotonic() > deadline:
+                if not busy:
+                    raise self._refusal(err) from err
+                if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
 
@@ -230,10 +290,12 @@ class ResultStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """A short-lived connection whose work commits as one transaction, or not at all.
-        SQLite errors other than a busy or locked database mean the file is not a store."""
+        """A short-lived connection (read-only where the store was opened so) whose work
+        commits as one transaction, or not at all. SQLite errors other than a busy or
+        locked database become :meth:`_refusal` s."""
         try:
-            with closing(sqlite3.connect(self.path, timeout=60)) as con:
+            with closing(sqlite3.connect(self.path, timeout=60) if self._uri is None else
+                         sqlite3.connect(self._uri, uri=True, timeout=60)) as con:
                 con.execute("PRAGMA busy_timeout = 60000")
                 con.row_factory = sqlite3.Row
                 with con:
@@ -241,7 +303,7 @@ class ResultStore:
         except sqlite3.DatabaseError as err:
             if getattr(err, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
                 raise
-            raise ValueError(f"not a results store: {self.path} ({err})") from err
+            raise self._refusal(err) from err
 
     def put(self, result: RunResult) -> None:
         """Write the row of ``result.key``, keeping the row it replaces (an earlier attempt
@@ -341,26 +403,57 @@ class ResultStore:
             rows = [dict(row) for row in con.execute(f"SELECT * FROM {table} {clause}", args)]
         for row in rows:
             row.pop("id", None)
-            for column in _JSON_COLUMNS:
-                row[column] = json.loads(row[column])
-        return [RunResult(**row) for row in rows]
+        return [self._result(row) for row in rows]
+
+    def _result(self, row: dict[str, Any]) -> RunResult:
+        """A stored row as a :class:`RunResult`, or ``ValueError`` naming the cell where the
+        row is damaged: a JSON column that does not hold its JSON, a label that cannot name
+        files."""
+        try:
+            for column, kind in _JSON_COLUMNS.items():
+                try:
+                    row[column] = json.loads(row[column])
+                except (TypeError, ValueError) as err:
+                    raise ValueError(f"its {column} is not JSON ({err})") from None
+                if not isinstance(row[column], kind):
+                    raise ValueError(f"its {column} is not a JSON "
+                                     f"{'object' if kind is dict else 'array'}")
+            for column in ("task", "model"):
+                check_label(row[column])
+        except ValueError as err:
+            raise ValueError(f"damaged row in {self.path}: cell {row['key']} ({row['task']!r} "
+                             f"× {row['model']!r}, seed {row['seed']}): {err}") from None
+        return RunResult(**row)
 
     def start_run(self, name: str, config_text: str,
-                  task_files: Sequence[dict[str, Any]] = ()) -> int:
+                  task_files: Sequence[dict[str, Any]] = (), cells: Sequence[str] = ()) -> int:
         """Record that a run (or a resume) of experiment ``name`` starts now, with the
-        records of :func:`keep_task_files`."""
+        records of :func:`keep_task_files` and the keys of the cells it selected."""
         with self._transaction() as con:
             cursor = con.execute(
-                "INSERT INTO runs (name, config, task_files, versions, machine, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (name, config, task_files, versions, machine, started_at, "
+                "cells) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (name, config_text, json.dumps(list(task_files)), json.dumps(_versions()),
-                 json.dumps(_machine()), _now()),
+                 json.dumps(_machine()), _now(), json.dumps(list(cells))),
             )
             return int(cursor.lastrowid)
 
     def finish_run(self, run_id: int) -> None:
         with self._transaction() as con:
             con.execute("UPDATE runs SET ended_at = ? WHERE id = ?", (_now(), run_id))
+
+    def progress(self) -> Progress | None:
+        """How far the latest run got, or None where no run recorded the cells it selected
+        (a store written before runs did)."""
+        with self._transaction() as con:
+            con.execute("BEGIN")  # one snapshot of both tables
+            run = con.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+            stored = {row["key"] for row in con.execute("SELECT key FROM results")}
+        selected = None if run is None else dict(run).get("cells")
+        if selected is None:
+            return None
+        keys = set(json.loads(selected))
+        return Progress(len(keys & stored), len(keys), run["ended_at"] is not None)
 
     def experiment(self) -> dict[str, Any] | None:
         """The latest run's record: name, config text, task files, versions, machine, times."""
@@ -406,7 +499,13 @@ def load_trained(run_dir: str | Path, key: str) -> tuple[Task, torch.nn.Module]:
     if result is None or not path.is_file():
         raise ValueError(f"{run_dir}: no trained model for cell {key!r}")
     task, model = Cell.from_dict(result.config).build()
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    try:
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    except Exception as err:  # a truncated or foreign file may fail in any way
+        why = str(err).strip().splitlines()[:1] or [""]
+        raise ValueError(f"damaged weights: {path}, of cell {key} ({result.task!r} × "
+                         f"{result.model!r}, seed {result.seed}), cannot be read "
+                         f"({type(err).__name__}: {why[0]})") from err
     return task, model.eval()
 
 
@@ -442,14 +541,25 @@ def keep_task_files(run_dir: str | Path, paths: Iterable[str | Path]) -> list[di
         digest = hashlib.sha256(data).hexdigest()
         copy = Path("task_files") / f"{path.stem}-{digest[:12]}.py"
         target = Path(run_dir) / copy
-        if not target.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            tmp.replace(target)  # concurrent runs copying the same file both succeed
+        if not target.is_file():  # concurrent runs copying the same file both succeed
+            write_atomically(target, lambda file, data=data: file.write(data))
         records.append({"file": str(path.resolve()), "sha256": digest, "copy": str(copy),
                         "registers": list(load_task_file(target))})
     return records
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write ``path`` through ``write(file)`` into a file beside it, then rename that into
+    place: a process killed meanwhile leaves no partial file under ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as file:
+            write(file)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _registered() -> set[str]:
