@@ -329,3 +329,16 @@ def test_csv_and_json_lead_with_the_verdicts(run_dir):
 def test_missing_run_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="no results store"):
         dd.build_report(tmp_path / "nowhere")
+
+
+def test_a_report_during_a_run_says_it_is_unfinished(tmp_path):
+    store = dd.ResultStore(tmp_path / "results.sqlite")
+    keys = [f"parity-{m}-{s}" for m in ("resnet", "ddl") for s in range(3)] + ["x", "y"]
+    run = store.start_run("demo", 'name = "demo"', cells=keys)
+    for r in [*seeds("resnet", RESNET), *seeds("ddl", DDL)]:
+        store.put(r)
+    first = dd.build_report(tmp_path)
+    assert first.progress == "6 of 8 cells; run unfinished"
+    assert "cells: 6 ok (6 of 8 cells; run unfinished)." in render(first)
+    store.finish_run(run)
+    assert dd.build_report(tmp_path).progress == "6 of 8 cells"  # ended, two never stored

@@ -153,6 +153,8 @@ class Report:
     tests: int = 0
     #: Cells trained for the rows shown, at every grid value (the tables show the chosen).
     trained: int = 0
+    #: How far the latest run got, where the store says (``"3 of 12 cells; run unfinished"``).
+    progress: str = ""
 
     @property
     def statuses(self) -> Counter[str]:
@@ -161,11 +163,13 @@ class Report:
 
     @property
     def cells_text(self) -> str:
-        """``"24 ok"``, or ``"24 ok at the chosen grid values, of 72 trained"``."""
+        """``"24 ok"``, or ``"24 ok at the chosen grid values, of 72 trained"``, then how far
+        an unfinished run got."""
         shown = _status(self.statuses) or "none"
         count = sum(self.statuses.values())
-        return shown if self.trained == count else (
+        text = shown if self.trained == count else (
             f"{shown} at the chosen grid values, of {self.trained} trained")
+        return f"{text} ({self.progress})" if self.progress else text
 
 
 def build_report(run: Run | str | Path) -> Report:
@@ -185,7 +189,15 @@ def build_report(run: Run | str | Path) -> Report:
                   judge_expectations(pending, judged, higher),
                   [_table(run, task) for task in run.tasks],
                   _regimes(run), crossovers(run, comparisons), len(drawn),
-                  sum(len(row.cells) for row in run.rows.values()))
+                  sum(len(row.cells) for row in run.rows.values()),
+                  _unfinished(run))
+
+
+def _unfinished(run: Run) -> str:
+    """How far the latest run got, where it has not finished every cell it selected."""
+    progress = run.progress
+    done = progress is None or (progress.ended and progress.finished == progress.selected)
+    return "" if done else str(progress)
 
 
 def _requests(run: Run) -> list[Request]:

@@ -18,13 +18,13 @@ import json
 import tomllib
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from ..experiment.config import DEFAULT_BASELINE, Comparison
-from ..experiment.store import RunResult, open_run
+from ..experiment.store import Progress, RunResult, open_run
 from .verdicts import chosen_value, grid_value
 
 
@@ -91,6 +91,8 @@ class Run:
     rows: dict[tuple[str, str], Row]
     experiment: dict[str, Any]
     comparisons: tuple[Comparison, ...] = ()
+    #: How far the latest run got (None: a store that does not record it).
+    progress: Progress | None = None
 
     @property
     def tasks(self) -> list[str]:
@@ -119,7 +121,8 @@ def load_run(run_dir: str | Path) -> Run:
     """Read a run folder's store once (see the module docstring for which cells count)."""
     store = open_run(run_dir)
     experiment = store.experiment() or {}
-    return run_of(store.rows(), store.attempts(), experiment, run_dir)
+    return replace(run_of(store.rows(), store.attempts(), experiment, run_dir),
+                   progress=store.progress())
 
 
 def run_of(cells: Sequence[RunResult], attempts: Sequence[RunResult] = (),
