@@ -2,6 +2,9 @@
 and ``ddl-dyn bench`` prints their tables and writes their rows as JSON."""
 
 import json
+import runpy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -137,6 +140,20 @@ def test_bench_scaling_times_and_counts_every_family_along_each_axis():
             assert by[axis, large, family]["bytes"] > by[axis, small, family]["bytes"]
     json.dumps(rows)
     assert len(format_scaling_table(rows).splitlines()) == 1 + len(rows)
+
+
+def test_the_scaling_figure_draws_the_bench_json(tmp_path):
+    """``experiments/plot_scaling.py`` turns a bench JSON's scaling rows into an image."""
+    rows = bench_scaling(families=["resnet", "node"], axes={"members": (1, 2), "depth": (2, 3)},
+                         base={"width": 4, "depth": 2}, batch_size=8, repeats=1)
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"torch": torch.__version__, "load": "0 0 0", "scaling": rows}))
+    script = Path(__file__).parents[1] / "experiments" / "plot_scaling.py"
+    image = tmp_path / "scaling.png"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", [str(script), str(bench), str(image)])
+        runpy.run_path(str(script), run_name="__main__")
+    assert image.read_bytes().startswith(b"\x89PNG")
 
 
 def tiny_experiment(tmp_path):
