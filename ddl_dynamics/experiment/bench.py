@@ -369,12 +369,16 @@ def bench_steps(
 
 @dataclasses.dataclass
 class TrainingStep:
-    """One training step of several seeds of a family: ``run`` takes it, on ``groups``
-    (one folded ensemble, or one ensemble of one per seed)."""
+    """One training step of several seeds of a family, on ``groups`` (one folded ensemble,
+    or one ensemble of one per seed, stepped one after another by ``steps``)."""
 
-    run: Callable[[], None]
+    steps: list[Callable[[], None]]
     groups: list[Ensemble]
     batches: list[TaskData]
+
+    def run(self) -> None:
+        for step in self.steps:
+            step()
 
     @property
     def folded(self) -> bool:
@@ -416,7 +420,7 @@ def _training_step(family: str, task: Task, cfg: TrainConfig, size: int, width: 
 
         steps.append(step)
         batches.append(batch)
-    return TrainingStep(lambda: [step() for step in steps], groups, batches)
+    return TrainingStep(steps, groups, batches)
 
 
 def format_steps_table(rows: list[dict[str, Any]]) -> str:
@@ -433,21 +437,26 @@ def format_steps_table(rows: list[dict[str, Any]]) -> str:
 def step_memory(step: TrainingStep) -> int:
     """Bytes a training step holds at its peak, at the start of its backward: the tensors
     its forward saved for the backward (each storage once), and the parameters with their
-    gradients and AdamW's two moments (four copies). Counted, not sampled, so that it is the
-    same on any device and under any load."""
-    saved: dict[int, int] = {}
-    params = {p.untyped_storage().data_ptr() for g in step.groups for p in g.module.parameters()}
+    gradients and AdamW's two moments (four copies); for seeds stepped one by one, the
+    largest of theirs. Counted, not sampled, so that it is the same on any device and
+    under any load."""
+    peaks = []
+    for run, group in zip(step.steps, step.groups, strict=True):
+        params = list(group.module.parameters())
+        kept = {p.untyped_storage().data_ptr() for p in params}
+        saved: dict[int, int] = {}
 
-    def pack(tensor: Tensor) -> Tensor:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in params:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
+        def pack(tensor: Tensor, kept: set[int] = kept, saved: dict[int, int] = saved
+                 ) -> Tensor:
+            storage = tensor.untyped_storage()
+            if storage.data_ptr() not in kept:
+                saved[storage.data_ptr()] = storage.nbytes()
+            return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        step.run()
-    weights = sum(p.nbytes for g in step.groups for p in g.module.parameters())
-    return sum(saved.values()) + 4 * weights
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            run()
+        peaks.append(sum(saved.values()) + 4 * sum(p.nbytes for p in params))
+    return max(peaks)
 
 
 #: The axes of :func:`bench_scaling` and their values; the others stay at the first one's
