@@ -2,6 +2,9 @@
 and ``ddl-dyn bench`` prints their tables and writes their rows as JSON."""
 
 import json
+import runpy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,14 +12,21 @@ import torch
 import ddl_dynamics as dd
 from ddl_dynamics.cli import main
 from ddl_dynamics.experiment.bench import (
+    TrainingStep,
+    _training_step,
+    bench_ode,
     bench_operator,
+    bench_scaling,
     bench_steps,
     bench_suite,
     bench_transformer,
+    format_ode_table,
     format_operator_table,
+    format_scaling_table,
     format_steps_table,
     format_suite_table,
     format_transformer_table,
+    step_memory,
     traffic_ratio,
 )
 from ddl_dynamics.models.base import MODELS
@@ -77,9 +87,73 @@ def test_bench_steps_times_every_vector_family_against_resnet_alone_and_together
         assert one["ms"] > 0 and two["ms"] > 0 and not one["folded"]
         assert two["x_baseline"] == pytest.approx(two["ms"] / by["resnet", 2]["ms"])
         assert two["x_one_by_one"] == pytest.approx(two["ms"] / (2 * one["ms"]))
-    # adaptive ODE solves share their step sizes over the batch: they never fold
-    assert {f for f in families if by[f, 2]["folded"]} == set(families) - {"node", "anode"}
+    # every family folds, the adaptive ODEs too (each member its own step-size control)
+    assert {f for f in families if by[f, 2]["folded"]} == set(families)
     assert len(format_steps_table(rows).splitlines()) == 1 + len(rows)
+
+
+def test_bench_ode_splits_a_step_into_the_fields_evaluations_and_the_rest():
+    rows = bench_ode(members=(1, 2), width=8, depth=3, batch_size=16, repeats=2)
+    assert [(r["solver"], r["members"]) for r in rows] == [
+        ("torchdiffeq", 1), ("auto", 1), ("auto", 2)]
+    for r in rows:
+        assert r["nfe_forward"] >= 3 * 7 and r["nfe_backward"] == 0  # ≥ one step per depth step
+        assert r["step_ms"] == pytest.approx(r["forward_ms"] + r["backward_ms"])
+        assert r["field_ms"] == pytest.approx(r["nfe_forward"] * r["eval_forward_backward_us"]
+                                              / 1e3)
+        assert r["solver_ms"] == pytest.approx(r["step_ms"] - r["field_ms"])
+    # the two solvers take the same steps on the same member
+    assert rows[0]["nfe_forward"] == rows[1]["nfe_forward"]
+    json.dumps(rows)
+    assert len(format_ode_table(rows).splitlines()) == 1 + len(rows)
+
+
+def test_step_memory_counts_what_the_backward_keeps_and_four_copies_of_the_weights():
+    task = dd.make_task("overwrite", depth=3)
+    cfg = dd.TrainConfig(batch_size=16)
+    sizes = {}
+    for depth in (3, 6):
+        step = _training_step("resnet", task, cfg, 1, 8, depth)
+        weights = sum(p.nbytes for p in step.groups[0].module.parameters())
+        sizes[depth] = step_memory(step)
+        assert sizes[depth] > 4 * weights
+    # twice the layers: twice the activations kept (and twice the layers' weights)
+    assert sizes[6] > 1.5 * sizes[3]
+    assert isinstance(step, TrainingStep) and not step.folded
+
+
+def test_bench_scaling_times_and_counts_every_family_along_each_axis():
+    axes = {"members": (1, 2), "width": (4, 8), "depth": (2, 3)}
+    rows = bench_scaling(families=["resnet", "ddl", "node"], axes=axes,
+                         base={"width": 4, "depth": 2}, batch_size=8, repeats=1)
+    points = [(r["axis"], r["value"], r["family"]) for r in rows]
+    assert points == [(axis, value, family) for axis, values in axes.items()
+                      for value in values for family in ("resnet", "ddl", "node")]
+    for r in rows:
+        assert r[r["axis"]] == r["value"] and r["ms"] > 0 and r["bytes"] > 0
+        assert r["folded"] == (r["members"] > 1)
+        if r["family"] == "resnet":
+            assert r["x_baseline"] == r["memory_x_baseline"] == 1.0
+    by = {(r["axis"], r["value"], r["family"]): r for r in rows}
+    for family in ("resnet", "ddl", "node"):  # memory grows along every axis
+        for axis, (small, large) in axes.items():
+            assert by[axis, large, family]["bytes"] > by[axis, small, family]["bytes"]
+    json.dumps(rows)
+    assert len(format_scaling_table(rows).splitlines()) == 1 + len(rows)
+
+
+def test_the_scaling_figure_draws_the_bench_json(tmp_path):
+    """``experiments/plot_scaling.py`` turns a bench JSON's scaling rows into an image."""
+    rows = bench_scaling(families=["resnet", "node"], axes={"members": (1, 2), "depth": (2, 3)},
+                         base={"width": 4, "depth": 2}, batch_size=8, repeats=1)
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"torch": torch.__version__, "load": "0 0 0", "scaling": rows}))
+    script = Path(__file__).parents[1] / "experiments" / "plot_scaling.py"
+    image = tmp_path / "scaling.png"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", [str(script), str(bench), str(image)])
+        runpy.run_path(str(script), run_name="__main__")
+    assert image.read_bytes().startswith(b"\x89PNG")
 
 
 def tiny_experiment(tmp_path):

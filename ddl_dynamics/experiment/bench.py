@@ -4,8 +4,10 @@
 residual add ``X + F`` and against the dense ``d × d`` operator the model path avoids;
 ``bench_transformer`` times training steps of the Transformer variants against the
 additive baseline; ``bench_steps`` one training step of each vector family against its
-additive baseline, alone and with seeds trained together; ``bench_suite`` an experiment's
-wall time with seeds together or one by one, on one or more workers. ``format_*_table``
+additive baseline, alone and with seeds trained together; ``bench_ode`` where a neural
+ODE's training step goes; ``bench_scaling`` a step's time and memory against members
+folded, width and depth; ``bench_suite`` an experiment's wall time with seeds together or
+one by one, on one or more workers. ``format_*_table``
 print their rows; ``run_bench`` (``ddl-dyn bench``) and the scripts in ``experiments/``
 call these.
 """
@@ -27,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._task import Task, TaskData, make_task
-from ..models.base import MODELS, list_models, make_model
+from ..models.base import MODELS, join, list_models, make_model
 from ..models.delta_kernels import choose_backend
 from ..models.ensemble import Ensemble, alone, fold
 from ..models.operator import delta_update, normalize_direction, shortcut_matrix, write_update
@@ -343,9 +345,7 @@ def bench_steps(
     timed, ``x_one_by_one`` (over ``S`` steps of one seed alone).
     """
     baseline = STEP_BASELINE
-    families = list(families or [name for name in list_models()
-                                 if getattr(MODELS.get(name), "kind", "vector") == "vector"])
-    families = [baseline, *(f for f in families if f != baseline)]
+    families = [baseline, *(f for f in families or _vector_families() if f != baseline)]
     task = make_task(STEP_TASK, depth=depth)
     cfg = TrainConfig(batch_size=batch_size, device=device, bf16=bf16)
     rows: list[dict[str, Any]] = []
@@ -354,12 +354,13 @@ def bench_steps(
         for size in seeds:
             calls = {family: _training_step(family, task, cfg, size, width, depth)
                      for family in families}
-            times = median_times({f: call for f, (call, _) in calls.items()}, repeats, clock, sync)
+            times = median_times({f: step.run for f, step in calls.items()}, repeats, clock,
+                                 sync)
             for family in families:
                 ms = 1e3 * times[family]
                 if size == 1:
                     alone_ms[family] = ms
-                row = {"family": family, "seeds": size, "folded": calls[family][1],
+                row = {"family": family, "seeds": size, "folded": calls[family].folded,
                        "ms": ms, "x_baseline": ms / (1e3 * times[baseline])}
                 if family in alone_ms:
                     row["x_one_by_one"] = ms / (size * alone_ms[family])
@@ -367,22 +368,44 @@ def bench_steps(
     return rows
 
 
+@dataclasses.dataclass
+class TrainingStep:
+    """One training step of several seeds of a family, on ``groups`` (one folded ensemble,
+    or one ensemble of one per seed, stepped one after another by ``steps``)."""
+
+    steps: list[Callable[[], None]]
+    groups: list[Ensemble]
+    batches: list[TaskData]
+
+    def run(self) -> None:
+        for step in self.steps:
+            step()
+
+    @property
+    def folded(self) -> bool:
+        return len(self.groups) == 1 and self.groups[0].size > 1
+
+
+def _vector_families() -> list[str]:
+    return [name for name in list_models()
+            if getattr(MODELS.get(name), "kind", "vector") == "vector"]
+
+
 def _training_step(family: str, task: Task, cfg: TrainConfig, size: int, width: int,
-                   depth: int) -> tuple[Callable[[], None], bool]:
-    """One training step of ``size`` seeds of ``family`` (see :func:`bench_steps`), and
-    whether they run folded."""
+                   depth: int, **options: Any) -> TrainingStep:
+    """One training step of ``size`` seeds of ``family`` (see :func:`bench_steps`)."""
     device = torch.device(cfg.device)
     models = []
     for seed in range(size):
         torch.manual_seed(seed)
         models.append(make_model(family, in_dim=task.in_dim, out_dim=task.out_dim,
-                                 control_dim=task.control_dim, width=width, depth=depth)
-                      .to(device))
+                                 control_dim=task.control_dim, width=width, depth=depth,
+                                 **options).to(device))
     folded = fold(models)
     groups = [folded] if folded is not None else [alone(m) for m in models]
     parts = [task.sample(cfg.batch_size, seed, "train") for seed in range(size)]
     predict = predictor(task, cfg.bf16 and device.type == "cuda")
-    steps = []
+    steps, batches = [], []
     for ensemble in groups:
         mine = parts if folded is not None else parts[len(steps):len(steps) + 1]
         batch = to_device(fold_data(mine), device)
@@ -397,7 +420,8 @@ def _training_step(family: str, task: Task, cfg: TrainConfig, size: int, width: 
             descend(ensemble, optimizer, losses, training, [cfg] * ensemble.size, 0)
 
         steps.append(step)
-    return (lambda: [step() for step in steps]), folded is not None and size > 1
+        batches.append(batch)
+    return TrainingStep(steps, groups, batches)
 
 
 def format_steps_table(rows: list[dict[str, Any]]) -> str:
@@ -408,6 +432,179 @@ def format_steps_table(rows: list[dict[str, Any]]) -> str:
         one = f"{r['x_one_by_one']:>11.2f}" if "x_one_by_one" in r else f"{'—':>11}"
         lines.append(f"{r['family']:>12} {r['seeds']:>5} {'yes' if r['folded'] else 'no':>6} "
                      f"{r['ms']:>8.2f} {r['x_baseline']:>9.2f} {one}")
+    return "\n".join(lines)
+
+
+def step_memory(step: TrainingStep) -> int:
+    """Bytes a training step holds at its peak, at the start of its backward: the tensors
+    its forward saved for the backward (each storage once), and the parameters with their
+    gradients and AdamW's two moments (four copies); for seeds stepped one by one, the
+    largest of theirs. Counted, not sampled, so that it is the same on any device and
+    under any load."""
+    peaks = []
+    for run, group in zip(step.steps, step.groups, strict=True):
+        params = list(group.module.parameters())
+        kept = {p.untyped_storage().data_ptr() for p in params}
+        saved: dict[int, int] = {}
+
+        def pack(tensor: Tensor, kept: set[int] = kept, saved: dict[int, int] = saved
+                 ) -> Tensor:
+            storage = tensor.untyped_storage()
+            if storage.data_ptr() not in kept:
+                saved[storage.data_ptr()] = storage.nbytes()
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            run()
+        peaks.append(sum(saved.values()) + 4 * sum(p.nbytes for p in params))
+    return max(peaks)
+
+
+#: The axes of :func:`bench_scaling` and their values; the others stay at the first one's
+#: ``members = 1``, ``width = 32``, ``depth = 8``.
+SCALING_AXES: dict[str, tuple[int, ...]] = {
+    "members": (1, 3, 8, 24),
+    "width": (32, 64, 128, 256, 512),
+    "depth": (4, 8, 16, 32, 64),
+}
+
+
+def bench_scaling(
+    families: Sequence[str] | None = None,
+    axes: Mapping[str, Sequence[int]] = SCALING_AXES,
+    base: Mapping[str, int] | None = None,
+    batch_size: int = 128,
+    repeats: int = 5,
+    threads: int | None = 1,
+    device: str = "cpu",
+) -> list[dict[str, Any]]:
+    """How the cost of a training step grows with the members folded, the width and the
+    depth, per vector family, beside :data:`STEP_BASELINE`.
+
+    Along each axis the others stay at ``base`` (default: members 1, width 32, depth 8;
+    ``hidden`` stays the families' default). At every point each family's step (as in
+    :func:`bench_steps`; ``members`` seeds folded) is timed interleaved with the others'
+    and its memory counted (:func:`step_memory`). Returns one row per axis, value and
+    family: ``ms``, ``bytes`` and their ratios to the baseline's, ``x_baseline`` and
+    ``memory_x_baseline``, and ``folded``.
+    """
+    base = {"members": 1, "width": 32, "depth": 8, **(base or {})}
+    baseline = STEP_BASELINE
+    families = [baseline, *(f for f in families or _vector_families() if f != baseline)]
+    cfg = TrainConfig(batch_size=batch_size, device=device)
+    rows: list[dict[str, Any]] = []
+    with timing(threads, device) as (clock, sync):
+        for axis, values in axes.items():
+            for value in values:
+                point = {**base, axis: value}
+                task = make_task(STEP_TASK, depth=point["depth"])
+                steps = {f: _training_step(f, task, cfg, point["members"], point["width"],
+                                           point["depth"]) for f in families}
+                memory = {f: step_memory(step) for f, step in steps.items()}
+                times = median_times({f: step.run for f, step in steps.items()}, repeats,
+                                     clock, sync, warmup=1)
+                rows += [{"axis": axis, "value": value, **point, "family": f,
+                          "folded": steps[f].folded, "ms": 1e3 * times[f],
+                          "x_baseline": times[f] / times[baseline], "bytes": memory[f],
+                          "memory_x_baseline": memory[f] / memory[baseline]}
+                         for f in families]
+    return rows
+
+
+def format_scaling_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`bench_scaling` as a plain-text table."""
+    lines = [f"{'axis':>7} {'value':>5} {'family':>10} {'ms/step':>8} {'×baseline':>9} "
+             f"{'MiB':>8} {'×baseline':>9}"]
+    for r in rows:
+        lines.append(f"{r['axis']:>7} {r['value']:>5} {r['family']:>10} {r['ms']:>8.2f} "
+                     f"{r['x_baseline']:>9.2f} {r['bytes'] / 2**20:>8.2f} "
+                     f"{r['memory_x_baseline']:>9.2f}")
+    return "\n".join(lines)
+
+
+def bench_ode(
+    members: Iterable[int] = (1, 8),
+    width: int = 32,
+    depth: int = 8,
+    batch_size: int = 128,
+    repeats: int = 20,
+    threads: int | None = 1,
+    device: str = "cpu",
+    family: str = "node",
+) -> list[dict[str, Any]]:
+    """Where a neural ODE's training step goes, on the own solver and on torchdiffeq.
+
+    For each solver (torchdiffeq's only alone: its adaptive solves do not fold) and number
+    of members folded, the step (as in :func:`bench_steps`) is split into its forward (to
+    the members' losses) and the rest (backward, clipping, AdamW: ``backward_ms``), each
+    timed in every repeat (medians);
+    beside it, one evaluation of the vector field on the same folded batch, forward and
+    forward + backward, timed alone. ``field_ms`` = NFE × that evaluation is the field's
+    arithmetic and call overhead; ``solver_ms``, the rest of forward and backward, is the
+    solver's own work (stage combinations, error norms, step control, dense output)
+    together with the encoder, decoder and loss. NFE are per member and per step.
+    """
+    cfg = TrainConfig(batch_size=batch_size, device=device)
+    task = make_task(STEP_TASK, depth=depth)
+    predict = predictor(task, bf16=False)
+    rows = []
+    with timing(threads, device) as (clock, sync):
+        for solver, size in [("torchdiffeq", 1), *(("auto", m) for m in members)]:
+            step = _training_step(family, task, cfg, size, width, depth, solver=solver)
+            (ensemble,), (batch,) = step.groups, step.batches
+            module, optimizer = ensemble.module, make_optimizer(ensemble.module)
+            training = torch.ones(size, dtype=torch.bool, device=device)
+            parts: dict[str, list[float]] = {"forward": [], "backward": []}
+            for repeat in range(repeats + 3):
+                module.reset_nfe()
+                sync()
+                start = clock()
+                losses = member_losses(module, task, batch, predict, size)
+                losses.tolist()
+                forward = clock()
+                descend(ensemble, optimizer, losses, training, [cfg] * size, 0)
+                sync()
+                if repeat >= 3:  # warm-up
+                    parts["forward"].append(forward - start)
+                    parts["backward"].append(clock() - forward)
+            nfe = (module.nfe_forward[0], module.nfe_backward[0])
+            field = _field_evaluation(module, batch, repeats, clock, sync)
+            ms = {name: 1e3 * sorted(t)[len(t) // 2] for name, t in parts.items()}
+            field_ms = (nfe[0] * field["forward_backward"] + nfe[1] * field["forward"]) * 1e3
+            rows.append({"solver": solver, "members": size, "width": width, "depth": depth,
+                         "nfe_forward": nfe[0], "nfe_backward": nfe[1],
+                         "forward_ms": ms["forward"], "backward_ms": ms["backward"],
+                         "step_ms": ms["forward"] + ms["backward"],
+                         "eval_forward_us": 1e6 * field["forward"],
+                         "eval_forward_backward_us": 1e6 * field["forward_backward"],
+                         "field_ms": field_ms, "solver_ms": ms["forward"] + ms["backward"]
+                         - field_ms})
+    return rows
+
+
+def _field_evaluation(module: torch.nn.Module, batch: TaskData, repeats: int,
+                      clock: Callable[[], float], sync: Callable[[], None]) -> dict[str, float]:
+    """Seconds of one evaluation of ``module``'s vector field on its folded batch, forward
+    and forward + backward (medians)."""
+    field = module.layer(0)
+    z = torch.randn(len(batch), module.state_dim, device=batch.inputs.device,
+                    requires_grad=True)
+    u = None if batch.controls is None else batch.controls[:, 0]
+    calls = {"forward": lambda: field(join(z, u)),
+             "forward_backward": lambda: field(join(z, u)).sum().backward()}
+    return median_times(calls, repeats, clock, sync)
+
+
+def format_ode_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`bench_ode` as a plain-text table."""
+    lines = [f"{'solver':>11} {'members':>7} {'NFE f/b':>8} {'step ms':>8} {'forward':>8} "
+             f"{'backward':>8} {'eval µs f/f+b':>13} {'field ms':>8} {'solver ms':>9}"]
+    for r in rows:
+        lines.append(f"{r['solver']:>11} {r['members']:>7} "
+                     f"{r['nfe_forward']:>4}/{r['nfe_backward']:<3} {r['step_ms']:>8.2f} "
+                     f"{r['forward_ms']:>8.2f} {r['backward_ms']:>8.2f} "
+                     f"{r['eval_forward_us']:>6.0f}/{r['eval_forward_backward_us']:<6.0f} "
+                     f"{r['field_ms']:>8.2f} {r['solver_ms']:>9.2f}")
     return "\n".join(lines)
 
 
@@ -463,7 +660,7 @@ def format_suite_table(rows: list[dict[str, Any]]) -> str:
 
 
 #: The parts of :func:`run_bench`, in the order they run.
-BENCH_PARTS = ("operator", "steps", "suite", "cuda")
+BENCH_PARTS = ("operator", "steps", "ode", "scaling", "suite", "cuda")
 
 
 def run_bench(
@@ -477,7 +674,9 @@ def run_bench(
     """Run the benchmarks in ``parts`` and return what they measured, echoing each table.
 
     ``operator``: :func:`bench_operator`; ``steps``: :func:`bench_steps` of the vector
-    families and :func:`bench_transformer` of the Transformer variants; ``suite``:
+    families and :func:`bench_transformer` of the Transformer variants; ``ode``: where a
+    neural ODE's step goes (:func:`bench_ode`); ``scaling``: a step's time and memory
+    against members, width and depth (:func:`bench_scaling`, CPU only); ``suite``:
     :func:`bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``cuda``:
     the same three on CUDA in bfloat16 (autocast for training), or a note that it was
     skipped where CUDA is not available.
@@ -517,6 +716,16 @@ def run_bench(
                   else contextlib.nullcontext()):
                 into["transformer"] = bench_transformer(threads=threads, device=device)
             echo(format_transformer_table(into["transformer"]))
+        if "ode" in parts or cuda:
+            echo(f"\n{device}: where a node training step goes")
+            into["ode"] = bench_ode(repeats=repeats, threads=threads, device=device)
+            echo(format_ode_table(into["ode"]))
+        if "scaling" in parts and not cuda:
+            echo(f"\n{device}: a training step against members, width and depth, "
+                 f"beside {STEP_BASELINE}")
+            into["scaling"] = bench_scaling(repeats=max(1, repeats // 4), threads=threads,
+                                            device=device)
+            echo(format_scaling_table(into["scaling"]))
         if "suite" in parts or cuda:
             subset = f" ({only})" if only else ""
             echo(f"\n{device}: wall time of {experiment}{subset}")

@@ -44,6 +44,10 @@ class _Capped(Exception):
     """A time or solver-step cap stopped training."""
 
 
+class _SolverCapped(_Capped):
+    """An ODE solve ran out of steps (``ode_max_steps``)."""
+
+
 def train(
     task: Task, model: nn.Module, cfg: TrainConfig, seed: int, *, progress: bool = False
 ) -> RunResult:
@@ -75,11 +79,13 @@ def train_seeds(
     optimiser state (AdamW acts per element), learning rate and schedule, weight decay,
     gradient clipping, early stop and divergence check: a member that diverges or reaches
     ``target_metric`` is frozen with its weights of that moment while the others go on. So
-    each result is the one its seed and config get alone, to float rounding. ``wall_time``
-    is the ensemble's divided among its members, ``peak_mem`` the ensemble's, and
-    ``metrics["ensemble"]`` the number of members trained together. Members that fold but
-    whose folded forward differs from their own (a model whose ops mix the batch) are
-    trained one after another.
+    each result is the one its seed and config get alone, to float rounding (for an
+    adaptive ODE, unless rounding flips one of its step decisions, after which the two runs
+    drift apart by about the solver's tolerance). ``wall_time`` is the ensemble's divided
+    among its members, ``peak_mem`` the ensemble's, and ``metrics["ensemble"]`` the number
+    of members trained together. Members that fold but whose folded forward differs from
+    their own (a model whose ops mix the batch), or of which one hits the ODE solver's step
+    cap, are trained one after another.
     """
     cfgs = [cfgs] * len(models) if isinstance(cfgs, TrainConfig) else list(cfgs)
     since = _Since.now(cfgs[0].device)
@@ -215,7 +221,7 @@ def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _S
     optimizer = make_optimizer(module)
     orders = [_batches(len(m.data), cfg.batch_size, torch.Generator().manual_seed(m.seed))
               for m in members]
-    flops_per_unit = 0.0
+    flops_per_unit = [0.0] * size
     bar = tqdm(total=cfg.steps, disable=not progress, leave=False, unit="step")
     try:
         for step in range(1, cfg.steps + 1):
@@ -240,11 +246,14 @@ def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _S
                     break
                 descend(ensemble, optimizer, losses, torch.tensor(training, device=device),
                         cfgs, step - 1)
-            nfe = (float(module.nfe_forward), float(module.nfe_backward)) if ode else None
-            # FLOPs are counted on step 1; an ODE step's FLOPs scale with its NFE
-            units = max(sum(nfe), 1.0) if nfe else 1.0
-            if step == 1:
-                flops_per_unit = counter.get_total_flops() / size / units
+            # each member's (forward, backward) NFE; an ODE step's FLOPs scale with its NFE
+            nfe = list(zip(module.nfe_forward, module.nfe_backward, strict=True)) if ode else None
+            units = [max(sum(n), 1) for n in nfe] if nfe else [1] * size
+            if step == 1:  # FLOPs are counted on step 1
+                with _solver_cap():
+                    flops = (_own_flops(ensemble, task, batch, predict) if ode and size > 1
+                             else [counter.get_total_flops() / size] * size)
+                flops_per_unit = [f / u for f, u in zip(flops, units, strict=True)]
             bar.update()
             evaluate = step % cfg.eval_every == 0 or step == cfg.steps
             metrics = _evaluate(module, task, val, predict, size) if evaluate else []
@@ -253,9 +262,9 @@ def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _S
                     continue
                 member.done = step
                 member.losses.append(values[i])
-                member.flops += flops_per_unit * units
+                member.flops += flops_per_unit[i] * units[i]
                 if nfe:
-                    member.nfe.append(nfe)
+                    member.nfe.append(nfe[i])
                 if evaluate:
                     recent = [f for f, _ in member.nfe[-len(member.losses):]]
                     member.curve.append([step, sum(member.losses) / len(member.losses),
@@ -274,6 +283,8 @@ def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _S
                 raise _Capped(f"time cap: stopped at step {step}/{cfg.steps} after "
                               f"{elapsed:.1f} s (max_seconds={cfg.max_seconds})")
     except _Capped as cap:
+        if size > 1 and isinstance(cap, _SolverCapped):  # one member's cap must not stop all
+            raise _Unfolded from cap
         for member in members:
             if member.training:
                 member.stop("capped", str(cap))
@@ -393,14 +404,36 @@ def _unfold(folded: Tensor, size: int) -> Tensor:
 @torch.no_grad()
 def _check_fold(ensemble: Ensemble, task: Task, members: Sequence[_Member], rows: int) -> None:
     """Raise :class:`_Unfolded` unless the folded forward on the members' first ``rows``
-    training examples equals each member's own forward on them, to float32 rounding."""
+    training examples equals each member's own forward on them, to float32 rounding (or
+    where a member's ODE solve hits its step cap there, which it must meet alone)."""
     predict = predictor(task, bf16=False)
     parts = [member.data.subset(slice(0, rows)) for member in members]
-    own = torch.cat([predict(model, part)
-                     for model, part in zip(ensemble.members, parts, strict=True)])
-    if not torch.allclose(predict(ensemble.module, fold_data(parts)), own, rtol=1e-4, atol=1e-5,
-                          equal_nan=True):
+    try:
+        with _solver_cap():
+            own = torch.cat([predict(model, part)
+                             for model, part in zip(ensemble.members, parts, strict=True)])
+            folded = predict(ensemble.module, fold_data(parts))
+    except _SolverCapped as cap:
+        raise _Unfolded from cap
+    if not torch.allclose(folded, own, rtol=1e-4, atol=1e-5, equal_nan=True):
         raise _Unfolded
+
+
+def _own_flops(ensemble: Ensemble, task: Task, batch: TaskData,
+               predict: Callable[[nn.Module, TaskData], Tensor]) -> list[float]:
+    """Each member's FLOPs in a forward and backward of its own on its rows of ``batch``.
+
+    An ODE member's evaluations in an ensemble are its own, but the ensemble evaluates every
+    member's rows until the slowest is done, so its FLOPs do not split by NFE."""
+    flops, rows = [], len(batch) // ensemble.size
+    for i, model in enumerate(ensemble.members):
+        counter = FlopCounterMode(display=False)
+        with counter:
+            member_losses(model, task, batch.subset(slice(i * rows, (i + 1) * rows)), predict,
+                          1).sum().backward()
+        model.zero_grad(set_to_none=True)
+        flops.append(counter.get_total_flops())
+    return flops
 
 
 def _clip_per_member(ensemble: Ensemble, params: Sequence[Tensor], max_norms: Tensor) -> None:
@@ -533,7 +566,7 @@ def _solver_cap() -> Iterator[None]:
     except (AssertionError, RuntimeError) as err:
         if "max_num_steps" not in str(err):
             raise
-        raise _Capped(f"solver cap: {err}") from err
+        raise _SolverCapped(f"solver cap: {err}") from err
 
 
 def to_device(data: TaskData, device: torch.device | str) -> TaskData:
@@ -598,7 +631,7 @@ def _final_metrics(
         model.reset_nfe()
     metrics["test"] = score("test", test)
     if ode:
-        metrics["nfe_test"] = float(model.nfe_forward)
+        metrics["nfe_test"] = float(model.nfe_forward[0])  # the model alone: one member
         metrics["reconstruction_tolerance"] = model.reconstruction_tolerance
         try:
             with _solver_cap(), torch.no_grad():

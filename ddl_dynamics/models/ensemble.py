@@ -86,7 +86,9 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
     """The ensemble of ``models`` (same architecture, any weights) or None where it cannot
     be built: a layer holding parameters or buffers has no twin in :data:`TWINS`, or the
     model's outputs for one sample depend on others (``samples_independent`` False, as for
-    an adaptive ODE solve, whose step sizes the whole batch shares).
+    an adaptive ODE solve, whose step sizes the whole batch shares). A model whose ops mix
+    only the rows of one member may fold all the same: it says so with
+    ``members_independent`` and is told the ensemble's size in its ``members``.
 
     A model folds correctly only where every op but its twinned layers acts per sample and
     keeps the batch on the first axis; callers compare a folded forward with the members'
@@ -95,9 +97,11 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
     first = models[0]
     if len(models) == 1:
         return alone(first)
-    if not getattr(first, "samples_independent", True):
+    if not getattr(first, "members_independent", getattr(first, "samples_independent", True)):
         return None
     skeleton = copy.deepcopy(first)
+    if getattr(skeleton, "members_independent", False):
+        skeleton.members = len(models)
     paths = [dict(m.named_modules(remove_duplicate=False)) for m in models]
     twins: dict[int, nn.Module] = {}
     slots: list[tuple[nn.Parameter, list[nn.Parameter]]] = []

@@ -1,27 +1,34 @@
-"""Neural ODEs over depth (``node``) and their augmented variant (``anode``), via torchdiffeq.
+"""Neural ODEs over depth (``node``) and their augmented variant (``anode``).
 
 Depth step ``l`` is the time interval ``[t_l, t_{l+1})``, ``t_l = l·T/depth``, on which the
 control ``u_l`` is held constant. The vector field ``f(x, u)`` is autonomous and shared by
 every step, so an ODE model is always "tied" and can integrate past ``T``.
+
+``dopri5`` without the adjoint runs on the suite's own solver (:mod:`.dopri5`), which
+controls each ensemble member's steps apart so that seeds fold; everything else on
+torchdiffeq, which stays the reference the own solver is tested against.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 from torchdiffeq import odeint, odeint_adjoint
 
 from .base import DepthModel, check_choice, check_int, join, register_model
+from .dopri5 import StepsExceeded, dopri5
 
 ADAPTIVE_METHODS = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun")
 FIXED_GRID_METHODS = (
     "euler", "midpoint", "heun2", "heun3", "rk4", "explicit_adams", "implicit_adams"
 )
+SOLVERS = ("auto", "torchdiffeq")
 
 
 @register_model("node")
@@ -37,12 +44,18 @@ class NeuralODE(DepthModel):
             backward NFE); otherwise backpropagate through the solver's operations, which
             evaluates the vector field no further times (``nfe_backward`` stays 0).
         horizon: the time ``T`` that ``depth`` steps span.
+        solver: ``"auto"``: ``dopri5`` without the adjoint on the suite's own solver, which
+            gives every ensemble member its own step-size control (:mod:`.dopri5`), so
+            seeds fold; everything else on torchdiffeq. ``"torchdiffeq"``: always
+            torchdiffeq, whose adaptive solves share one step size over the batch, so
+            their seeds train one by one.
         tied: ignored; one vector field serves every depth, so the model is always tied.
 
-    ``nfe_forward`` counts vector-field evaluations made by forward/trajectory calls and
-    ``nfe_backward`` every other one (the adjoint solves of backward passes), both since
-    :meth:`reset_nfe`. Controls take piecewise-constant values, so with controls each depth
-    step is solved separately; the solver never steps across a discontinuity.
+    ``nfe_forward`` counts each member's vector-field evaluations made by forward/trajectory
+    calls and ``nfe_backward`` every other one (the adjoint solves of backward passes), both
+    since :meth:`reset_nfe`; a model alone is one member. Controls take piecewise-constant
+    values, so with controls each depth step is solved separately; the solver never steps
+    across a discontinuity.
     """
 
     def __init__(
@@ -54,6 +67,7 @@ class NeuralODE(DepthModel):
         adjoint: bool = False,
         horizon: float = 1.0,
         max_steps: int = 1000,
+        solver: str = "auto",
         tied: bool = True,
         **common: Any,
     ) -> None:
@@ -65,10 +79,19 @@ class NeuralODE(DepthModel):
         self.rtol, self.atol, self.horizon = float(rtol), float(atol), float(horizon)
         self.max_steps = check_int("max_steps", max_steps, 1)
         self.adjoint = bool(adjoint)
+        self.solver = check_choice("solver", solver, SOLVERS)
         context = self.state_dim + self.control_dim
         self.layers = self.per_layer(lambda: self.branch(context, self.state_dim))
+        #: The ensemble members whose batches an input concatenates, member by member
+        #: (set by :func:`~ddl_dynamics.models.ensemble.fold`).
+        self.members = 1
         self._nfe: Counter[str] = Counter()
         self._counting: str | None = "backward"
+
+    @property
+    def per_member(self) -> bool:
+        """Whether the own solver runs, with a step-size control per member."""
+        return self.solver == "auto" and self.method == "dopri5" and not self.adjoint
 
     @property
     def samples_independent(self) -> bool:
@@ -77,12 +100,21 @@ class NeuralODE(DepthModel):
         return self.method in FIXED_GRID_METHODS and self.method != "implicit_adams"
 
     @property
-    def nfe_forward(self) -> int:
-        return self._nfe["forward"]
+    def members_independent(self) -> bool:
+        """Whether each member's rows of a folded batch depend on that member's alone."""
+        return self.samples_independent or self.per_member
 
     @property
-    def nfe_backward(self) -> int:
-        return self._nfe["backward"]
+    def nfe_forward(self) -> list[int]:
+        return self._nfe_of("forward")
+
+    @property
+    def nfe_backward(self) -> list[int]:
+        return self._nfe_of("backward")
+
+    def _nfe_of(self, kind: str) -> list[int]:
+        """Each member's evaluations of ``kind`` (torchdiffeq's count every member alike)."""
+        return np.broadcast_to(self._nfe[kind], self.members).tolist()
 
     def reset_nfe(self) -> None:
         self._nfe.clear()
@@ -95,30 +127,46 @@ class NeuralODE(DepthModel):
         finally:
             self._counting = previous
 
+    def _count(self, evaluations: np.ndarray | int) -> None:
+        if self._counting:
+            self._nfe[self._counting] += evaluations
+
     def _solve(self, z0: Tensor, times: Tensor, u_l: Tensor | None) -> Tensor:
-        """One torchdiffeq call with the control held at ``u_l``; ``(len(times), B, D)``."""
+        """One solve with the control held at ``u_l``; ``(len(times), B, D)``."""
         field = self.layer(0)
 
-        def f(t: Tensor, z: Tensor) -> Tensor:
-            if self._counting:
-                self._nfe[self._counting] += 1
+        def f(z: Tensor) -> Tensor:
             return field(join(z, u_l))
+
+        # One depth step as the first try spares the initial-step search of every solve.
+        first = self.horizon / self.depth
+        try:
+            if self.per_member:
+                states, evaluations = dopri5(
+                    f, z0, times, members=self.members, rtol=self.rtol, atol=self.atol,
+                    first_step=first, max_steps=self.max_steps)
+                self._count(evaluations)
+                return states
+            return self._torchdiffeq(f, z0, times, first)
+        except (AssertionError, StepsExceeded) as err:  # torchdiffeq's failures are asserts
+            raise RuntimeError(
+                f"{type(self).__name__}: the {self.method} solve failed ({err}); the vector "
+                f"field may be stiff or diverging (max_steps={self.max_steps}, rtol={self.rtol})"
+            ) from err
+
+    def _torchdiffeq(self, field: Callable[[Tensor], Tensor], z0: Tensor, times: Tensor,
+                     first: float) -> Tensor:
+        def f(t: Tensor, z: Tensor) -> Tensor:
+            self._count(1)
+            return field(z)
 
         kwargs: dict[str, Any] = {"rtol": self.rtol, "atol": self.atol, "method": self.method}
         if self.method in ADAPTIVE_METHODS:
-            # One depth step as the first try spares the initial-step search of every solve.
-            first = self.horizon / self.depth
             kwargs["options"] = {"max_num_steps": self.max_steps, "first_step": first}
-        try:
-            if self.adjoint and torch.is_grad_enabled():
-                params = tuple(field.parameters())
-                return odeint_adjoint(f, z0, times, adjoint_params=params, **kwargs)
-            return odeint(f, z0, times, **kwargs)
-        except AssertionError as err:  # torchdiffeq reports step-size failures by assert
-            raise RuntimeError(
-                f"{type(self).__name__}: the {self.method} solve failed ({err}); the vector field "
-                f"may be stiff or diverging (max_steps={self.max_steps}, rtol={self.rtol})"
-            ) from err
+        if self.adjoint and torch.is_grad_enabled():
+            params = tuple(self.layer(0).parameters())
+            return odeint_adjoint(f, z0, times, adjoint_params=params, **kwargs)
+        return odeint(f, z0, times, **kwargs)
 
     def _integrate(self, z0: Tensor, times: Tensor, u: Tensor | None) -> Tensor:
         """States at ``times`` (increasing or decreasing), ``(len(times), B, D)``; interval
