@@ -408,13 +408,17 @@ def _verdict(c: Comparison) -> str:
 
 
 def _grid(c: Comparison) -> str:
+    """``"holds (3/3)"``, or the grid values where the model's side flips or evens out."""
     holds = c.grid_holds
     if holds is None:
         return "—"
     if holds:
         return f"holds ({len(c.grid)}/{len(c.grid)})"
     overall = c.paired.better(c.higher_is_better) if c.paired else None
-    return "flips at " + "; ".join(text for text, sign in c.grid if sign != overall)
+    flips = [text for text, sign in c.grid if sign is not None and sign != overall]
+    even = [text for text, sign in c.grid if sign is None]
+    return "; ".join(part for part in (flips and "flips at " + ", ".join(flips),
+                                       even and "no difference at " + ", ".join(even)) if part)
 
 
 def comparison_cells(report: Report) -> tuple[list[str], list[list[str]]]:
