@@ -342,3 +342,11 @@ def test_a_report_during_a_run_says_it_is_unfinished(tmp_path):
     assert "cells: 6 ok (6 of 8 cells; run unfinished)." in render(first)
     store.finish_run(run)
     assert dd.build_report(tmp_path).progress == "6 of 8 cells"  # ended, two never stored
+
+
+def test_a_report_without_any_grid_says_its_verdicts_rest_on_fixed_rates(run_dir, tmp_path):
+    assert "No row was tuned" not in render(dd.build_report(store_rows(
+        tmp_path / "tuned", tuned("resnet", {1e-3: BASE8, 1e-2: BASE8},
+                                  {1e-3: 0.5, 1e-2: 0.4}))))
+    assert "**No row was tuned: every row trained at the rates" in render(
+        dd.build_report(run_dir))

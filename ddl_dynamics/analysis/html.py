@@ -19,6 +19,7 @@ from .report import (
     EXPECTATION_NOTE,
     REGIME_NOTE,
     TABLE_NOTE,
+    UNTUNED_NOTE,
     Report,
     build_report,
     comparison_cells,
@@ -27,6 +28,7 @@ from .report import (
     flag_notes,
     regime_cells,
     table_cells,
+    untuned,
     who,
 )
 from .run import load_run
@@ -122,6 +124,8 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
     parts.append("<h2>Verdicts</h2>")
     parts.append(f"<p>{html.escape(COMPARISON_NOTE)} This report draws {report.tests} "
                  "tests.</p>")
+    if untuned(report):
+        parts.append(f"<p><b>{html.escape(UNTUNED_NOTE)}</b></p>")
     parts.append(_table(head, rows, tag=head.index("verdict")))
     matrix = [path for path in figures if path.stem == "verdicts"]
     parts += [_figure(path) for path in matrix]

@@ -551,6 +551,16 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines + ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
 
 
+#: Where no row searched a grid.
+UNTUNED_NOTE = ("No row was tuned: every row trained at the rates the experiment fixed, not "
+                "each at its own best, so a verdict here may change at another rate.")
+
+
+def untuned(report: Report) -> bool:
+    """Whether no row of the report searched a grid: its verdicts rest on fixed rates."""
+    return bool(report.tables) and not any(r.chosen for t in report.tables for r in t.rows)
+
+
 #: How to read the tables per task.
 TABLE_NOTE = (
     "Each row at its chosen grid value (chosen: the value with the best mean val metric). n: "
@@ -575,7 +585,8 @@ def render_markdown(report: Report) -> str:
         lines.append(f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} CPUs"
                      + (f", {machine['cuda']}" if "cuda" in machine else "") + ".")
     lines += ["", "## Verdicts", "", COMPARISON_NOTE,
-              f"This report draws {report.tests} tests.", ""]
+              f"This report draws {report.tests} tests.",
+              *(["", f"**{UNTUNED_NOTE}**"] if untuned(report) else []), ""]
     lines += [*_md_table(*comparison_cells(report)), ""]
     if report.expectations:
         lines += ["## Expectations against the measured seeds", "", EXPECTATION_NOTE, ""]
