@@ -71,6 +71,102 @@ def test_seq_parity_targets_and_longer_splits():
     assert "within_length_accuracy" not in task.extra_metrics(solved[:8, :12], test)
 
 
+def resolve(program: list[tuple[int, int, bool]], query: int) -> tuple[int, int]:
+    """The value a query resolves to by reading the program as written, assignment by
+    assignment, and the number of look-ups it took: an interpreter that knows nothing of
+    the task's token layout beyond ``(name, referent, negated)`` triples."""
+    binding: dict[int, tuple[str, int, bool]] = {}
+    for name, referent, negated in program:  # later assignments replace earlier ones
+        binding[name] = ("var", referent, negated) if referent >= 0 else ("value", -referent - 1,
+                                                                           False)
+    flips, hops, current = 0, 0, query
+    while True:
+        kind, target, negated = binding[current]
+        hops, flips = hops + 1, flips ^ negated
+        if kind == "value":
+            return target ^ flips, hops
+        current = target
+
+
+def decode(task, token: int) -> tuple[int, int, bool]:
+    """``(name, referent, negated)`` of an assignment token; a value referent ``r`` as
+    ``−r − 1``."""
+    name, referent = divmod(token - task.values - task.variables, task.referents)
+    if referent < task.values:
+        return name, -referent - 1, False
+    variable = referent - task.values
+    return name, variable % task.variables, variable >= task.variables
+
+
+VAR_CHAINS = [
+    {"hops": 1},
+    {"hops": 3},
+    {"hops": 4, "chains": 3, "variables": 12},
+    {"hops": 3, "reassign": True},
+    {"hops": 3, "negate": True, "values": 2, "chains": 3, "variables": 9},
+    {"hops": 2, "reassign": True, "negate": True, "values": 2},
+]
+
+
+@pytest.mark.parametrize("spec", VAR_CHAINS,
+                         ids=lambda spec: "-".join(f"{k}={v}" for k, v in spec.items()))
+def test_var_chain_answers_as_an_interpreter_reads_the_program(spec):
+    task = make_task("var-chain", **spec)
+    hops, chains = spec["hops"], spec.get("chains", 2)
+    stale = int(spec.get("reassign", False))
+    assert task.knob == "hops" and task.length == chains * (hops + stale + 1)
+    data = task.sample(N, 0)
+    start = task.length - chains
+    negations = 0
+    for x, y in zip(data.inputs.tolist(), data.targets.tolist(), strict=True):
+        program = [decode(task, t) for t in x[:start]]
+        assert all(t >= task.values + task.variables for t in x[:start])
+        assert all(y[p] == IGNORE_INDEX for p in range(start))
+        names = [name for name, _, _ in program]
+        assert len(set(names)) == chains * hops  # a fresh name per chain link
+        assert len(names) - len(set(names)) == stale * chains  # one stale binding per chain
+        queries = [t - task.values for t in x[start:]]
+        for query, target in zip(queries, y[start:], strict=True):
+            value, took = resolve(program, query)
+            assert target == value and took == hops
+        for i, (_, referent, _) in enumerate(program):  # bound before referred to
+            assert referent < 0 or referent in names[:i]
+        assert not set(queries) & {r for _, r, _ in program}  # a query ends its chain
+        negations += sum(negated for _, _, negated in program)
+    if spec.get("negate"):
+        links = N * chains * (hops - 1)
+        assert 0.3 < negations / links < 0.7
+    else:
+        assert negations == 0
+    targets = data.targets[data.targets != IGNORE_INDEX]
+    assert targets.max() < task.values and len(targets.unique()) == task.values
+
+
+def test_var_chain_holds_out_whole_sequences():
+    task = make_task("var-chain", hops=2)
+    train = {tuple(x) for x in task.sample(2048, 0, "train").inputs.tolist()}
+    for split in ("val", "test"):
+        held = task.sample(256, 0, split).inputs.tolist()
+        assert not any(tuple(x) in train for x in held)
+
+
+def test_seq_overwrite_answers_the_latest_write():
+    task = make_task("seq-overwrite", slots=3, values=5, length=40)
+    data = task.sample(N, 0)
+    writes = 3 * 5
+    for x, y in zip(data.inputs.tolist(), data.targets.tolist(), strict=True):
+        assert sorted(t // 5 for t in x[:3]) == [0, 1, 2] and x[-1] >= writes
+        latest: dict[int, int] = {}
+        for token, target in zip(x, y, strict=True):
+            if token < writes:
+                latest[token // 5] = token
+                assert target == IGNORE_INDEX
+            else:
+                assert target == latest[token - writes]
+    reads = scored(data).float().mean()
+    assert 0.4 < reads < 0.6  # read_prob = 0.5 after the opening writes
+
+
 @pytest.mark.parametrize(
     "name, spec, message",
     [
@@ -80,6 +176,10 @@ def test_seq_parity_targets_and_longer_splits():
         ("seq-parity", {"length": 0}, "length must be at least 1"),
         ("seq-overwrite", {"read_prob": 1.0}, "read_prob must lie in"),
         ("seq-overwrite", {"length": 4}, "length must exceed slots"),
+        ("var-chain", {"hops": 0}, "hops and chains must be at least 1"),
+        ("var-chain", {"hops": 4, "chains": 3, "variables": 8}, "variables must be at least"),
+        ("var-chain", {"negate": True, "values": 4}, "2 \\(bits\\) with negate"),
+        ("var-chain", {"hops": 2, "length": 9}, "length follows from the chains"),
     ],
 )
 def test_bad_specs_fail_with_one_clear_message(name, spec, message):
