@@ -120,18 +120,14 @@ class EnsembleScale(nn.Module):
 
 
 class EnsembleCausalConv(nn.Module):
-    """``S`` :class:`~.transformer.CausalConv` kernels as one depthwise convolution over the
-    members' channels side by side: ``(S·n, T, C)`` → ``(n, T, S·C)`` → back."""
+    """``S`` :class:`~.transformer.CausalConv` kernels, each over its member's rows."""
 
     def __init__(self, layers: Sequence[CausalConv]) -> None:
         super().__init__()
         self.weight = stacked(layers, "weight")  # (S, C_out, 1, K)
 
     def forward(self, x: Tensor) -> Tensor:
-        members = self.weight.shape[0]
-        side = x.unflatten(0, (members, -1)).permute(1, 2, 0, 3).flatten(2)  # (n, T, S·C)
-        out = causal_conv(side, self.weight.flatten(0, 1))  # (n, T, S·C_out)
-        return out.unflatten(2, (members, -1)).permute(2, 0, 1, 3).flatten(0, 1)
+        return causal_conv(x.unflatten(0, (self.weight.shape[0], -1)), self.weight).flatten(0, 1)
 
 
 #: The layers that can hold parameters in a folded ensemble, with their twin's factory.

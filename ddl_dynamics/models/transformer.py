@@ -66,10 +66,19 @@ def causal_conv(x: Tensor, weight: Tensor) -> Tensor:
 
     ``weight`` is ``(C_out, 1, K)`` with ``C_out`` a multiple of ``C``; output channel ``o``
     reads input channel ``o // (C_out / C)`` at tokens ``t − K + 1 … t`` (tap ``K − 1`` is ``t``).
+    With a leading member axis, ``x (S, B, T, C)`` and ``weight (S, C_out, 1, K)``, member
+    ``s``'s kernel convolves its rows. Computed as products of shifted tokens: a ``conv1d``
+    with one group per channel ran 2–6× slower on the CPU at these sizes.
     """
-    kernel = weight.shape[-1]
-    x = F.pad(x.transpose(1, 2), (kernel - 1, 0))  # (B, C, K − 1 + T): zeros before token 0
-    return F.conv1d(x, weight, groups=x.shape[1]).transpose(1, 2)
+    if weight.dim() == 3:
+        return causal_conv(x[None], weight[None])[0]
+    T, C, K = x.shape[-2], x.shape[-1], weight.shape[-1]
+    padded = F.pad(x, (0, 0, K - 1, 0))  # (S, B, K − 1 + T, C): zeros before token 0
+    taps = weight.view(weight.shape[0], 1, C, -1, K)  # (S, 1, C, C_out / C, K)
+    if taps.shape[-2] == 1:  # one output per channel: K shifted products
+        return sum(padded[:, :, j : j + T] * taps[:, :, None, :, 0, j] for j in range(K))
+    windows = padded.unfold(2, K, 1)  # (S, B, T, C, K)
+    return torch.einsum("sbtck,sucrk->sbtcr", windows, taps).flatten(-2)
 
 
 def at_least_float32(*tensors: Tensor) -> torch.dtype:
