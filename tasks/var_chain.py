@@ -46,14 +46,16 @@ class VarChain(SequenceTask):
     """Variable binding chains: one-token assignments, then a query of each chain's end.
 
     Spec: ``hops`` (assignments per chain: look-ups per query), ``chains``, ``variables``
-    (the pool names are drawn from), ``values``, ``reassign``, ``negate``; ``length`` follows
-    from them (None, or that number). Accuracy on query positions only.
+    (the pool names are drawn from; None: ``chains · hops``, every name in every sequence),
+    ``values``, ``reassign``, ``negate``; ``length`` follows from them (None, or that
+    number; it and the default pool stay None in the spec, so that a sweep of ``hops`` is
+    one setting of the knob). Accuracy on query positions only.
     """
 
     length: int | None = None
     hops: int = 2
     chains: int = 2
-    variables: int = 8
+    variables: int | None = None
     values: int = 4
     reassign: bool = False
     negate: bool = False
@@ -81,28 +83,40 @@ class VarChain(SequenceTask):
         if self.hops < 1 or self.chains < 1:
             raise ValueError(f"hops and chains must be at least 1, got {self.hops}, "
                              f"{self.chains}")
-        if self.variables < self.hops * self.chains:
+        if self.pool < self.hops * self.chains:
             raise ValueError(f"variables must be at least hops · chains = "
                              f"{self.hops * self.chains} (a name per assignment), got "
                              f"{self.variables}")
         if self.values < 2 or (self.negate and self.values != 2):
             raise ValueError(f"values must be at least 2, and 2 (bits) with negate; got "
                              f"{self.values}")
-        shortest = self.chains * (self.hops + self.reassign + 1)
-        if self.length is None:
-            object.__setattr__(self, "length", shortest)
-        elif self.length != shortest:
+        if self.length not in (None, self.sequence_length):
             raise ValueError(f"length follows from the chains: chains · (hops + reassign + 1) "
-                             f"= {shortest}; got {self.length}")
+                             f"= {self.sequence_length}; got {self.length}")
+
+    # Derived sizes stay out of the spec, so that a sweep of hops is one setting of the knob.
+    @property
+    def pool(self) -> int:
+        """How many variable names there are."""
+        return self.hops * self.chains if self.variables is None else self.variables
+
+    @property
+    def sequence_length(self) -> int:
+        """The assignments, then a query per chain."""
+        return self.chains * (self.hops + self.reassign + 1)
+
+    def split_steps(self, split: str) -> int:
+        self.check_split(split)
+        return self.sequence_length
 
     @property
     def referents(self) -> int:
         """What a variable can be bound to: a value, a variable or a negated variable."""
-        return self.values + self.variables * (2 if self.negate else 1)
+        return self.values + self.pool * (2 if self.negate else 1)
 
     @property
     def in_dim(self) -> int:
-        return self.values + self.variables + self.variables * self.referents
+        return self.values + self.pool + self.pool * self.referents
 
     @property
     def out_dim(self) -> int:
@@ -111,18 +125,18 @@ class VarChain(SequenceTask):
     def assignment(self, name: Tensor, referent: Tensor) -> Tensor:
         """The token of ``name=referent``; ``name`` and ``referent`` are variable and referent
         indices (a referent ``r < values`` is that value, then variables, then negated ones)."""
-        return self.values + self.variables + name * self.referents + referent
+        return self.values + self.pool + name * self.referents + referent
 
     def tokens(self, n: int, T: int, g: torch.Generator) -> Tensor:
         """``n`` sequences: interleaved chains of assignments, then a query of every chain."""
         C, h, stale, V = self.chains, self.hops, int(self.reassign), self.values
-        names = torch.rand(n, self.variables, generator=g).argsort(1)[:, : C * h].view(n, C, h)
+        names = torch.rand(n, self.pool, generator=g).argsort(1)[:, : C * h].view(n, C, h)
         referents = torch.empty_like(names)  # chain c binds names[:, c, 0] first
         referents[:, :, 0] = torch.randint(0, V, (n, C), generator=g)
         referents[:, :, 1:] = names[:, :, :-1] + V
         if self.negate:
             negated = torch.rand(n, C, h - 1, generator=g) < 0.5
-            referents[:, :, 1:] += negated * self.variables
+            referents[:, :, 1:] += negated * self.pool
         events = self.assignment(names, referents)  # (n, C, h): each chain's assignments
         if stale:  # an earlier binding of one name per chain, to a random value
             which = torch.randint(0, h, (n, C), generator=g)
@@ -144,26 +158,33 @@ class VarChain(SequenceTask):
         asked = names[:, :, -1].gather(1, torch.rand(n, C, generator=g).argsort(1)) + V
         return torch.cat([program, asked], dim=1)
 
-    def answers(self, inputs: Tensor) -> Tensor:
-        """At every query, the value its variable resolves to through the latest bindings
-        (each negation flips the bit); IGNORE_INDEX elsewhere."""
-        start, V, N = self.length - self.chains, self.values, self.variables
+    def resolve(self, inputs: Tensor) -> tuple[Tensor, Tensor]:
+        """Every query's answer ``(n, chains)`` and the positions of the assignments it
+        reads, one per hop, ``(n, chains, hops)``: at each hop the latest binding of the
+        variable it holds (each negation flips the bit)."""
+        start, V, N = self.sequence_length - self.chains, self.values, self.pool
         program = inputs[:, :start] - V - N  # assignment index: name · referents + referent
         names, bound = program // self.referents, program % self.referents
         position = torch.arange(start)
-        current = inputs[:, start:] - V  # the variable each query holds
-        value = torch.full_like(current, -1)
-        flips = torch.zeros_like(current)
-        for _ in range(start):  # each pass resolves one more hop of every query
-            todo = value < 0
-            if not todo.any():
-                break
-            match = names[:, None, :] == current[..., None]  # (n, queries, program)
-            latest = torch.where(match, position, -1).amax(-1).clamp(min=0)
-            step = bound.gather(1, latest)
-            flips = torch.where(todo, flips ^ (step >= V + N).long(), flips)
-            value = torch.where(todo & (step < V), step, value)
-            current = torch.where(todo, (step - V) % N, current)
+        held = inputs[:, start:] - V  # the variable each query holds
+        flips, read = torch.zeros_like(held), []
+        for _ in range(self.hops):
+            match = names[:, None, :] == held[..., None]  # (n, queries, program)
+            read.append(torch.where(match, position, -1).amax(-1))
+            step = bound.gather(1, read[-1])
+            flips ^= (step >= V + N).long()
+            held = torch.where(step < V, step, (step - V) % N)
+        return (held ^ flips if self.negate else held), torch.stack(read, dim=-1)
+
+    def answers(self, inputs: Tensor) -> Tensor:
+        """At every query, the value its variable resolves to; IGNORE_INDEX elsewhere."""
         targets = torch.full_like(inputs, IGNORE_INDEX)
-        targets[:, start:] = value ^ flips if self.negate else value
+        targets[:, self.sequence_length - self.chains:] = self.resolve(inputs)[0]
         return targets
+
+    def hop_positions(self, inputs: Tensor) -> Tensor:
+        """Per token ``(n, T, hops)``: at a query, the position of the assignment each hop
+        reads; −1 at every other token."""
+        where = torch.full((*inputs.shape, self.hops), -1)
+        where[:, self.sequence_length - self.chains:] = self.resolve(inputs)[1]
+        return where

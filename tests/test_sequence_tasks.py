@@ -71,39 +71,39 @@ def test_seq_parity_targets_and_longer_splits():
     assert "within_length_accuracy" not in task.extra_metrics(solved[:8, :12], test)
 
 
-def resolve(program: list[tuple[int, int, bool]], query: int) -> tuple[int, int]:
+def resolve(program: list[tuple[int, int, bool]], query: int) -> tuple[int, list[int]]:
     """The value a query resolves to by reading the program as written, assignment by
-    assignment, and the number of look-ups it took: an interpreter that knows nothing of
-    the task's token layout beyond ``(name, referent, negated)`` triples."""
-    binding: dict[int, tuple[str, int, bool]] = {}
-    for name, referent, negated in program:  # later assignments replace earlier ones
-        binding[name] = ("var", referent, negated) if referent >= 0 else ("value", -referent - 1,
-                                                                           False)
-    flips, hops, current = 0, 0, query
+    assignment, and the positions of the assignments it read: an interpreter that knows
+    nothing of the task's token layout beyond ``(name, referent, negated)`` triples."""
+    binding: dict[int, tuple[int, bool, int]] = {}
+    for position, (name, referent, negated) in enumerate(program):  # later ones replace
+        binding[name] = (referent, negated, position)
+    flips, read, current = 0, [], query
     while True:
-        kind, target, negated = binding[current]
-        hops, flips = hops + 1, flips ^ negated
-        if kind == "value":
-            return target ^ flips, hops
-        current = target
+        referent, negated, position = binding[current]
+        flips, read = flips ^ negated, [*read, position]
+        if referent < 0:  # a value
+            return (-referent - 1) ^ flips, read
+        current = referent
 
 
 def decode(task, token: int) -> tuple[int, int, bool]:
     """``(name, referent, negated)`` of an assignment token; a value referent ``r`` as
     ``−r − 1``."""
-    name, referent = divmod(token - task.values - task.variables, task.referents)
+    name, referent = divmod(token - task.values - task.pool, task.referents)
     if referent < task.values:
         return name, -referent - 1, False
     variable = referent - task.values
-    return name, variable % task.variables, variable >= task.variables
+    return name, variable % task.pool, variable >= task.pool
 
 
 VAR_CHAINS = [
     {"hops": 1},
     {"hops": 3},
-    {"hops": 4, "chains": 3, "variables": 12},
+    {"hops": 4, "chains": 3},
+    {"hops": 2, "variables": 9},  # a larger pool: names vary between sequences
     {"hops": 3, "reassign": True},
-    {"hops": 3, "negate": True, "values": 2, "chains": 3, "variables": 9},
+    {"hops": 3, "negate": True, "values": 2, "chains": 3},
     {"hops": 2, "reassign": True, "negate": True, "values": 2},
 ]
 
@@ -114,21 +114,24 @@ def test_var_chain_answers_as_an_interpreter_reads_the_program(spec):
     task = make_task("var-chain", **spec)
     hops, chains = spec["hops"], spec.get("chains", 2)
     stale = int(spec.get("reassign", False))
-    assert task.knob == "hops" and task.length == chains * (hops + stale + 1)
+    assert task.knob == "hops" and task.sequence_length == chains * (hops + stale + 1)
+    assert task.pool == spec.get("variables", chains * hops)
     data = task.sample(N, 0)
-    start = task.length - chains
+    start = task.sequence_length - chains
     negations = 0
-    for x, y in zip(data.inputs.tolist(), data.targets.tolist(), strict=True):
+    where = task.hop_positions(data.inputs).tolist()
+    for x, y, hops_read in zip(data.inputs.tolist(), data.targets.tolist(), where, strict=True):
+        assert all(reads == [-1] * hops for reads in hops_read[:start])
         program = [decode(task, t) for t in x[:start]]
-        assert all(t >= task.values + task.variables for t in x[:start])
+        assert all(t >= task.values + task.pool for t in x[:start])
         assert all(y[p] == IGNORE_INDEX for p in range(start))
         names = [name for name, _, _ in program]
         assert len(set(names)) == chains * hops  # a fresh name per chain link
         assert len(names) - len(set(names)) == stale * chains  # one stale binding per chain
         queries = [t - task.values for t in x[start:]]
-        for query, target in zip(queries, y[start:], strict=True):
-            value, took = resolve(program, query)
-            assert target == value and took == hops
+        for query, target, reads in zip(queries, y[start:], hops_read[start:], strict=True):
+            value, read = resolve(program, query)
+            assert target == value and read == reads and len(read) == hops
         for i, (_, referent, _) in enumerate(program):  # bound before referred to
             assert referent < 0 or referent in names[:i]
         assert not set(queries) & {r for _, r, _ in program}  # a query ends its chain
