@@ -10,14 +10,15 @@ import numpy as np
 from ..experiment.store import open_run
 from . import plots
 from .crossover import curve, gate_use
+from .hops import hop_audit
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
 from .report import build_report, signed
 
 #: The figure groups of ``ddl-dyn plot``.
-FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover")
+FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover", "hops")
 #: The groups that read probes (made first, for the cells that have none yet).
-_PROBED = {"regimes", "trajectories", "crossover"}
+_PROBED = {"regimes", "trajectories", "crossover", "hops"}
 
 
 def figure_dir(run_dir: str | Path) -> Path:
@@ -154,12 +155,33 @@ def crossover_figures(run_dir: Path) -> list[Path]:
     return out
 
 
+def hop_figures(run_dir: Path) -> list[Path]:
+    """Per Delta row on a multi-hop task (``var-chain``): do its gates project at the query
+    tokens' sublayers that perform a hop, across the knob (:mod:`.hops`)."""
+    by_model: dict[str, list] = defaultdict(list)
+    for audit in hop_audit(run_dir):
+        by_model[audit.model].append(audit)
+    out: list[Path] = []
+    for model, audits in sorted(by_model.items()):
+        settings = {
+            a.setting or a.family: (
+                {"projecting where it hops": curve(a.at_hops),
+                 "projecting elsewhere": curve(a.elsewhere),
+                 "hops its attention looked at": curve(a.followed)},
+                dict(a.profile))
+            for a in audits}
+        fig = plots.hop_gates(settings, model, audits[0].knob)
+        out += plots.save_figure(fig, figure_dir(run_dir) / f"hop_gates_{model}")
+    return out
+
+
 _BUILDERS = {
     "regimes": regime_figures,
     "trajectories": trajectory_figures,
     "curves": curve_figures,
     "compare": compare_figures,
     "crossover": crossover_figures,
+    "hops": hop_figures,
 }
 
 

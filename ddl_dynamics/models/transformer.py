@@ -38,9 +38,9 @@ Every parameter sits in a layer that :mod:`.ensemble` can fold (``nn.Linear``,
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -177,15 +177,29 @@ class _Attention(nn.Module):
         self.q_norm = nn.RMSNorm(head_dim, eps=eps) if qk_norm else None
         self.k_norm = nn.RMSNorm(head_dim, eps=eps) if qk_norm else None
 
-    def forward(self, c: Tensor) -> Tensor:
+    def heads_of(self, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries and keys (rotated, normalised with ``qk_norm``) and values of ``c``, each
+        ``(B, H, T, hd)``."""
         B, T, _ = c.shape
         qkv = self.qkv(c).view(B, T, 3, self.heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, hd)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
         q, k = rotary(q, self.rope_base), rotary(k, self.rope_base)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+        return q, k, v
+
+    def forward(self, c: Tensor) -> Tensor:
+        B, T, _ = c.shape
+        y = F.scaled_dot_product_attention(*self.heads_of(c), is_causal=True)  # (B, H, T, hd)
         return self.out(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
+
+    def weights(self, c: Tensor) -> Tensor:
+        """The attention probabilities ``(B, H, T, T)``: query token × key token."""
+        q, k, _ = self.heads_of(c)
+        T = q.shape[-2]
+        future = torch.ones(T, T, dtype=torch.bool, device=c.device).triu(1)
+        scores = (q @ k.mT / math.sqrt(self.head_dim)).masked_fill(future, float("-inf"))
+        return scores.softmax(-1)
 
 
 class _SwiGLU(nn.Module):
@@ -378,6 +392,19 @@ class _DeltaResidual(nn.Module):
         return self.update(X, normalize_direction(k_raw), v, beta)
 
 
+class Sublayer(NamedTuple):
+    """One sublayer's pass over the state: the sublayer and its residual update, the state
+    before, the sublayer's input ``x_in``, context ``c`` and output ``h``, the state after."""
+
+    sublayer: nn.Module
+    residual: nn.Module
+    before: Tensor
+    x_in: Tensor
+    c: Tensor
+    h: Tensor
+    after: Tensor
+
+
 class _Block(nn.Module):
     """Attention, then MLP; each: compress → RMSNorm → sublayer → residual update."""
 
@@ -531,6 +558,25 @@ class Transformer(nn.Module):
         logits = self.head(self.norm(self.readout(X)))  # (B, T, out_dim)
         return logits if per_step else logits[:, -1]
 
+    def passes(self, tokens: Tensor) -> Iterator[Sublayer]:
+        """Every sublayer's pass over the state of ``tokens``, in order (attention, MLP,
+        attention, …): what the probes read."""
+        X = self.state(tokens)
+        for block in self.blocks:
+            for i, residual in enumerate(block.residuals):
+                x_in, c, h = block.process(i, X)
+                after = residual(X, x_in, c, h)
+                yield Sublayer(block.sublayers[i], residual, X, x_in, c, h, after)
+                X = after
+
+    @torch.no_grad()
+    def looks(self, tokens: Tensor) -> Tensor:
+        """Where every head of every block's attention looks from each token: the key
+        position it weighs most, ``(B, T, depth, heads)``."""
+        return torch.stack([p.sublayer.weights(p.c).argmax(-1).transpose(1, 2)
+                            for p in self.passes(tokens) if isinstance(p.sublayer, _Attention)],
+                           dim=2)
+
     def state(self, tokens: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
         """The initial residual state ``(B, T, d, d_v)`` of ``tokens`` (checked)."""
         name = type(self).__name__
@@ -568,15 +614,11 @@ class _DeltaTransformer(Transformer):
         arrays are ``(B, T, S, ·)`` for ``S = 2 · depth`` sublayers (attention, MLP, attention,
         …): gate β, ‖k̃‖, direction k, target v, and the readout ``kᵀX`` before the update with
         the discrepancies ``e = kᵀX − v`` before and after it."""
-        X = self.state(tokens)
         layers = []
-        for block in self.blocks:
-            for i, residual in enumerate(block.residuals):
-                x_in, c, h = block.process(i, X)
-                k_raw, v, beta = residual.generators(x_in, c, h)
-                after = residual(X, x_in, c, h)
-                layers.append((beta, k_raw, normalize_direction(k_raw).to(X.dtype), v, X, after))
-                X = after
+        for p in self.passes(tokens):
+            k_raw, v, beta = p.residual.generators(p.x_in, p.c, p.h)
+            k = normalize_direction(k_raw).to(p.before.dtype)
+            layers.append((beta, k_raw, k, v, p.before, p.after))
         return DeltaProbe.of_layers(layers, dim=2)
 
 
