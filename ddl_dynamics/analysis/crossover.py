@@ -36,8 +36,14 @@ from .probes import erases, load_probes
 from .stats import Estimate, Paired
 
 #: Contrasts followed across the knob besides each model against its baseline: the Delta
-#: stack against its write-only control, which isolates the erase term.
-CONTRASTS = ((Subject("ddl"), Subject("ddl-write")),)
+#: stack against its write-only control, which isolates the erase term (for the
+#: Transformer block at d_v = 1 and at d_v = 4).
+CONTRASTS = (
+    (Subject("ddl"), Subject("ddl-write")),
+    (Subject("ddl-transformer"), Subject("ddl-write-transformer")),
+    (Subject("ddl-transformer", {"value_channels": 4}),
+     Subject("ddl-write-transformer", {"value_channels": 4})),
+)
 
 
 @dataclass(frozen=True)
