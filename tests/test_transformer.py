@@ -2,6 +2,8 @@
 hand computations, the expanded state's expansion and compressors, the released code's
 options, every dtype, parameter counts, probes and bad options."""
 
+import dataclasses
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from ddl_dynamics import count_parameters, load_experiment, make_model, make_task, match_hidden
+from ddl_dynamics import ExperimentConfig, count_parameters, make_model, make_task, match_hidden
 from ddl_dynamics.models.transformer import (
     _Attention,
     _ConvExpansion,
@@ -378,11 +380,22 @@ def test_flops_count_attention_on_cpu():
     assert flops(2 * T) - 2 * flops(T) == 2 * DEPTH * 4 * WIDTH * T**2
 
 
-def test_transformer_suite_rows_are_parameter_matched():
-    root = Path(__file__).resolve().parents[1]
-    config = load_experiment(root / "experiments" / "transformer.toml")
-    assert len(config.seeds) >= 3
-    assert {t.name for t in config.tasks} == {"mqar", "seq-parity", "seq-overwrite"}
+def study(name: str) -> tuple[ExperimentConfig, dict, list[dict]]:
+    """An experiment file of the Transformer study: the experiment without its tuning grid
+    and declared comparisons (loaded and checked as any experiment), the grid, and the
+    comparisons."""
+    data = tomllib.loads((Path(__file__).resolve().parents[1] / "experiments"
+                          / f"{name}.toml").read_text())
+    grid, comparisons = data["defaults"].pop("tune"), data.pop("comparisons")
+    return ExperimentConfig.from_dict(data, source=f"{name}.toml"), grid, comparisons
+
+
+def test_transformer_study_is_tuned_matched_and_declares_its_controls():
+    config, grid, comparisons = study("transformer")
+    assert len(config.seeds) >= 8 and grid == {"lr": [1e-3, 3e-3, 1e-2]}
+    labels = {m.label for m in config.models}
+    assert all({c["model"], c["control"]} <= labels and set(c) == {"model", "control"}
+               for c in comparisons)
     counts: dict[str, dict[str, int]] = {}
     for cell in config.cells(seeds=[0]):
         task = make_task(cell.task, **cell.spec)
@@ -390,7 +403,26 @@ def test_transformer_suite_rows_are_parameter_matched():
             built = make_model(cell.model, in_dim=task.in_dim, out_dim=task.out_dim,
                                **cell.config)
         counts.setdefault(cell.task_label, {})[cell.label] = count_parameters(built)
+        assert cell.config["qk_norm"] and cell.config["norm_eps"] == 1e-5  # the released block
+    assert set(counts) == {"var-chain[hops=1]", "var-chain[hops=2]", "mqar-w16[pairs=2]",
+                           "mqar-w16[pairs=4]", "mqar-w32[pairs=2]", "mqar-w32[pairs=4]"}
     for task, rows in counts.items():
-        assert len(rows) == 5, task
+        assert len(rows) == (9 if task.startswith("var-chain") else 6), task
         for label, n in rows.items():
-            assert abs(n / rows["transformer"] - 1) < 0.01, (task, label, n)
+            assert abs(n / rows["transformer"] - 1) < 0.1, (task, label, n)
+    for c in comparisons:  # every declared contrast runs somewhere, on the same budget
+        both = [t for t, rows in counts.items() if {c["model"], c["control"]} <= set(rows)]
+        assert both, c
+
+
+def test_the_quick_transformer_study_is_the_study_at_fewer_steps():
+    (full, full_grid, full_comparisons), (quick, quick_grid, quick_comparisons) = (
+        study(name) for name in ("transformer", "transformer-quick"))
+    assert (full_grid, full_comparisons) == (quick_grid, quick_comparisons)
+    pairs = list(zip(full.cells(), quick.cells(), strict=True))
+    assert len(pairs) == len(full.seeds) * (2 * 9 + 4 * 6)
+    for a, b in pairs:
+        assert dataclasses.replace(a, train=b.train) == b
+        assert dataclasses.replace(a.train, steps=b.train.steps,
+                                   eval_every=b.train.eval_every) == b.train
+        assert a.train.steps == 4 * b.train.steps
