@@ -404,10 +404,11 @@ def test_transformer_study_is_tuned_matched_and_declares_its_controls():
                                **cell.config)
         counts.setdefault(cell.task_label, {})[cell.label] = count_parameters(built)
         assert cell.config["qk_norm"] and cell.config["norm_eps"] == 1e-5  # the released block
-    assert set(counts) == {"var-chain[hops=1]", "var-chain[hops=2]", "mqar-w16[pairs=2]",
-                           "mqar-w16[pairs=4]", "mqar-w32[pairs=2]", "mqar-w32[pairs=4]"}
+    assert set(counts) == {*(f"var-chain[hops={h},reassign={r}]" for h in (1, 2)
+                             for r in ("false", "true")),
+                           *(f"mqar-w{w}[pairs={p}]" for w in (16, 32) for p in (2, 4))}
     for task, rows in counts.items():
-        assert len(rows) == (9 if task.startswith("var-chain") else 6), task
+        assert len(rows) == (8 if task.startswith("var-chain") else 6), task
         for label, n in rows.items():
             assert abs(n / rows["transformer"] - 1) < 0.1, (task, label, n)
     for c in comparisons:  # every declared contrast runs somewhere, on the same budget
@@ -420,7 +421,7 @@ def test_the_quick_transformer_study_is_the_study_at_fewer_steps():
         study(name) for name in ("transformer", "transformer-quick"))
     assert (full_grid, full_comparisons) == (quick_grid, quick_comparisons)
     pairs = list(zip(full.cells(), quick.cells(), strict=True))
-    assert len(pairs) == len(full.seeds) * (2 * 9 + 4 * 6)
+    assert len(pairs) == len(full.seeds) * (4 * 8 + 4 * 6)
     for a, b in pairs:
         assert dataclasses.replace(a, train=b.train) == b
         assert dataclasses.replace(a.train, steps=b.train.steps,
