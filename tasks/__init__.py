@@ -11,6 +11,7 @@ from . import (
     seq_parity,
     sign_flip,
     switched,
+    var_chain,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "seq_parity",
     "sign_flip",
     "switched",
+    "var_chain",
 ]

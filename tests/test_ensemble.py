@@ -1,5 +1,6 @@
 """Seeds trained together: every member of an ensemble ends as its seed does alone, for every
-family that folds, a member that diverges or stops early included."""
+family that folds (the Transformers included), a member that diverges or stops early
+included; and each twin layer applies each member's own layer to its rows."""
 
 import dataclasses
 
@@ -8,13 +9,15 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.experiment.train import train_seeds
-from ddl_dynamics.models.ensemble import EnsembleLinear, fold
+from ddl_dynamics.models.ensemble import TWINS, EnsembleLinear, fold
 from ddl_dynamics.models.residual import ResNet
+from ddl_dynamics.models.transformer import CausalConv, FloatLinear, Scale
 
 SEEDS = [0, 1, 2]
 TINY = {"width": 8, "depth": 3, "hidden": 8}
 #: Task specs that take the TINY sizes (1-D sign-flip fixes width = 1).
-SPECS = {"sign-flip": {"variant": "reflect"}}
+SPECS = {"sign-flip": {"variant": "reflect"}, "var-chain": {"hops": 2},
+         "seq-parity": {"length": 8}}
 
 
 def cells(task="overwrite", model="resnet", options=None, **train):
@@ -92,6 +95,19 @@ FAMILIES = [
     ("sign-flip", "node", {}),  # dopri5: each member under its own step-size control
 ]
 
+#: The Transformer variants (their layers: embedding and tied head, RMSNorms, causal
+#: convolutions, channel factors, float32 gates), on sequence tasks.
+TRANSFORMERS = [
+    ("var-chain", "transformer", {}),
+    ("var-chain", "transformer", {"value_channels": 2, "compressor": "token",
+                                  "compressor_init": "random", "qk_norm": True}),
+    ("var-chain", "transformer", {"expansion": "conv"}),
+    ("var-chain", "ddl-transformer", {"value_channels": 2, "norm_eps": 1e-5}),
+    ("var-chain", "ddl-write-transformer", {"generator": "v-map", "beta_hidden": 4}),
+    ("seq-parity", "ddl-transformer", {"value_channels": 2, "expansion": "repeat"}),
+]
+TRANSFORMER_IDS = [f"{t}-{m}-{'-'.join(map(str, o.values()))}" for t, m, o in TRANSFORMERS]
+
 
 @pytest.mark.parametrize(("task", "model", "options"), FAMILIES,
                          ids=[f"{t}-{m}-{'-'.join(map(str, o.values()))}" for t, m, o in FAMILIES])
@@ -102,7 +118,60 @@ def test_every_seed_of_an_ensemble_ends_as_it_does_alone(task, model, options):
     assert [r.metrics["ensemble"] for r in alone] == [1, 1, 1]
     for e, a in zip(ensemble, alone, strict=True):
         assert_same_run(e, a)
-    assert len({r.metrics["test"] for r in ensemble}) == 3  # three different seeds
+    # three different seeds (an accuracy may coincide: the training loss tells them apart)
+    assert len({(r.metrics["test"], r.curve[-1][1]) for r in ensemble}) == 3
+
+
+@pytest.mark.parametrize(("task", "model", "options"), TRANSFORMERS, ids=TRANSFORMER_IDS)
+def test_a_folded_transformer_step_is_each_members_own(task, model, options):
+    """One training step of the folded Transformers, on each member's own batch: every
+    member's loss and every gradient equal its own, to float32 rounding."""
+    group = cells(task, model, {"heads": 2, **options})
+    built = [c.build() for c in group]
+    task_, models = built[0][0], [m for _, m in built]
+    ensemble = fold(models)
+    data = [task_.sample(16, c.seed) for c in group]
+    folded = ensemble.module(torch.cat([d.inputs for d in data]))
+    losses = [task_.loss(out, d.targets) for out, d in zip(folded.chunk(3), data, strict=True)]
+    sum(losses).backward()
+    for i, (member, d) in enumerate(zip(models, data, strict=True)):
+        own = task_.loss(member(d.inputs), d.targets)
+        own.backward()
+        torch.testing.assert_close(losses[i], own, rtol=1e-5, atol=0)
+        for (name, mine), stack in zip(member.named_parameters(), ensemble.module.parameters(),
+                                       strict=True):
+            torch.testing.assert_close(stack.grad[i], mine.grad, rtol=1e-4, atol=1e-7,
+                                       msg=name)
+
+
+@pytest.mark.parametrize(("task", "model", "options"), TRANSFORMERS, ids=TRANSFORMER_IDS)
+def test_every_transformer_seed_ends_as_it_does_alone(task, model, options):
+    """Trained together, each seed ends with its own weights and losses: AdamW's state,
+    clipping and data are its own. Training amplifies float rounding here (the steps agree
+    to 1e-6, above), and an accuracy moves where two logits tie; so losses and weights are
+    compared to that amplified rounding, accuracies to two positions in a hundred. The rate
+    is 1e-3: at 3e-3 a near-chance seq-parity seed drifts by 1e-2 in 30 steps (AdamW turns
+    a rounding-level gradient into a step of up to the rate), which says nothing of whose
+    state a member uses."""
+    group = cells(task, model, {"heads": 2, **options}, lr=1e-3)
+    built = [c.build() for c in group]
+    ensemble = train_seeds(built[0][0], [m for _, m in built], group[0].train,
+                           [c.seed for c in group])
+    again = [c.build() for c in group]
+    alone = [dd.train(t, m, c.train, c.seed) for (t, m), c in zip(again, group, strict=True)]
+    assert [r.metrics["ensemble"] for r in ensemble] == [3, 3, 3]
+    for e, a, (_, folded), (_, own) in zip(ensemble, alone, built, again, strict=True):
+        assert (e.status, e.params, e.flops, e.metrics["steps"]) == (a.status, a.params,
+                                                                     a.flops, a.metrics["steps"])
+        assert [row[0] for row in e.curve] == [row[0] for row in a.curve]
+        for mine, theirs in zip(e.curve, a.curve, strict=True):
+            assert mine[1] == pytest.approx(theirs[1], rel=1e-3)  # mean training loss
+            assert mine[2] == pytest.approx(theirs[2], abs=0.02)  # val accuracy
+        for split in ("train", "val", "test"):
+            assert e.metrics[split] == pytest.approx(a.metrics[split], abs=0.02)
+        for name, weight in folded.state_dict().items():
+            torch.testing.assert_close(weight, own.state_dict()[name], rtol=0, atol=1e-2,
+                                       msg=name)
 
 
 def with_configs(group, **changes_of_seed):
@@ -232,3 +301,62 @@ def test_ensemble_linear_applies_each_members_layer_to_its_rows():
     shared = torch.nn.Linear(2, 2)
     ensemble = fold([torch.nn.Sequential(shared, shared), torch.nn.Sequential(shared, shared)])
     assert ensemble.module[0] is ensemble.module[1]  # a shared layer stays shared
+
+
+def members(make, count=3):
+    """``count`` layers from ``make()``, each with its own perturbed weights."""
+    layers = []
+    for seed in range(count):
+        torch.manual_seed(seed)
+        layer = make()
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.add_(0.5 * torch.randn_like(p))
+        layers.append(layer)
+    return layers
+
+
+TWIN_CASES = {
+    "embedding": (lambda: torch.nn.Embedding(7, 4), lambda: torch.randint(0, 7, (3 * 5, 6))),
+    "rmsnorm": (lambda: torch.nn.RMSNorm(4, eps=1e-5), lambda: torch.randn(3 * 5, 6, 4)),
+    "scale": (lambda: Scale(torch.ones(2, 4)), lambda: torch.randn(3 * 5, 6, 2, 1)),
+    "causal-conv": (lambda: CausalConv(8, 3), lambda: torch.randn(3 * 5, 6, 4)),
+    "float-linear": (lambda: FloatLinear(4, 2), lambda: torch.randn(3 * 5, 6, 4)),
+}
+
+
+@pytest.mark.parametrize("case", TWIN_CASES)
+def test_each_twin_applies_each_members_layer_to_its_rows(case):
+    make, inputs = TWIN_CASES[case]
+    layers, x = members(make), inputs()
+    twin = TWINS[type(layers[0])](layers)
+    want = torch.cat([layer(part) for layer, part in zip(layers, x.chunk(3), strict=True)])
+    torch.testing.assert_close(twin(x), want)
+    for name, param in twin.named_parameters():
+        assert param.shape == (3, *getattr(layers[0], name).shape)  # member axis first
+
+
+def test_gate_twin_computes_in_float32_on_bfloat16_weights():
+    layers = [layer.to(torch.bfloat16) for layer in members(lambda: FloatLinear(4, 1))]
+    x = torch.randn(3 * 5, 4, dtype=torch.bfloat16)
+    twin = TWINS[FloatLinear](layers)
+    out = twin(x)
+    want = torch.cat([layer(part) for layer, part in zip(layers, x.chunk(3), strict=True)])
+    assert out.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(out, want)
+
+
+def test_a_tied_head_stays_tied_in_the_ensemble():
+    models = []
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        models.append(dd.make_model("transformer", in_dim=9, out_dim=9, width=8, depth=1))
+    ensemble = fold(models)
+    module = ensemble.module
+    assert module.head.weight is module.embed.weight
+    assert len(ensemble.slots) == len(list(module.parameters()))  # each stack once
+    with torch.no_grad():
+        module.embed.weight[1].add_(1.0)
+    tied = ensemble.export(1)
+    assert tied.head.weight is tied.embed.weight
+    torch.testing.assert_close(tied.embed.weight, module.embed.weight[1])

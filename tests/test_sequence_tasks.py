@@ -47,6 +47,8 @@ def test_mqar_queries_favour_short_gaps():
 
 
 def test_seq_parity_targets_and_longer_splits():
+    """A longer split scores only the positions beyond the trained length; the trained part
+    is reported apart, so a model at chance beyond it scores ≈ 0.5 there, not ≈ 0.62."""
     task = make_task("seq-parity", length=12)
     assert task.ood_splits == ("long-2x", "long-4x")
     for split, length in (("train", 12), ("test", 12), ("long-2x", 24), ("long-4x", 48)):
@@ -55,7 +57,100 @@ def test_seq_parity_targets_and_longer_splits():
         parity = torch.zeros(N, dtype=torch.long)
         for t in range(length):
             parity ^= data.inputs[:, t]
-            assert torch.equal(data.targets[:, t], parity)
+            want = parity if split in ("train", "test") or t >= 12 else IGNORE_INDEX
+            assert torch.equal(data.targets[:, t], torch.as_tensor(want).expand(N))
+    data = task.sample(512, 0, "long-4x")
+    parity = data.inputs.cumsum(1) % 2
+    solved = torch.nn.functional.one_hot(parity, 2).float()  # right within the trained length,
+    solved[:, 12:] = torch.randn(512, 36, 2)  # at chance beyond it
+    assert abs(task.metric(solved, data.targets) - 0.5) < 0.03
+    extras = task.extra_metrics(solved, data)
+    assert extras["within_length_accuracy"] == 1.0
+    assert extras["final_accuracy"] == task.metric(solved[:, -1:], parity[:, -1:])
+    test = task.sample(8, 0, "test")
+    assert "within_length_accuracy" not in task.extra_metrics(solved[:8, :12], test)
+
+
+def resolve(program: list[tuple[int, int, bool]], query: int) -> tuple[int, list[int]]:
+    """The value a query resolves to by reading the program as written, assignment by
+    assignment, and the positions of the assignments it read: an interpreter that knows
+    nothing of the task's token layout beyond ``(name, referent, negated)`` triples."""
+    binding: dict[int, tuple[int, bool, int]] = {}
+    for position, (name, referent, negated) in enumerate(program):  # later ones replace
+        binding[name] = (referent, negated, position)
+    flips, read, current = 0, [], query
+    while True:
+        referent, negated, position = binding[current]
+        flips, read = flips ^ negated, [*read, position]
+        if referent < 0:  # a value
+            return (-referent - 1) ^ flips, read
+        current = referent
+
+
+def decode(task, token: int) -> tuple[int, int, bool]:
+    """``(name, referent, negated)`` of an assignment token; a value referent ``r`` as
+    ``−r − 1``."""
+    name, referent = divmod(token - task.values - task.pool, task.referents)
+    if referent < task.values:
+        return name, -referent - 1, False
+    variable = referent - task.values
+    return name, variable % task.pool, variable >= task.pool
+
+
+VAR_CHAINS = [
+    {"hops": 1},
+    {"hops": 3},
+    {"hops": 4, "chains": 3},
+    {"hops": 2, "variables": 9},  # a larger pool: names vary between sequences
+    {"hops": 3, "reassign": True},
+    {"hops": 3, "negate": True, "values": 2, "chains": 3},
+    {"hops": 2, "reassign": True, "negate": True, "values": 2},
+]
+
+
+@pytest.mark.parametrize("spec", VAR_CHAINS,
+                         ids=lambda spec: "-".join(f"{k}={v}" for k, v in spec.items()))
+def test_var_chain_answers_as_an_interpreter_reads_the_program(spec):
+    task = make_task("var-chain", **spec)
+    hops, chains = spec["hops"], spec.get("chains", 2)
+    stale = int(spec.get("reassign", False))
+    assert task.knob == "hops" and task.sequence_length == chains * (hops + stale + 1)
+    assert task.pool == spec.get("variables", chains * hops)
+    data = task.sample(N, 0)
+    start = task.sequence_length - chains
+    negations = 0
+    where = task.hop_positions(data.inputs).tolist()
+    for x, y, hops_read in zip(data.inputs.tolist(), data.targets.tolist(), where, strict=True):
+        assert all(reads == [-1] * hops for reads in hops_read[:start])
+        program = [decode(task, t) for t in x[:start]]
+        assert all(t >= task.values + task.pool for t in x[:start])
+        assert all(y[p] == IGNORE_INDEX for p in range(start))
+        names = [name for name, _, _ in program]
+        assert len(set(names)) == chains * hops  # a fresh name per chain link
+        assert len(names) - len(set(names)) == stale * chains  # one stale binding per chain
+        queries = [t - task.values for t in x[start:]]
+        for query, target, reads in zip(queries, y[start:], hops_read[start:], strict=True):
+            value, read = resolve(program, query)
+            assert target == value and read == reads and len(read) == hops
+        for i, (_, referent, _) in enumerate(program):  # bound before referred to
+            assert referent < 0 or referent in names[:i]
+        assert not set(queries) & {r for _, r, _ in program}  # a query ends its chain
+        negations += sum(negated for _, _, negated in program)
+    if spec.get("negate"):
+        links = N * chains * (hops - 1)
+        assert 0.3 < negations / links < 0.7
+    else:
+        assert negations == 0
+    targets = data.targets[data.targets != IGNORE_INDEX]
+    assert targets.max() < task.values and len(targets.unique()) == task.values
+
+
+def test_var_chain_holds_out_whole_sequences():
+    task = make_task("var-chain", hops=2)
+    train = {tuple(x) for x in task.sample(2048, 0, "train").inputs.tolist()}
+    for split in ("val", "test"):
+        held = task.sample(256, 0, split).inputs.tolist()
+        assert not any(tuple(x) in train for x in held)
 
 
 def test_seq_overwrite_answers_the_latest_write():
@@ -84,6 +179,10 @@ def test_seq_overwrite_answers_the_latest_write():
         ("seq-parity", {"length": 0}, "length must be at least 1"),
         ("seq-overwrite", {"read_prob": 1.0}, "read_prob must lie in"),
         ("seq-overwrite", {"length": 4}, "length must exceed slots"),
+        ("var-chain", {"hops": 0}, "hops and chains must be at least 1"),
+        ("var-chain", {"hops": 4, "chains": 3, "variables": 8}, "variables must be at least"),
+        ("var-chain", {"negate": True, "values": 4}, "2 \\(bits\\) with negate"),
+        ("var-chain", {"hops": 2, "length": 9}, "length follows from the chains"),
     ],
 )
 def test_bad_specs_fail_with_one_clear_message(name, spec, message):

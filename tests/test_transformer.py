@@ -1,6 +1,8 @@
-"""The Transformer families: causality, the Delta block against a hand computation, the
-expanded state's expansion and compressors, parameter counts, probes and bad options."""
+"""The Transformer families: causality, the Delta block (k-Map and v-Map) and QK-norm against
+hand computations, the expanded state's expansion and compressors, the released code's
+options, every dtype, parameter counts, probes and bad options."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from ddl_dynamics import (
+    ExperimentConfig,
     count_parameters,
     expand_cells,
     load_experiment,
@@ -16,7 +19,13 @@ from ddl_dynamics import (
     make_task,
     match_hidden,
 )
-from ddl_dynamics.models.transformer import _ConvExpansion, _TokenCompressor
+from ddl_dynamics.models.transformer import (
+    _Attention,
+    _ConvExpansion,
+    _TokenCompressor,
+    causal_conv,
+    rotary,
+)
 
 VOCAB, WIDTH, DEPTH, T = 11, 16, 2, 9
 BASE = {"in_dim": VOCAB, "out_dim": VOCAB, "width": WIDTH, "depth": DEPTH, "heads": 2}
@@ -33,6 +42,15 @@ VARIANTS = [
     ("ddl-transformer", {"value_channels": 3, "expansion": "repeat", "kernel_size": 2}),
     ("ddl-write-transformer", {}),
     ("ddl-write-transformer", {"value_channels": 4, "compressor": "token"}),
+    ("transformer", {"expansion": "conv"}),  # EC without the expanded state
+    ("ddl-transformer", {"expansion": "conv", "kernel_size": 3}),
+    ("ddl-transformer", {"generator": "v-map"}),
+    ("ddl-transformer", {"generator": "v-map", "value_channels": 4, "value": "linear"}),
+    ("ddl-write-transformer", {"generator": "v-map", "beta_hidden": 4}),
+    ("transformer", {"qk_norm": True, "norm_eps": 1e-5}),
+    ("ddl-transformer", {"value_channels": 4, "qk_norm": True, "norm_eps": 1e-5,
+                         "compressor_init": "random"}),
+    ("ddl-transformer", {"value_channels": 2, "compressor": "token", "compressor_init": "random"}),
 ]
 
 
@@ -109,27 +127,127 @@ def test_scalar_block_equals_the_update_by_hand():
     assert not torch.allclose(got, x + 0.0)
 
 
+def test_v_map_block_equals_the_update_by_hand():
+    """v-Map: k̃ = W_k c from the context, v = 4σ(W_v h + b_v) from the sublayer output, with
+    the released RMSNorm eps; the gate as in k-Map."""
+    m = scrambled(model("ddl-transformer", generator="v-map", value_channels=2, norm_eps=1e-5))
+    block = m.blocks[0]
+    X = torch.randn(2, T, WIDTH, 2)
+    expect = X
+    for i in range(2):
+        norm, sublayer, residual = block.norms[i], block.sublayers[i], block.residuals[i]
+        x_in = (expect * block.compress.mix.weight).sum(-1)
+        c = x_in * torch.rsqrt(x_in.square().mean(-1, keepdim=True) + 1e-5) * norm.weight
+        h = sublayer(c)
+        k_raw = c @ residual.direction.weight.T
+        k = k_raw / torch.sqrt(k_raw.square().sum(-1, keepdim=True) + 1e-10)
+        gate = residual.gate[0]
+        beta = 2 * torch.sigmoid(c @ gate.weight.T + gate.bias)[..., None]  # (B, T, 1, 1)
+        v = 4 * torch.sigmoid(h @ residual.value.weight.T + residual.value.bias)  # (B, T, 2)
+        readout = torch.einsum("btd,btdv->btv", k, expect)
+        expect = expect + beta * k[..., None] * (v - readout)[..., None, :]
+    torch.testing.assert_close(block(X), expect, atol=1e-5, rtol=1e-5)
+
+
+def test_qk_norm_normalises_each_heads_queries_and_keys_after_rope():
+    """softmax(q̂ k̂ᵀ / √hd) v with q̂ = g_q ⊙ q / rms(q) after RoPE (and k̂ likewise), the
+    attention of the authors' released block; a scale of the query weights then changes
+    nothing."""
+    heads, hd = 2, WIDTH // 2
+    attention = scrambled(_Attention(WIDTH, heads, hd, 10000.0, qk_norm=True, eps=1e-5))
+    c = torch.randn(2, T, WIDTH)
+    q, k, v = (c @ attention.qkv.weight.T).view(2, T, 3, heads, hd).permute(2, 0, 3, 1, 4)
+
+    def normed(x, gain):
+        x = rotary(x, 10000.0)
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * gain
+
+    q, k = normed(q, attention.q_norm.weight), normed(k, attention.k_norm.weight)
+    scores = (q @ k.mT) / hd**0.5 + torch.full((T, T), float("-inf")).triu(1)
+    y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(2, T, WIDTH)
+    torch.testing.assert_close(attention(c), y @ attention.out.weight.T, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        attention.qkv.weight[:WIDTH] *= 7.0  # the queries' rows
+    torch.testing.assert_close(attention(c), y @ attention.out.weight.T, atol=1e-4, rtol=1e-4)
+    plain = _Attention(WIDTH, heads, hd, 10000.0, qk_norm=False, eps=None)
+    plain.load_state_dict(attention.state_dict(), strict=False)
+    assert not torch.allclose(plain(c), attention(c), atol=1e-3)
+
+
+def test_released_options_set_every_norm_and_draw_the_compressors():
+    m = model("ddl-transformer", value_channels=4, norm_eps=1e-5, qk_norm=True,
+              compressor_init="random", width=64, heads=4)
+    norms = [mod for mod in m.modules() if isinstance(mod, torch.nn.RMSNorm)]
+    assert len(norms) == DEPTH * 4 + 1 and all(n.eps == 1e-5 for n in norms)  # 2 + QK per block
+    assert all(n.eps is None for n in model("transformer").modules()
+               if isinstance(n, torch.nn.RMSNorm))
+    weights = torch.cat([b.compress.mix.weight.flatten() for b in m.blocks])
+    assert abs(weights.std().item() / (0.5 / 64**0.5) - 1) < 0.15 and abs(weights.mean()) < 0.02
+    mean = model("ddl-transformer", value_channels=4, width=64, heads=4)
+    assert torch.equal(mean.blocks[0].compress.mix.weight, torch.full((64, 4), 0.25))
+    token = model("ddl-transformer", value_channels=4, compressor="token",
+                  compressor_init="random", width=64, heads=4)
+    kernel = token.blocks[0].compress.conv.weight
+    assert kernel[:, 0, :-1].abs().sum() > 0 and abs(kernel.std().item() * 8 - 0.5) < 0.1
+    torch.testing.assert_close(token.blocks[0].compress.read.weight, torch.full((4,), 0.25))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
+                         ids=lambda t: str(t).removeprefix("torch."))
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_every_variant_trains_in_every_dtype(variant, dtype):
+    """Weights and state in ``dtype``, forward and backward on the CPU; the gates are
+    computed in at least float32 (float64 in a float64 model)."""
+    name, options = variant
+    m = scrambled(model(name, **options)).to(dtype)
+    out = m(tokens())
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    out.float().square().mean().backward()
+    assert all(p.grad is not None and p.grad.dtype == dtype and torch.isfinite(p.grad).all()
+               for p in m.parameters())
+    if hasattr(m, "probe"):
+        assert m.probe(tokens()).beta.dtype == torch.promote_types(dtype, torch.float32)
+    wide = m.to(torch.float32)(tokens())  # the same function, to the dtype's rounding:
+    if dtype == torch.float64:  # elementwise
+        torch.testing.assert_close(out.float(), wide, atol=1e-3, rtol=1e-3)
+    else:  # bf16 keeps 8 bits: on average
+        assert (out.float() - wide).abs().mean() < 0.05 * wide.abs().mean()
+
+
 def test_gates_start_at_beta_init_and_a_constant_target():
     m = model("ddl-transformer", beta_init=0.3, value="constant", value_scale=3.0)
     zero = torch.zeros(1, 2, WIDTH)
     for block in m.blocks:
         for residual in block.residuals:
-            v, beta = residual.generators(zero, zero)
+            _, v, beta = residual.generators(zero, zero, zero)
             assert beta.dtype == torch.float32
             torch.testing.assert_close(beta, torch.full((1, 2), 0.3))
             torch.testing.assert_close(v, torch.full((1, 2, 1), 1.5))
 
 
-def test_expansion_conv_at_init_equals_repetition():
-    expand = _ConvExpansion(WIDTH, 4, kernel_size=3)
+@pytest.mark.parametrize("repeat", [1, 3])
+def test_causal_conv_is_a_grouped_conv1d_over_past_tokens(repeat):
+    """Against torch's grouped convolution, left-padded; with a member axis, each member's
+    kernel on its own rows."""
+    x, weight = torch.randn(2, T, 5), torch.randn(5 * repeat, 1, 3)
+    want = F.conv1d(F.pad(x.transpose(1, 2), (2, 0)), weight, groups=5).transpose(1, 2)
+    torch.testing.assert_close(causal_conv(x, weight), want)
+    kernels = torch.stack([weight, 2 * weight])
+    torch.testing.assert_close(causal_conv(torch.stack([x, x]), kernels),
+                               torch.stack([want, 2 * want]))
+
+
+@pytest.mark.parametrize("channels", [1, 4])
+def test_expansion_conv_at_init_equals_repetition(channels):
+    expand = _ConvExpansion(WIDTH, channels, kernel_size=3)
     x = torch.randn(2, T, WIDTH)
-    assert torch.equal(expand(x), x.unsqueeze(-1).expand(2, T, WIDTH, 4))
+    assert torch.equal(expand(x), x.unsqueeze(-1).expand(2, T, WIDTH, channels))
     scrambled(expand)
-    assert not torch.allclose(expand(x), x.unsqueeze(-1).expand(2, T, WIDTH, 4))
+    assert not torch.allclose(expand(x), x.unsqueeze(-1).expand(2, T, WIDTH, channels))
 
 
 def test_token_compressor_reads_a_short_causal_history():
-    compress = scrambled(_TokenCompressor(WIDTH, 4, kernel_size=3))
+    compress = scrambled(_TokenCompressor(WIDTH, 4, kernel_size=3, init="mean"))
     X = torch.randn(2, T, WIDTH, 4)
     out = compress(X)
     changed = X.clone()
@@ -142,17 +260,19 @@ def test_token_compressor_reads_a_short_causal_history():
 
 def test_expanded_additive_control_starts_as_the_baseline():
     """With repeated channels, mean compression and w = 1, d_v = 4 computes what d_v = 1
-    computes with the same weights: the control differs only once training moves it."""
+    computes with the same weights: the control differs only once training moves it; so
+    does EC at d_v = 1, identity-initialised."""
     base = scrambled(model("transformer"))
-    for expansion in ("repeat", "conv"):
-        wide = model("transformer", value_channels=4, expansion=expansion)
+    for options in ({"value_channels": 4, "expansion": "repeat"},
+                    {"value_channels": 4, "expansion": "conv"}, {"expansion": "conv"}):
+        wide = model("transformer", **options)
         missing = wide.load_state_dict(base.state_dict(), strict=False).missing_keys
-        assert missing and all(k.endswith(("weight", "write")) for k in missing)
+        assert missing and all(k.endswith("weight") for k in missing)
         torch.testing.assert_close(wide(tokens()), base(tokens()), atol=1e-5, rtol=1e-5)
 
 
 def test_parameter_counts_against_the_baseline():
-    d, L, K, d_v = WIDTH, DEPTH, 4, 4
+    d, L, K, d_v, hd = WIDTH, DEPTH, 4, 4, WIDTH // 2
     base = count_parameters(model("transformer"))
     hidden = 8 * d // 3
     per_block = 3 * d * d + d * d + 3 * d * hidden + 2 * d  # qkv, out, SwiGLU, norms
@@ -170,6 +290,14 @@ def test_parameter_counts_against_the_baseline():
         assert count_parameters(model(name, value_channels=channels)) == want, (name, channels)
     tc = count_parameters(model("ddl-transformer", value_channels=d_v, compressor="token"))
     assert tc == base + d * d_v * K + (L + 1) * (d * d_v * K + d_v) + generators(d_v)
+    # v-Map: a d × d direction map per sublayer, its value map reads h (same size)
+    for channels in (1, d_v):
+        k_map = count_parameters(model("ddl-transformer", value_channels=channels))
+        v_map = count_parameters(model("ddl-transformer", value_channels=channels,
+                                       generator="v-map"))
+        assert v_map == k_map + 2 * L * d * d
+    assert count_parameters(model("transformer", expansion="conv")) == base + d * K  # EC
+    assert count_parameters(model("transformer", qk_norm=True)) == base + L * 2 * hd
 
 
 def test_match_hidden_sizes_the_mlp_to_the_baseline():
@@ -211,6 +339,11 @@ def test_probe_records_every_sublayer(name, channels):
         ({"value": "tanh"}, "unknown value 'tanh'"),
         ({"value_scale": 0.0}, "value_scale must be positive"),
         ({"control_dim": 1}, "takes no per-step controls"),
+        ({"generator": "q-map"}, "unknown generator 'q-map'"),
+        ({"generator": "v-map", "value": "constant"}, "v-map reads v from the sublayer"),
+        ({"generator": "v-map", "value_input": "context"}, "v-map reads v from the sublayer"),
+        ({"compressor_init": "zero"}, "unknown compressor_init 'zero'"),
+        ({"norm_eps": 0.0}, "norm_eps must be positive"),
     ],
 )
 def test_bad_options_fail_with_one_clear_message(options, message):
@@ -254,11 +387,17 @@ def test_flops_count_attention_on_cpu():
     assert flops(2 * T) - 2 * flops(T) == 2 * DEPTH * 4 * WIDTH * T**2
 
 
-def test_transformer_suite_rows_are_parameter_matched():
-    root = Path(__file__).resolve().parents[1]
-    config = load_experiment(root / "experiments" / "transformer.toml")
-    assert len(config.seeds) >= 3
-    assert {t.name for t in config.tasks} == {"mqar", "seq-parity", "seq-overwrite"}
+def study(name: str) -> ExperimentConfig:
+    """An experiment file of the Transformer study, loaded and checked as any experiment."""
+    return load_experiment(Path(__file__).resolve().parents[1] / "experiments" / f"{name}.toml")
+
+
+def test_transformer_study_is_tuned_matched_and_declares_its_controls():
+    config = study("transformer")
+    assert len(config.seeds) >= 8 and config.tune_defaults == {"lr": (1e-3, 3e-3, 1e-2)}
+    labels = {m.label for m in config.models}
+    assert config.comparisons and all({c.model, c.control} <= labels
+                                      for c in config.comparisons)
     counts: dict[str, dict[str, int]] = {}
     for cell in expand_cells(config, seeds=[0]):
         task = make_task(cell.task, **cell.spec)
@@ -266,7 +405,26 @@ def test_transformer_suite_rows_are_parameter_matched():
             built = make_model(cell.model, in_dim=task.in_dim, out_dim=task.out_dim,
                                **cell.config)
         counts.setdefault(cell.task_label, {})[cell.label] = count_parameters(built)
+        assert cell.config["qk_norm"] and cell.config["norm_eps"] == 1e-5  # the released block
+    assert set(counts) == {*(f"var-chain[hops={h},reassign={r}]" for h in (1, 2)
+                             for r in ("false", "true")),
+                           "mqar-w16", "mqar-w32[pairs=2]", "mqar-w32[pairs=4]"}
     for task, rows in counts.items():
-        assert len(rows) == 5, task
+        assert len(rows) == (8 if task.startswith("var-chain") else 6), task
         for label, n in rows.items():
-            assert abs(n / rows["transformer"] - 1) < 0.01, (task, label, n)
+            assert abs(n / rows["transformer"] - 1) < 0.1, (task, label, n)
+    for c in config.comparisons:  # every declared contrast runs somewhere, on the same budget
+        both = [t for t, rows in counts.items() if {c.model, c.control} <= set(rows)]
+        assert both, c
+
+
+def test_the_quick_transformer_study_is_the_study_at_fewer_steps():
+    full, quick = study("transformer"), study("transformer-quick")
+    assert (full.tune_defaults, full.comparisons) == (quick.tune_defaults, quick.comparisons)
+    pairs = list(zip(expand_cells(full), expand_cells(quick), strict=True))
+    assert len(pairs) == len(full.seeds) * len(full.tune_defaults["lr"]) * (4 * 8 + 3 * 6)
+    for a, b in pairs:
+        assert dataclasses.replace(a, train=b.train) == b
+        assert dataclasses.replace(a.train, steps=b.train.steps,
+                                   eval_every=b.train.eval_every) == b.train
+        assert a.train.steps == 4 * b.train.steps

@@ -16,15 +16,16 @@ import numpy as np
 
 from . import plots
 from .crossover import curve, gate_use
+from .hops import hop_audit
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
 from .report import Report, build_report, signed
 from .run import Run, load_run
 
 #: The figure groups of ``ddl-dyn plot``.
-FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover")
+FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover", "hops")
 #: The groups that read probes (made first, for the cells that have none yet).
-_PROBED = {"regimes", "trajectories", "crossover"}
+_PROBED = {"regimes", "trajectories", "crossover", "hops"}
 #: Run folders whose figures are drawn elsewhere for now (:func:`drawn_where_possible`).
 _ELSEWHERE: dict[Path, Path] = {}
 
@@ -194,12 +195,33 @@ def crossover_figures(run: Run, report: Report) -> list[Path]:
     return out
 
 
+def hop_figures(run: Run, report: Report) -> list[Path]:
+    """Per Delta row on a multi-hop task (``var-chain``): do its gates project at the query
+    tokens' sublayers that perform a hop, across the knob (:mod:`.hops`)."""
+    by_model: dict[str, list] = defaultdict(list)
+    for audit in hop_audit(run):
+        by_model[audit.model].append(audit)
+    out: list[Path] = []
+    for model, audits in sorted(by_model.items()):
+        settings = {
+            a.setting or a.family: (
+                {"projecting where it hops": curve(a.at_hops),
+                 "projecting elsewhere": curve(a.elsewhere),
+                 "hops its attention looked at": curve(a.followed)},
+                dict(a.profile))
+            for a in audits}
+        fig = plots.hop_gates(settings, model, audits[0].knob)
+        out += plots.save_figure(fig, figure_dir(run.run_dir) / f"hop_gates_{model}")
+    return out
+
+
 _BUILDERS = {
     "regimes": regime_figures,
     "trajectories": trajectory_figures,
     "curves": curve_figures,
     "compare": compare_figures,
     "crossover": crossover_figures,
+    "hops": hop_figures,
 }
 
 

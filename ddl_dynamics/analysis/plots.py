@@ -419,3 +419,49 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
                  "stays on the model's better side", fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.985))
     return fig
+
+
+@styled
+def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, Sequence[float]]]],
+              model: str, knob: str) -> Figure:
+    """One Delta row on a multi-hop task: per setting, the share of its gates that project at
+    the query tokens' sublayers that hop, at their other sublayers, and the share of hops
+    its attention looked at, against the knob (mean, 95% CI over seeds); beside it, the mean
+    gate of every sublayer at query tokens, one line per knob value, the projection band
+    shaded.
+
+    Args:
+        settings: setting → (curve name → (values, means, CI half-widths), knob value → the
+            mean β of every sublayer, attention and MLP alternating).
+        model, knob: the row's label and the knob's name.
+    """
+    fig = Figure(figsize=(11.0, 4.2 * len(settings)))
+    axes = fig.subplots(len(settings), 2, squeeze=False)
+    styles = {"projecting where it hops": ("o-", PALETTE[2]),
+              "projecting elsewhere": ("s--", PALETTE[7]),
+              "hops its attention looked at": ("^:", PALETTE[0])}
+    legend = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncol": 2}
+    for (left, right), (setting, (curves, profile)) in zip(axes, settings.items(), strict=True):
+        for name, (values, mean, half) in curves.items():
+            if len(values):
+                fmt, color = styles[name]
+                left.errorbar(values, mean, yerr=half, fmt=fmt, ms=4, lw=1.2, capsize=3,
+                              color=color, label=name)
+        _knob_axis(left, [v for values, _, _ in curves.values() for v in values], knob)
+        left.set(title=f"{model}{f' ({setting})' if setting else ''}: query tokens",
+                 ylabel="share (mean, 95% CI over seeds)", ylim=(-0.02, 1.02))
+        left.legend(**legend)
+        low, high = REGIME_BOUNDS[1], REGIME_BOUNDS[2]
+        right.axhspan(low, high, color=REGIME_COLORS["projection"], alpha=0.15,
+                      label="projection")
+        for i, (value, betas) in enumerate(sorted(profile.items())):
+            layers = np.arange(1, len(betas) + 1)
+            right.plot(layers, betas, "o-", ms=3.5, lw=1.1, color=PALETTE[i % len(PALETTE)],
+                       label=f"{knob} = {value:g}")
+            right.set_xticks(layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}"
+                                      for j in layers], fontsize=7)
+        right.set(title="mean gate of every sublayer at query tokens", ylabel="β",
+                  ylim=(0, 2))
+        right.legend(**legend)
+    fig.tight_layout()
+    return fig

@@ -67,10 +67,11 @@ def probe_model(
     ``s_truth`` (ground-truth trajectory) and ``s_step_regimes`` (the regime of each exact
     step, see :class:`TaskData`), where the task has them. For Delta stacks, on the test
     split: ``beta``, ``k_raw_norm``, ``readout``, ``v``, ``e_pre``, ``e_post``; for a
-    sequence model, these gate arrays only.
+    sequence model, these gate arrays, the test tokens and where its attention looks
+    (:func:`_probe_sequence`).
     """
     if task.kind == "sequence":
-        return _probe_gates(task, model, seed, n)
+        return _probe_sequence(task, model, seed, n)
     arrays: dict[str, np.ndarray] = {}
     for split in task.splits[1:]:  # test and the OOD splits
         data = task.sample(n, seed, split)
@@ -89,13 +90,19 @@ def probe_model(
     return arrays
 
 
-def _probe_gates(task: Task, model: Transformer, seed: int, n: int) -> dict[str, np.ndarray]:
-    """A sequence model's gates on ``n`` test sequences, every token counted as a sample and
-    every sublayer as a layer: ``(n · T, 2 · depth, ·)``. Additive models have none."""
-    if not hasattr(model, "probe"):
-        return {}
-    probe = model.probe(task.sample(n, seed, "test").inputs)  # (n, T, sublayers, ·)
-    return {name: a.reshape(-1, *a.shape[2:]) for name, a in _gate_arrays(probe).items()}
+def _probe_sequence(task: Task, model: Transformer, seed: int,
+                    n: int) -> dict[str, np.ndarray]:
+    """A Transformer on ``n`` test sequences: ``test_tokens`` ``(n, T)``; ``test_looks``, the
+    key position every head of every block's attention weighs most from each token
+    ``(n, T, depth, heads)``; and a Delta model's gates, every token counted as a sample and
+    every sublayer as a layer, ``(n · T, 2 · depth, ·)``."""
+    tokens = task.sample(n, seed, "test").inputs
+    arrays = {"test_tokens": tokens.numpy(), "test_looks": model.looks(tokens).numpy()}
+    if hasattr(model, "probe"):
+        probe = model.probe(tokens)  # (n, T, sublayers, ·)
+        arrays.update({name: a.reshape(-1, *a.shape[2:])
+                       for name, a in _gate_arrays(probe).items()})
+    return arrays
 
 
 def _gate_arrays(probe: DeltaProbe) -> dict[str, np.ndarray]:

@@ -42,8 +42,11 @@ from .train import descend, fold_data, make_optimizer, member_losses, predictor,
 #: label → (model name, options): the rows of ``experiments/transformer.toml``, and TC.
 TRANSFORMER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "transformer": ("transformer", {}),
+    "transformer + EC": ("transformer", {"expansion": "conv"}),
     "ddl d_v=1": ("ddl-transformer", {}),
+    "ddl d_v=1 v-map": ("ddl-transformer", {"generator": "v-map"}),
     "ddl d_v=4 CC": ("ddl-transformer", {"value_channels": 4}),
+    "ddl d_v=4 CC w/o EC": ("ddl-transformer", {"value_channels": 4, "expansion": "repeat"}),
     "ddl d_v=4 TC": ("ddl-transformer", {"value_channels": 4, "compressor": "token"}),
     "ddl-write d_v=4 CC": ("ddl-write-transformer", {"value_channels": 4}),
     "additive d_v=4 CC": ("transformer", {"value_channels": 4}),

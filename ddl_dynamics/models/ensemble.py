@@ -3,13 +3,17 @@
 The members' parameters are stacked along a leading member axis, and their batches are
 concatenated along the batch axis, member by member. Every layer that holds parameters is
 replaced by its ensemble twin (:data:`TWINS`), which applies member ``s``'s weights to
-member ``s``'s rows in one batched matmul; every other op of a depth model acts on each
-sample alone, so it serves all members at once as it is. An ensemble of a few small models
-thus costs little more than one: what such models pay for is per-op overhead, not arithmetic.
+member ``s``'s rows (a batched matmul, a lookup in its slice of a stacked table, a gain on
+its rows); a parameter that several layers share, as a head tied to the embedding, stays
+one stack. Every other op of a depth model or Transformer acts on each sample (each
+sequence) alone, so it serves all members at once as it is. An ensemble of a few small
+models thus costs little more than one where per-op overhead, not arithmetic, dominates.
 
-This needs no change to the model files and no ``torch.func`` transform: ``vmap`` over
-``functional_call`` measured 1.3–3.3× as slow per training step (README, Performance),
-and the Delta operator's autograd Function runs unchanged on the folded batch.
+This needs no ``torch.func`` transform: ``vmap`` over ``functional_call`` measured
+1.3–3.3× as slow per training step (README, Performance), and the Delta operator's
+autograd Function runs unchanged on the folded batch. A model folds once its parameters
+sit in layers with a twin; the Transformers keep theirs in such leaves
+(:mod:`.transformer`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .transformer import CausalConv, FloatLinear, Scale, at_least_float32, causal_conv
+
+
+def members_first(weight: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``x`` ``(S·n, …)`` as ``(S, n, …)``, and the stacked ``weight`` ``(S, *shape)`` viewed to
+    broadcast against it along the trailing axes: ``(S, 1, …, 1, *shape)``."""
+    shape = weight.shape[1:]
+    rows = x.unflatten(0, (weight.shape[0], -1))
+    return rows, weight.view(weight.shape[0], *(1,) * (rows.dim() - 1 - len(shape)), *shape)
+
+
+def ensemble_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """Member ``s``'s ``x W_sᵀ + b_s`` on its rows of ``x``, for ``weight`` ``(S, out, in)``."""
+    rows = x.reshape(weight.shape[0], -1, x.shape[-1])  # (S, n·…, in)
+    out = rows @ weight.mT if bias is None else torch.baddbmm(bias.unsqueeze(1), rows, weight.mT)
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def stacked(layers: Sequence[nn.Module], name: str) -> nn.Parameter | None:
+    """The members' parameter ``name`` stacked along a new leading member axis (None where
+    the layers have none)."""
+    params = [getattr(layer, name) for layer in layers]
+    return None if params[0] is None else nn.Parameter(torch.stack([p.detach() for p in params]))
 
 
 class EnsembleLinear(nn.Module):
@@ -31,23 +60,84 @@ class EnsembleLinear(nn.Module):
 
     def __init__(self, layers: Sequence[nn.Linear]) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.stack([layer.weight.detach() for layer in layers]))
-        biases = [layer.bias for layer in layers]
-        self.bias = (None if biases[0] is None
-                     else nn.Parameter(torch.stack([b.detach() for b in biases])))
+        self.weight, self.bias = stacked(layers, "weight"), stacked(layers, "bias")
 
     def forward(self, x: Tensor) -> Tensor:
-        rows = x.reshape(self.weight.shape[0], -1, x.shape[-1])  # (S, n·…, in)
-        if self.bias is None:
-            out = rows @ self.weight.mT
-        else:
-            out = torch.baddbmm(self.bias.unsqueeze(1), rows, self.weight.mT)
-        return out.reshape(*x.shape[:-1], out.shape[-1])
+        return ensemble_linear(x, self.weight, self.bias)
+
+
+class EnsembleFloatLinear(EnsembleLinear):
+    """The twin of :class:`~.transformer.FloatLinear`: computed in at least float32."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = at_least_float32(x, self.weight)
+        bias = None if self.bias is None else self.bias.to(dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            return ensemble_linear(x.to(dtype), self.weight.to(dtype), bias)
+
+
+class EnsembleEmbedding(nn.Module):
+    """``S`` lookup tables: member ``s``'s ids index its own ``(vocab, d)`` slice of
+    ``weight`` ``(S, vocab, d)``, which a tied head's :class:`EnsembleLinear` shares."""
+
+    def __init__(self, layers: Sequence[nn.Embedding]) -> None:
+        super().__init__()
+        if any(layer.padding_idx is not None or layer.max_norm is not None for layer in layers):
+            raise ValueError("only plain embeddings fold (no padding_idx, no max_norm)")
+        self.weight = stacked(layers, "weight")
+
+    def forward(self, ids: Tensor) -> Tensor:
+        members, vocab = self.weight.shape[:2]
+        offset = torch.arange(members, device=ids.device) * vocab
+        rows, offset = members_first(offset, ids)
+        return F.embedding((rows + offset).flatten(0, 1), self.weight.flatten(0, 1))
+
+
+class EnsembleRMSNorm(nn.Module):
+    """``S`` RMSNorms: one normalisation, then member ``s``'s gain on its rows."""
+
+    def __init__(self, layers: Sequence[nn.RMSNorm]) -> None:
+        super().__init__()
+        self.normalized_shape, self.eps = layers[0].normalized_shape, layers[0].eps
+        self.weight = stacked(layers, "weight")
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows, weight = members_first(self.weight, F.rms_norm(x, self.normalized_shape,
+                                                             eps=self.eps))
+        return (rows * weight).flatten(0, 1)
+
+
+class EnsembleScale(nn.Module):
+    """``S`` :class:`~.transformer.Scale` factors, each on its member's rows."""
+
+    def __init__(self, layers: Sequence[Scale]) -> None:
+        super().__init__()
+        self.weight = stacked(layers, "weight")
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows, weight = members_first(self.weight, x)
+        return (rows * weight).flatten(0, 1)
+
+
+class EnsembleCausalConv(nn.Module):
+    """``S`` :class:`~.transformer.CausalConv` kernels, each over its member's rows."""
+
+    def __init__(self, layers: Sequence[CausalConv]) -> None:
+        super().__init__()
+        self.weight = stacked(layers, "weight")  # (S, C_out, 1, K)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return causal_conv(x.unflatten(0, (self.weight.shape[0], -1)), self.weight).flatten(0, 1)
 
 
 #: The layers that can hold parameters in a folded ensemble, with their twin's factory.
 TWINS: dict[type[nn.Module], Callable[[Sequence[nn.Module]], nn.Module]] = {
     nn.Linear: EnsembleLinear,
+    FloatLinear: EnsembleFloatLinear,
+    nn.Embedding: EnsembleEmbedding,
+    nn.RMSNorm: EnsembleRMSNorm,
+    Scale: EnsembleScale,
+    CausalConv: EnsembleCausalConv,
 }
 
 
@@ -104,6 +194,7 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
         skeleton.members = len(models)
     paths = [dict(m.named_modules(remove_duplicate=False)) for m in models]
     twins: dict[int, nn.Module] = {}
+    stacks: dict[tuple[int, ...], nn.Parameter] = {}  # the members' parameters → their stack
     slots: list[tuple[nn.Parameter, list[nn.Parameter]]] = []
     for path, module in list(skeleton.named_modules(remove_duplicate=False)):
         if not (module._parameters or module._buffers):
@@ -114,8 +205,14 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
         if id(module) not in twins:  # a layer shared by several paths gets one twin
             layers = [p[path] for p in paths]
             twins[id(module)] = twin = twin_of(layers)
-            slots += [(param, [getattr(layer, name) for layer in layers])
-                      for name, param in twin.named_parameters()]
+            for name, param in list(twin.named_parameters(recurse=False)):
+                own = [getattr(layer, name) for layer in layers]
+                key = tuple(map(id, own))
+                if key in stacks:  # a parameter shared by several layers (a tied head)
+                    setattr(twin, name, stacks[key])
+                else:
+                    stacks[key] = param
+                    slots.append((param, own))
         parent, _, name = path.rpartition(".")
         setattr(skeleton.get_submodule(parent), name, twins[id(module)])
     return Ensemble(skeleton, list(models), slots)

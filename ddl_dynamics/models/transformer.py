@@ -16,18 +16,31 @@ compressor reads X out before the final norm. ``transformer`` with d_v > 1 is th
 additive expanded-state control: the expansion and compression of DDL, with a residual add.
 
 Per sublayer: ``x_in = compress(X)``, ``c = RMSNorm(x_in)``, ``h = sublayer(c)``. The Delta
-generators follow the authors' released code: ``k̃ = h``; ``β = 2σ(Linear(c))`` in float32,
-bias initialised so that ``β = beta_init`` for ``c = 0``; ``v = 4σ(Linear(x_in))`` read from
-the (compressed) residual stream. The update is :func:`~ddl_dynamics.models.operator.delta_update`
-(or ``write_update``), whose readout ``kᵀX`` accumulates in float32.
+generators follow the authors' released code (the *k-Map* layout): ``k̃ = h``;
+``β = 2σ(Linear(c))`` in at least float32, bias initialised so that ``β = beta_init`` for
+``c = 0``; ``v = 4σ(Linear(x_in))`` read from the (compressed) residual stream. The *v-Map*
+layout swaps the roles: ``v = 4σ(Linear(h))`` from the sublayer output and ``k̃ = Linear(c)``
+from a light branch on the context. The update is
+:func:`~ddl_dynamics.models.operator.delta_update` (or ``write_update``), whose readout
+``kᵀX`` accumulates in float32.
+
+Three options reproduce the released block where this file's defaults differ: ``qk_norm``
+(RMSNorm with a learned gain on every head's queries and keys, after RoPE), ``norm_eps =
+1e-5`` (every RMSNorm's eps; by default torch's, the dtype's machine epsilon) and
+``compressor_init = "random"`` (the compressors' matrices drawn N(0, 0.25/d) instead of
+starting as the channel mean).
+
+Every parameter sits in a layer that :mod:`.ensemble` can fold (``nn.Linear``,
+``nn.Embedding``, ``nn.RMSNorm`` and the leaves below: :class:`CausalConv`,
+:class:`Scale`, :class:`FloatLinear`), so a row's seeds train as one ensemble.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +53,10 @@ from .operator import delta_update, gate, gate_logit, normalize_direction, write
 
 EXPANSIONS = ("conv", "repeat")
 COMPRESSORS = ("channel", "token")
+COMPRESSOR_INITS = ("mean", "random")
 VALUE_MAPS = ("sigmoid", "linear", "constant")
 VALUE_INPUTS = ("stream", "context")
+GENERATORS = ("k-map", "v-map")
 
 Update = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
@@ -51,18 +66,68 @@ def causal_conv(x: Tensor, weight: Tensor) -> Tensor:
 
     ``weight`` is ``(C_out, 1, K)`` with ``C_out`` a multiple of ``C``; output channel ``o``
     reads input channel ``o // (C_out / C)`` at tokens ``t − K + 1 … t`` (tap ``K − 1`` is ``t``).
+    With a leading member axis, ``x (S, B, T, C)`` and ``weight (S, C_out, 1, K)``, member
+    ``s``'s kernel convolves its rows. Computed as products of shifted tokens: a ``conv1d``
+    with one group per channel ran 2–6× slower on the CPU at these sizes.
     """
-    kernel = weight.shape[-1]
-    x = F.pad(x.transpose(1, 2), (kernel - 1, 0))  # (B, C, K − 1 + T): zeros before token 0
-    return F.conv1d(x, weight, groups=x.shape[1]).transpose(1, 2)
+    if weight.dim() == 3:
+        return causal_conv(x[None], weight[None])[0]
+    T, C, K = x.shape[-2], x.shape[-1], weight.shape[-1]
+    padded = F.pad(x, (0, 0, K - 1, 0))  # (S, B, K − 1 + T, C): zeros before token 0
+    taps = weight.view(weight.shape[0], 1, C, -1, K)  # (S, 1, C, C_out / C, K)
+    if taps.shape[-2] == 1:  # one output per channel: K shifted products
+        return sum(padded[:, :, j : j + T] * taps[:, :, None, :, 0, j] for j in range(K))
+    windows = padded.unfold(2, K, 1)  # (S, B, T, C, K)
+    return torch.einsum("sbtck,sucrk->sbtcr", windows, taps).flatten(-2)
 
 
-def current_token_kernel(channels: int, kernel_size: int) -> nn.Parameter:
-    """A ``(channels, 1, K)`` kernel for :func:`causal_conv` that passes the current token
-    through unchanged (its last tap is 1, the history taps 0)."""
-    weight = torch.zeros(channels, 1, kernel_size)
-    weight[:, 0, -1] = 1.0
-    return nn.Parameter(weight)
+def at_least_float32(*tensors: Tensor) -> torch.dtype:
+    """The widest dtype of ``tensors`` and float32: where gate logits are computed."""
+    dtype = torch.float32
+    for t in tensors:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+# --- the leaves that hold parameters besides nn.Linear, nn.Embedding and nn.RMSNorm
+
+
+class CausalConv(nn.Module):
+    """:func:`causal_conv` with its own ``(C_out, 1, K)`` kernel, identity-initialised: the
+    current-token tap is 1 and the history taps 0, so it starts by passing each input channel
+    through (repeated ``C_out / C`` times)."""
+
+    def __init__(self, channels: int, kernel_size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(channels, 1, kernel_size))
+        with torch.no_grad():
+            self.weight[:, 0, -1] = 1.0
+
+    def forward(self, x: Tensor) -> Tensor:
+        return causal_conv(x, self.weight)
+
+
+class Scale(nn.Module):
+    """``x * weight``, a learned factor of the trailing axes of ``x`` (broadcast)."""
+
+    def __init__(self, weight: Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.weight
+
+
+class FloatLinear(nn.Linear):
+    """A linear layer computed in at least float32 whatever the dtypes of its weights and
+    input (bfloat16 weights are widened, float64 kept), with autocast off: the gates' logits,
+    so that no gate is rounded to a low-precision dtype before the sigmoid."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = at_least_float32(x, self.weight)
+        bias = None if self.bias is None else self.bias.to(dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            return F.linear(x.to(dtype), self.weight.to(dtype), bias)
 
 
 def rotary(x: Tensor, base: float) -> Tensor:
@@ -99,21 +164,42 @@ _count_cpu_attention_flops()
 
 
 class _Attention(nn.Module):
-    """Multi-head causal self-attention with RoPE: ``(B, T, d) → (B, T, d)``."""
+    """Multi-head causal self-attention with RoPE: ``(B, T, d) → (B, T, d)``. With
+    ``qk_norm``, each head's queries and keys pass an RMSNorm with a learned gain (shared by
+    the heads) after RoPE, as in the authors' released attention."""
 
-    def __init__(self, width: int, heads: int, head_dim: int, rope_base: float) -> None:
+    def __init__(self, width: int, heads: int, head_dim: int, rope_base: float,
+                 qk_norm: bool, eps: float | None) -> None:
         super().__init__()
         self.heads, self.head_dim, self.rope_base = heads, head_dim, rope_base
         self.qkv = nn.Linear(width, 3 * heads * head_dim, bias=False)
         self.out = nn.Linear(heads * head_dim, width, bias=False)
+        self.q_norm = nn.RMSNorm(head_dim, eps=eps) if qk_norm else None
+        self.k_norm = nn.RMSNorm(head_dim, eps=eps) if qk_norm else None
+
+    def heads_of(self, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries and keys (rotated, normalised with ``qk_norm``) and values of ``c``, each
+        ``(B, H, T, hd)``."""
+        B, T, _ = c.shape
+        qkv = self.qkv(c).view(B, T, 3, self.heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        q, k = rotary(q, self.rope_base), rotary(k, self.rope_base)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
 
     def forward(self, c: Tensor) -> Tensor:
         B, T, _ = c.shape
-        qkv = self.qkv(c).view(B, T, 3, self.heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, hd)
-        q, k = rotary(q, self.rope_base), rotary(k, self.rope_base)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+        y = F.scaled_dot_product_attention(*self.heads_of(c), is_causal=True)  # (B, H, T, hd)
         return self.out(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
+
+    def weights(self, c: Tensor) -> Tensor:
+        """The attention probabilities ``(B, H, T, T)``: query token × key token."""
+        q, k, _ = self.heads_of(c)
+        T = q.shape[-2]
+        future = torch.ones(T, T, dtype=torch.bool, device=c.device).triu(1)
+        scores = (q @ k.mT / math.sqrt(self.head_dim)).masked_fill(future, float("-inf"))
+        return scores.softmax(-1)
 
 
 class _SwiGLU(nn.Module):
@@ -159,45 +245,56 @@ class _Repeat(nn.Module):
 
 class _ConvExpansion(nn.Module):
     """Expansion "conv" (EC): a causal depthwise convolution over tokens maps each embedding
-    coordinate to d_v channels. Identity-initialised (only the current-token tap is 1), so it
-    starts as repetition."""
+    coordinate to d_v channels (to itself at d_v = 1: EC without the expanded state).
+    Identity-initialised, so it starts as repetition."""
 
     def __init__(self, width: int, value_channels: int, kernel_size: int) -> None:
         super().__init__()
         self.value_channels = value_channels
-        self.weight = current_token_kernel(width * value_channels, kernel_size)
+        self.conv = CausalConv(width * value_channels, kernel_size)
 
     def forward(self, x: Tensor) -> Tensor:
-        return causal_conv(x, self.weight).unflatten(-1, (x.shape[-1], self.value_channels))
+        return self.conv(x).unflatten(-1, (x.shape[-1], self.value_channels))
+
+
+def _compressor_weight(shape: tuple[int, ...], width: int, init: str) -> Tensor:
+    """A compressor's matrix: the mean of the d_v channels (``"mean"``: every d_v > 1 variant
+    whose expansion repeats the embedding then starts from the function of its d_v = 1
+    counterpart) or, as the authors' code draws it, N(0, 0.25/d) (``"random"``)."""
+    if init == "mean":
+        return torch.full(shape, 1.0 / shape[-1])
+    return torch.randn(shape) * (0.5 / math.sqrt(width))
 
 
 class _ChannelCompressor(nn.Module):
     """Compressor "channel" (CC): ``x_in_i = Σ_j c_ij X_ij``, per-coordinate mixing of the d_v
-    channels of the current token only. Initialised to their mean (the authors' code draws
-    compressor weights at random; with the mean, every d_v > 1 variant whose expansion
-    repeats the embedding starts from the function of its d_v = 1 counterpart)."""
+    channels of the current token only."""
 
-    def __init__(self, width: int, value_channels: int) -> None:
+    def __init__(self, width: int, value_channels: int, init: str) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.full((width, value_channels), 1.0 / value_channels))
+        self.mix = Scale(_compressor_weight((width, value_channels), width, init))
 
     def forward(self, X: Tensor) -> Tensor:
-        return (X * self.weight).sum(-1)
+        return self.mix(X).sum(-1)
 
 
 class _TokenCompressor(nn.Module):
     """Compressor "token" (TC): a causal depthwise convolution over tokens on each of the
-    d·d_v state entries, then a learned read vector pools the d_v channels. Initialised, like
-    CC, to the mean of the current token's channels."""
+    d·d_v state entries, then a learned read vector (initialised to the mean) pools the d_v
+    channels. The convolution starts at the current token alone (``"mean"``) or drawn
+    N(0, 0.25/d) over its taps (``"random"``)."""
 
-    def __init__(self, width: int, value_channels: int, kernel_size: int) -> None:
+    def __init__(self, width: int, value_channels: int, kernel_size: int, init: str) -> None:
         super().__init__()
-        self.weight = current_token_kernel(width * value_channels, kernel_size)
-        self.read = nn.Parameter(torch.full((value_channels,), 1.0 / value_channels))
+        self.conv = CausalConv(width * value_channels, kernel_size)
+        if init == "random":
+            with torch.no_grad():
+                self.conv.weight.copy_(_compressor_weight(self.conv.weight.shape, width, init))
+        self.read = Scale(torch.full((value_channels,), 1.0 / value_channels))
 
     def forward(self, X: Tensor) -> Tensor:
-        mixed = causal_conv(X.flatten(-2), self.weight).view(X.shape)  # (B, T, d, d_v)
-        return mixed @ self.read
+        mixed = self.conv(X.flatten(-2)).view(X.shape)  # (B, T, d, d_v)
+        return self.read(mixed).sum(-1)
 
 
 # --- residual updates: how a sublayer's output h enters the state
@@ -209,28 +306,34 @@ class _AddResidual(nn.Module):
 
     def __init__(self, value_channels: int) -> None:
         super().__init__()
-        self.write = nn.Parameter(torch.ones(value_channels)) if value_channels > 1 else None
+        self.write = Scale(torch.ones(value_channels)) if value_channels > 1 else None
 
     def forward(self, X: Tensor, x_in: Tensor, c: Tensor, h: Tensor) -> Tensor:
         h = h.unsqueeze(-1)
-        return X + (h if self.write is None else h * self.write)
+        return X + (h if self.write is None else self.write(h))
 
 
 @dataclass(frozen=True)
 class Generators:
-    """How a Delta sublayer makes its target ``v`` and gate ``β`` (the direction is ``h``).
+    """How a Delta sublayer makes its direction ``k̃``, target ``v`` and gate ``β``.
 
     Attributes:
+        generator: ``"k-map"``: ``k̃ = h``, the sublayer output, and ``v`` from a light map
+            of the stream (the authors' released layout); ``"v-map"``: ``v`` from the sublayer
+            output ``h`` and ``k̃ = Linear(c)`` from a light branch on the context.
         beta_init: β of a token whose gate input is 0, in (0, 2).
         beta_hidden: 0 for ``β = 2σ(Linear(c))``; else the width of the two-layer gate
             ``2σ(Linear(tanh(Linear(c))))``.
         value: ``"sigmoid"``: ``v = value_scale · σ(Linear(·))``; ``"linear"``: ``Linear(·)``;
-            ``"constant"``: ``v = value_scale / 2``, what the sigmoid map gives with zero weights.
+            ``"constant"`` (k-Map only): ``v = value_scale / 2``, what the sigmoid map gives
+            with zero weights.
         value_scale: see ``value``.
-        value_input: ``"stream"`` reads v from the residual stream ``x_in`` (the authors' code),
-            ``"context"`` from ``c = RMSNorm(x_in)`` (the paper's ``v = W_v c``).
+        value_input: k-Map only: ``"stream"`` reads v from the residual stream ``x_in`` (the
+            authors' code), ``"context"`` from ``c = RMSNorm(x_in)`` (the paper's
+            ``v = W_v c``).
     """
 
+    generator: str = "k-map"
     beta_init: float = 1.0
     beta_hidden: int = 0
     value: str = "sigmoid"
@@ -238,56 +341,78 @@ class Generators:
     value_input: str = "stream"
 
     def __post_init__(self) -> None:
+        check_choice("generator", self.generator, GENERATORS)
         gate_logit(self.beta_init)  # raises unless 0 < beta_init < 2
         check_int("beta_hidden", self.beta_hidden, 0)
         check_choice("value", self.value, VALUE_MAPS)
         check_choice("value_input", self.value_input, VALUE_INPUTS)
         if not math.isfinite(self.value_scale) or self.value_scale <= 0:
             raise ValueError(f"value_scale must be positive, got {self.value_scale!r}")
+        if self.generator == "v-map" and (self.value == "constant"
+                                          or self.value_input != "stream"):
+            raise ValueError("v-map reads v from the sublayer output: value = 'constant' and "
+                             "value_input apply to the k-map layout only")
 
 
 class _DeltaResidual(nn.Module):
-    """``update(X, k, v, β)`` with ``k = h / sqrt(‖h‖² + ε²)`` and ``v``, ``β`` from
-    lightweight maps of the sublayer's input (see :class:`Generators`)."""
+    """``update(X, k, v, β)`` with ``k = k̃ / sqrt(‖k̃‖² + ε²)`` and ``k̃``, ``v``, ``β`` as
+    :class:`Generators` lays them out."""
 
     def __init__(self, update: Update, width: int, value_channels: int, spec: Generators) -> None:
         super().__init__()
         self.update, self.spec = update, spec
         if spec.beta_hidden:
-            self.gate = nn.Sequential(nn.Linear(width, spec.beta_hidden, bias=False), nn.Tanh(),
-                                      nn.Linear(spec.beta_hidden, 1))
+            self.gate = nn.Sequential(FloatLinear(width, spec.beta_hidden, bias=False),
+                                      nn.Tanh(), FloatLinear(spec.beta_hidden, 1))
         else:
-            self.gate = nn.Sequential(nn.Linear(width, 1))
+            self.gate = nn.Sequential(FloatLinear(width, 1))
         with torch.no_grad():
             self.gate[-1].bias.fill_(gate_logit(spec.beta_init))
         self.value = None if spec.value == "constant" else nn.Linear(width, value_channels)
+        self.direction = nn.Linear(width, width, bias=False) if spec.generator == "v-map" else None
         self.value_channels = value_channels
 
-    def generators(self, x_in: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
-        """Target ``v`` ``(B, T, d_v)`` and gate ``β`` ``(B, T)``; β is computed in float32."""
-        with torch.autocast(c.device.type, enabled=False):
-            beta = gate(self.gate(c.float()).squeeze(-1))
-        if self.value is None:
-            v = c.new_full((*c.shape[:-1], self.value_channels), self.spec.value_scale / 2)
+    def generators(self, x_in: Tensor, c: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Direction ``k̃`` ``(B, T, d)``, target ``v`` ``(B, T, d_v)`` and gate ``β``
+        ``(B, T)``, the gate in at least float32."""
+        beta = gate(self.gate(c).squeeze(-1))
+        if self.direction is not None:  # v-map
+            k_raw, v = self.direction(c), self.value(h)
+        elif self.value is None:
+            k_raw, v = h, c.new_full((*c.shape[:-1], self.value_channels),
+                                     self.spec.value_scale / 2)
         else:
-            v = self.value(x_in if self.spec.value_input == "stream" else c)
-            if self.spec.value == "sigmoid":
-                v = self.spec.value_scale * torch.sigmoid(v)
-        return v, beta
+            k_raw, v = h, self.value(x_in if self.spec.value_input == "stream" else c)
+        if self.spec.value == "sigmoid":
+            v = self.spec.value_scale * torch.sigmoid(v)
+        return k_raw, v, beta
 
     def forward(self, X: Tensor, x_in: Tensor, c: Tensor, h: Tensor) -> Tensor:
-        v, beta = self.generators(x_in, c)  # β stays float32: the operator never rounds it
-        return self.update(X, normalize_direction(h), v, beta)
+        k_raw, v, beta = self.generators(x_in, c, h)  # β stays wide: the operator never rounds it
+        return self.update(X, normalize_direction(k_raw), v, beta)
+
+
+class Sublayer(NamedTuple):
+    """One sublayer's pass over the state: the sublayer and its residual update, the state
+    before, the sublayer's input ``x_in``, context ``c`` and output ``h``, the state after."""
+
+    sublayer: nn.Module
+    residual: nn.Module
+    before: Tensor
+    x_in: Tensor
+    c: Tensor
+    h: Tensor
+    after: Tensor
 
 
 class _Block(nn.Module):
     """Attention, then MLP; each: compress → RMSNorm → sublayer → residual update."""
 
     def __init__(self, compress: nn.Module, sublayers: tuple[nn.Module, nn.Module],
-                 residuals: tuple[nn.Module, nn.Module], width: int) -> None:
+                 residuals: tuple[nn.Module, nn.Module], width: int, eps: float | None) -> None:
         super().__init__()
         self.compress = compress  # one compressor serves both sublayers of the block
-        self.norms = nn.ModuleList([nn.RMSNorm(width), nn.RMSNorm(width)])
+        self.norms = nn.ModuleList([nn.RMSNorm(width, eps=eps), nn.RMSNorm(width, eps=eps)])
         self.sublayers = nn.ModuleList(sublayers)
         self.residuals = nn.ModuleList(residuals)
 
@@ -319,10 +444,15 @@ class Transformer(nn.Module):
         heads: attention heads. head_dim: size of a head (default ``width // heads``).
         hidden: SwiGLU hidden size (default ``⌊8·width/3⌋``); parameter matching sizes it.
         value_channels: d_v, value channels of the residual state.
-        expansion: d_v > 1: ``"conv"`` (EC, identity-initialised causal convolution) or
-            ``"repeat"``. compressor: d_v > 1: ``"channel"`` (CC) or ``"token"`` (TC).
+        expansion: ``"conv"`` (EC, an identity-initialised causal convolution of the
+            embedding over tokens) or ``"repeat"`` (none); default ``"conv"`` for d_v > 1 and
+            ``"repeat"`` for d_v = 1, where ``"conv"`` is EC without the expanded state.
+        compressor: d_v > 1: ``"channel"`` (CC) or ``"token"`` (TC).
+        compressor_init: d_v > 1: ``"mean"`` or ``"random"`` (the released code's).
         kernel_size: token-axis kernel of the EC expansion and the TC compressor.
         rope_base: RoPE frequency base.
+        qk_norm: RMSNorm on each head's queries and keys (the released attention).
+        norm_eps: eps of every RMSNorm (None: torch's default; the released code's: 1e-5).
     """
 
     kind: ClassVar[str] = "sequence"
@@ -340,10 +470,13 @@ class Transformer(nn.Module):
         head_dim: int | None = None,
         hidden: int | None = None,
         value_channels: int = 1,
-        expansion: str = "conv",
+        expansion: str | None = None,
         compressor: str = "channel",
+        compressor_init: str = "mean",
         kernel_size: int = 4,
         rope_base: float = 10000.0,
+        qk_norm: bool = False,
+        norm_eps: float | None = None,
     ) -> None:
         super().__init__()
         self.in_dim = check_int("in_dim (vocabulary size)", in_dim, 1)
@@ -361,34 +494,38 @@ class Transformer(nn.Module):
             raise ValueError(f"head_dim must be even for RoPE, got {head_dim}")
         self.hidden = check_int("hidden", 8 * width // 3 if hidden is None else hidden, 1)
         self.value_channels = d_v = check_int("value_channels", value_channels, 1)
+        if expansion is None:
+            expansion = "conv" if d_v > 1 else "repeat"
         check_choice("expansion", expansion, EXPANSIONS)
         check_choice("compressor", compressor, COMPRESSORS)
+        check_choice("compressor_init", compressor_init, COMPRESSOR_INITS)
         kernel_size = check_int("kernel_size", kernel_size, 1)
         if not rope_base > 1:
             raise ValueError(f"rope_base must be > 1, got {rope_base!r}")
+        if norm_eps is not None and not (math.isfinite(norm_eps) and norm_eps > 0):
+            raise ValueError(f"norm_eps must be positive, got {norm_eps!r}")
 
         def compress() -> nn.Module:
             if d_v == 1:
                 return _Squeeze()
             if compressor == "channel":
-                return _ChannelCompressor(width, d_v)
-            return _TokenCompressor(width, d_v, kernel_size)
+                return _ChannelCompressor(width, d_v, compressor_init)
+            return _TokenCompressor(width, d_v, kernel_size, compressor_init)
 
         self.embed = nn.Embedding(in_dim, width)
-        if d_v == 1:
-            self.expand: nn.Module = _Unsqueeze()
-        elif expansion == "conv":
-            self.expand = _ConvExpansion(width, d_v, kernel_size)
+        if expansion == "conv":
+            self.expand: nn.Module = _ConvExpansion(width, d_v, kernel_size)
         else:
-            self.expand = _Repeat(d_v)
+            self.expand = _Repeat(d_v) if d_v > 1 else _Unsqueeze()
         self.blocks = nn.ModuleList(
             _Block(compress(),
-                   (_Attention(width, heads, head_dim, rope_base), _SwiGLU(width, self.hidden)),
-                   (self.residual(), self.residual()), width)
+                   (_Attention(width, heads, head_dim, rope_base, qk_norm, norm_eps),
+                    _SwiGLU(width, self.hidden)),
+                   (self.residual(), self.residual()), width, norm_eps)
             for _ in range(depth)
         )
         self.readout = compress()
-        self.norm = nn.RMSNorm(width)
+        self.norm = nn.RMSNorm(width, eps=norm_eps)
         self.head = nn.Linear(width, out_dim, bias=False)
         self._init_weights()
         if out_dim == in_dim:
@@ -421,6 +558,25 @@ class Transformer(nn.Module):
         logits = self.head(self.norm(self.readout(X)))  # (B, T, out_dim)
         return logits if per_step else logits[:, -1]
 
+    def passes(self, tokens: Tensor) -> Iterator[Sublayer]:
+        """Every sublayer's pass over the state of ``tokens``, in order (attention, MLP,
+        attention, …): what the probes read."""
+        X = self.state(tokens)
+        for block in self.blocks:
+            for i, residual in enumerate(block.residuals):
+                x_in, c, h = block.process(i, X)
+                after = residual(X, x_in, c, h)
+                yield Sublayer(block.sublayers[i], residual, X, x_in, c, h, after)
+                X = after
+
+    @torch.no_grad()
+    def looks(self, tokens: Tensor) -> Tensor:
+        """Where every head of every block's attention looks from each token: the key
+        position it weighs most, ``(B, T, depth, heads)``."""
+        return torch.stack([p.sublayer.weights(p.c).argmax(-1).transpose(1, 2)
+                            for p in self.passes(tokens) if isinstance(p.sublayer, _Attention)],
+                           dim=2)
+
     def state(self, tokens: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
         """The initial residual state ``(B, T, d, d_v)`` of ``tokens`` (checked)."""
         name = type(self).__name__
@@ -441,11 +597,12 @@ class _DeltaTransformer(Transformer):
 
     update: ClassVar[Update]
 
-    def __init__(self, *, beta_init: float = 1.0, beta_hidden: int = 0, value: str = "sigmoid",
-                 value_scale: float = 4.0, value_input: str = "stream", **common: object) -> None:
+    def __init__(self, *, generator: str = "k-map", beta_init: float = 1.0, beta_hidden: int = 0,
+                 value: str = "sigmoid", value_scale: float = 4.0, value_input: str = "stream",
+                 **common: object) -> None:
         # set before the base builds the blocks: residual() reads it
-        self.spec = Generators(float(beta_init), beta_hidden, value, float(value_scale),
-                               value_input)
+        self.spec = Generators(generator, float(beta_init), beta_hidden, value,
+                               float(value_scale), value_input)
         super().__init__(**common)  # type: ignore[arg-type]
 
     def residual(self) -> nn.Module:
@@ -457,15 +614,11 @@ class _DeltaTransformer(Transformer):
         arrays are ``(B, T, S, ·)`` for ``S = 2 · depth`` sublayers (attention, MLP, attention,
         …): gate β, ‖k̃‖, direction k, target v, and the readout ``kᵀX`` before the update with
         the discrepancies ``e = kᵀX − v`` before and after it."""
-        X = self.state(tokens)
         layers = []
-        for block in self.blocks:
-            for i, residual in enumerate(block.residuals):
-                x_in, c, h = block.process(i, X)
-                v, beta = residual.generators(x_in, c)
-                after = residual(X, x_in, c, h)
-                layers.append((beta, h, normalize_direction(h).to(X.dtype), v, X, after))
-                X = after
+        for p in self.passes(tokens):
+            k_raw, v, beta = p.residual.generators(p.x_in, p.c, p.h)
+            k = normalize_direction(k_raw).to(p.before.dtype)
+            layers.append((beta, k_raw, k, v, p.before, p.after))
         return DeltaProbe.of_layers(layers, dim=2)
 
 
