@@ -415,8 +415,8 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
         right.set(title=f"{setting}: do the gates follow the events?", ylim=(-0.02, 1.02),
                   ylabel="share of gates in the event's regime")
         right.legend(**legend)
-    fig.suptitle(f"paired over seeds; {knob}*: the smallest {knob} from which on the 95% CI "
-                 "stays on the model's better side", fontsize=8)
+    fig.suptitle(f"paired over seeds, mean and 95% CI; {knob}*: the smallest {knob} from which "
+                 "on the model wins (Holm-adjusted p < 0.05) at every larger value", fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.985))
     return fig
 
