@@ -118,6 +118,15 @@ def test_win_loss_and_inconclusive_follow_the_metric_direction(tmp_path):
     assert "inconclusive (n = 8; detectable ±" in render(report)
 
 
+def test_a_shared_ceiling_is_inconclusive_and_says_the_seeds_were_identical(tmp_path):
+    """Both rows at 1.0 on 3 seeds: the exact sign test cannot reach 0.05, so no
+    "equivalent"; the verdict says why instead of naming a detectable difference."""
+    rows = seeds("resnet", [1.0] * 3) + seeds("ddl", [1.0] * 3)
+    report = dd.build_report(store_rows(tmp_path, rows))
+    assert labels(report) == {("ddl", "resnet"): "inconclusive"}
+    assert "inconclusive (n = 3; identical on every seed)" in render(report)
+
+
 def test_p_values_are_holm_adjusted_over_every_test_of_the_report(tmp_path):
     rows = seeds("resnet", BASE8)
     shifts = {"a": 0.3, "b": 0.02, "c": 0.015}  # one clear win, two small effects

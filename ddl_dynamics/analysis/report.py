@@ -401,8 +401,12 @@ def _verdict(c: Comparison) -> str:
     if c.paired is None:
         return c.label
     if c.label == "inconclusive":
-        seen = (f"; detectable ±{_num(c.detectable, 2)}" if c.detectable is not None
-                else "")
+        if c.detectable is not None:
+            seen = f"; detectable ±{_num(c.detectable, 2)}"
+        elif c.paired.differences and not any(c.paired.differences):
+            seen = "; identical on every seed"  # a shared ceiling, not a test of equality
+        else:
+            seen = ""
         return f"inconclusive (n = {c.paired.total}{seen})"
     return f"{c.label} (n = {c.paired.total})"
 
