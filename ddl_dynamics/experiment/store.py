@@ -42,9 +42,9 @@ from .._task import Task, list_tasks
 from ..models.base import list_models
 from .config import FINISHED, Cell, check_label
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS results (
-    key TEXT PRIMARY KEY,
+#: A result's columns after its key: a cell's row in ``results``, and each earlier attempt at
+#: it in ``attempts``, which copies them over when the cell is retried.
+_RESULT_COLUMNS = """
     task TEXT NOT NULL,
     model TEXT NOT NULL,
     seed INTEGER NOT NULL,
@@ -60,7 +60,10 @@ CREATE TABLE IF NOT EXISTS results (
     peak_mem INTEGER,
     config TEXT NOT NULL,
     created_at TEXT NOT NULL
-);
+"""
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS results (
+    key TEXT PRIMARY KEY,{_RESULT_COLUMNS});
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL,
@@ -74,23 +77,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE TABLE IF NOT EXISTS attempts (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
-    key TEXT NOT NULL,
-    task TEXT NOT NULL,
-    model TEXT NOT NULL,
-    seed INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    message TEXT NOT NULL,
-    metrics TEXT NOT NULL,
-    curve TEXT NOT NULL,
-    params INTEGER,
-    flops REAL,
-    nfe_forward REAL,
-    nfe_backward REAL,
-    wall_time REAL,
-    peak_mem INTEGER,
-    config TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
+    key TEXT NOT NULL,{_RESULT_COLUMNS});
 CREATE TABLE IF NOT EXISTS claims (
     key TEXT PRIMARY KEY,
     owner TEXT,
