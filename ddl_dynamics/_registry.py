@@ -1,8 +1,9 @@
 """One generic name → factory registry, shared by tasks and models.
 
-Names resolve in this order: registered here, then ``"module:Name"`` import paths, then
-the package entry-point group (scanned lazily, once). Unknown names fail with one
-``ValueError`` that lists the valid names and a did-you-mean hint.
+Names resolve in this order: registered here (the built-in modules are imported on the first
+lookup, so no caller has to import them first), then ``"module:Name"`` import paths, then the
+package entry-point group (scanned lazily, once). Unknown names fail with one ``ValueError``
+that lists the valid names and a did-you-mean hint.
 """
 
 from __future__ import annotations
@@ -26,19 +27,24 @@ def did_you_mean(name: str, choices: list[str]) -> str:
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
-def first_doc_line(obj: object) -> str:
-    doc = inspect.getdoc(obj) or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+def first_paragraph(obj: object) -> str:
+    """The docstring's first paragraph as one line: a summary never cut mid-sentence."""
+    doc = (inspect.getdoc(obj) or "").strip()
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 class Registry(Generic[T]):
     """Maps names to factories (classes or functions) of one kind of object."""
 
-    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+    def __init__(self, kind: str, entry_point_group: str | None = None,
+                 builtins: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self.entry_point_group = entry_point_group
+        #: Modules whose import registers the built-in names, imported on the first lookup.
+        self.builtins = builtins
         self._factories: dict[str, Callable[..., T]] = {}
         self._scanned = entry_point_group is None
+        self._loaded = not builtins
 
     def register(
         self, name: str, factory: Callable[..., T] | None = None, *, overwrite: bool = False
@@ -53,7 +59,15 @@ class Registry(Generic[T]):
 
         return add(factory) if factory is not None else add
 
+    def _load_builtins(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True  # first: the modules register through this registry
+        for module in self.builtins:
+            importlib.import_module(module)
+
     def _scan_entry_points(self) -> None:
+        self._load_builtins()
         if self._scanned:
             return
         self._scanned = True
@@ -67,6 +81,7 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> Callable[..., T]:
         """The factory for ``name`` (a registered name or ``"module:Name"``)."""
+        self._load_builtins()
         if name in self._factories:
             return self._factories[name]
         if ":" in name:
@@ -85,9 +100,9 @@ class Registry(Generic[T]):
         return self.get(name)(**kwargs)
 
     def describe(self) -> Iterator[tuple[str, str]]:
-        """``(name, first docstring line)`` for every registered name."""
+        """``(name, first docstring paragraph)`` for every registered name."""
         for name in self.names():
-            yield name, first_doc_line(self._factories[name])
+            yield name, first_paragraph(self._factories[name])
 
     def __contains__(self, name: str) -> bool:
         return name in self._factories or name in self.names()

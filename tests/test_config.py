@@ -483,8 +483,8 @@ def test_declared_comparisons_are_checked_and_kept():
     cfg = config(comparisons=[{"model": "ddl", "control": "ddl-bmax1"},
                               {"model": "ddl", "control": "resnet", "tasks": ["parity"],
                                "split": "long", "requires": 0.99}])
-    assert cfg.comparisons == (dd.Comparison("ddl", "ddl-bmax1"),
-                               dd.Comparison("ddl", "resnet", ("parity",), "long", 0.99))
+    assert cfg.comparisons == (dd.ComparisonSpec("ddl", "ddl-bmax1"),
+                               dd.ComparisonSpec("ddl", "resnet", ("parity",), "long", 0.99))
 
 
 @pytest.mark.parametrize(
