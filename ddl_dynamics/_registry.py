@@ -12,6 +12,7 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
@@ -31,6 +32,92 @@ def first_paragraph(obj: object) -> str:
     """The docstring's first paragraph as one line: a summary never cut mid-sentence."""
     doc = (inspect.getdoc(obj) or "").strip()
     return " ".join(doc.split("\n\n")[0].split())
+
+
+def option_docs(obj: object) -> dict[str, str]:
+    """What the documentation of ``obj`` (a class: along its bases) says of each option, for
+    listings: a ``#:`` comment above a field, an ``Args:``/``Options:`` entry ``name: text``,
+    the parenthesis after ````name```` in a docstring, else the first clause that names it
+    (the class's docstring, then its module's)."""
+    docs: dict[str, str] = {}
+    classes = [c for c in getattr(obj, "__mro__", (obj,)) if c is not object]
+    for cls in classes:
+        for name, text in [*_field_comments(cls).items(), *_entries(cls.__doc__ or "").items()]:
+            docs.setdefault(name, text)
+    texts = [inspect.getdoc(c) or "" for c in classes]
+    texts += [inspect.getdoc(sys.modules.get(c.__module__)) or "" for c in classes]
+    texts = [" ".join(text.split()) for text in texts]
+    for text in texts:
+        for name, said in re.findall(r"``(\w+)`` \(([^()]*(?:\([^()]*\)[^()]*)*)\)", text):
+            docs.setdefault(name, said)
+    clauses = [clause for text in texts for clause in _clauses(text)]
+    named = [(clause, set(re.findall(r"``(\w+)``", clause))) for clause in clauses]
+    for clause, names in sorted(named, key=lambda pair: len(pair[1])):  # the most specific
+        for name in names:
+            docs.setdefault(name, clause)
+    return {name: text.rstrip(".;") for name, text in docs.items()}
+
+
+def _field_comments(cls: object) -> dict[str, str]:
+    """``#: text`` comments above ``name: type`` lines in a class's source."""
+    try:
+        lines = inspect.getsource(cls).splitlines()  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return {}
+    docs, comment = {}, []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#:"):
+            comment.append(stripped[2:].strip())
+            continue
+        field = re.match(r"(\w+)\s*:", stripped)
+        if field and comment:
+            docs[field[1]] = " ".join(comment)
+        comment = []
+    return docs
+
+
+def _entries(doc: str) -> dict[str, str]:
+    """Google-style ``name: text`` entries under ``Args:``, ``Options:`` or ``Attributes:``,
+    continuation lines included; ``a: text. b: text.`` on one line gives two."""
+    entries: dict[str, str] = {}
+    section, current = False, ""
+    for line in inspect.cleandoc(doc).splitlines():
+        if re.fullmatch(r"(Args|Options|Attributes):", line.strip()):
+            section, current = True, ""
+            continue
+        if not line.startswith(" "):
+            section = section and not line.strip()
+            current = ""
+            continue
+        if not section:
+            continue
+        start = re.match(r"    (\w+(?:, \w+)*): (.*)", line)
+        if start:
+            text = start[2]
+            for names, said in re.findall(r"(?:^|(?<=\. ))(\w+(?:, \w+)*): (.*?)(?=\. \w+: |$)",
+                                          f"{start[1]}: {text}"):
+                for name in names.split(", "):
+                    entries[name] = said.strip()
+                current = names.split(", ")[-1]
+        elif current:
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` cut into clauses at ``. `` and ``; `` outside parentheses (those of
+    ````literals```` aside)."""
+    clauses, depth, start = [], 0, 0
+    literal = False
+    for i, char in enumerate(text):
+        literal ^= text[i:i + 2] == "``" and text[i - 1:i] != "`"
+        depth += 0 if literal else {"(": 1, ")": -1}.get(char, 0)
+        if depth <= 0 and char in ".;" and text[i + 1:i + 2] in (" ", ""):
+            clauses.append(text[start:i + 1].strip())
+            start = i + 1
+    clauses.append(text[start:].strip())
+    return [c for c in clauses if c]
 
 
 class Registry(Generic[T]):

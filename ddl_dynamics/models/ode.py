@@ -33,7 +33,8 @@ SOLVERS = ("auto", "torchdiffeq")
 
 @register_model("node")
 class NeuralODE(DepthModel):
-    """Neural ODE dx/dt = f(x, u(t)) over depth time [0, T], solved by torchdiffeq.
+    """Neural ODE dx/dt = f(x, u(t)) over depth time [0, T]; by default solved by the suite's
+    own dopri5, by torchdiffeq for other methods and the adjoint.
 
     Options:
         method: a torchdiffeq solver. Adaptive ones (``dopri5``, ...) honour ``rtol``,
