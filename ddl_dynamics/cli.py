@@ -348,21 +348,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _bad_usage(err: Exception) -> bool:
     """Whether ``err`` is a user's mistake or a storage problem: an ``OSError`` (a file
-    missing, unreadable or full), or a ``ValueError`` or ``ImportError`` raised on purpose by
-    the suite's code or a user's task file (a check of input, a configuration, a store). The
-    same types raised inside a library (torch, numpy, the standard library), and every other
-    type, are bugs."""
+    missing, unreadable or full), or a ``ValueError`` or ``ImportError`` that the suite's code
+    or a user's task file raises on purpose (a ``raise`` statement: a check of input, a
+    configuration, a store). The same types from inside a library (torch, numpy, the
+    standard library) or from a call into one, and every other type, are bugs."""
     if isinstance(err, OSError):
         return True
     frames = traceback.extract_tb(err.__traceback__)
     if not isinstance(err, ValueError | ImportError) or not frames:
         return False
-    where = Path(frames[-1].filename).resolve()
-    if where.is_relative_to(Path(__file__).resolve().parent):
-        return True
+    innermost = frames[-1]
+    if not (innermost.line or "").startswith("raise"):
+        return False
+    where = Path(innermost.filename).resolve()
     libraries = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib",
                                                         "platlib")}
-    return not any(where.is_relative_to(Path(path).resolve()) for path in libraries if path)
+    return where.is_relative_to(Path(__file__).resolve().parent) or not any(
+        where.is_relative_to(Path(path).resolve()) for path in libraries if path)
 
 
 def _save_traceback(err: BaseException) -> str:

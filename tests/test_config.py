@@ -11,7 +11,7 @@ import torch
 import ddl_dynamics as dd
 from ddl_dynamics._task import TASKS
 from ddl_dynamics.experiment.cells import model_options
-from ddl_dynamics.experiment.config import ConfigWarning
+from ddl_dynamics.experiment.config import Cell, ConfigWarning
 
 FLIP = {"name": "sign-flip", "spec": {"variant": "1d"}, "model": {"width": 1}}
 
@@ -98,7 +98,7 @@ def test_keys_are_stable_and_distinct():
     changed = [c.key for c in dd.expand_cells(config(defaults={"train": {"steps": 21}}))]
     assert not set(first) & set(changed)
     cell = dd.expand_cells(config())[0]
-    assert dd.Cell.from_dict(cell.to_dict()).key == cell.key
+    assert Cell.from_dict(cell.to_dict()).key == cell.key
 
 
 def test_filters_and_overrides():
