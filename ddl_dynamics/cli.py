@@ -33,28 +33,29 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    from ._task import TASKS
+    from ._registry import first_paragraph
+    from ._task import TASKS, make_task
 
     _load_task_files(args)
     if args.name is None:
         for name, doc in TASKS.describe():
             print(f"{name:20} {doc}")
         return 0
-    task = TASKS.get(args.name)
-    print(f"{args.name}: {_plain(_summary(task))}")
+    cls, task = TASKS.get(args.name), make_task(args.name)
+    print(f"{args.name}: {_plain(first_paragraph(cls))}")
     print(f"kind {task.kind}; metric {task.metric_name} "
-          f"({'higher' if task.metric_name == 'accuracy' else 'lower'} is better); "
-          f"splits {', '.join(('train', 'val', 'test', *task.ood_splits))}"
-          + (f"; knob {task.knob}" if task.knob else ""))
+          f"({'higher' if task.higher_is_better else 'lower'} is better); "
+          f"splits {', '.join(task.splits)}" + (f"; knob {task.knob}" if task.knob else ""))
     if task.regime:
         print(f"probes: {task.regime}")
-    fields = dataclasses.fields(task) if dataclasses.is_dataclass(task) else ()
     _print_options("spec fields (an experiment file sets them in its [[tasks]] entry's spec)",
-                   [(f.name, f.type, _field_default(f)) for f in fields], task)
+                   [(f.name, f.type, getattr(task, f.name)) for f in dataclasses.fields(task)],
+                   cls)
     return 0
 
 
 def _models(args: argparse.Namespace) -> int:
+    from ._registry import first_paragraph
     from .models.base import MODELS, model_options
 
     _load_task_files(args)
@@ -63,7 +64,7 @@ def _models(args: argparse.Namespace) -> int:
             print(f"{name:20} {doc}")
         return 0
     factory = MODELS.get(args.name)
-    print(f"{args.name}: {_plain(_summary(factory))}")
+    print(f"{args.name}: {_plain(first_paragraph(factory))}")
     options = model_options(args.name)
     _print_options("options (an experiment file sets them in its [[models]] entry)",
                    [(name, hint, default) for name, (default, hint) in options.items()],
@@ -71,23 +72,9 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(obj: object) -> str:
-    from ._registry import first_paragraph
-
-    return first_paragraph(obj)
-
-
 def _plain(text: str) -> str:
     """Docstring text without its reST markup: ````x```` and ``:role:`x``` read ``x``."""
     return re.sub(r":\w+:`~?([^`]*)`", r"\1", text).replace("``", "")
-
-
-def _field_default(field: dataclasses.Field[Any]) -> Any:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return None
 
 
 def _print_options(title: str, options: Sequence[tuple[str, Any, Any]], owner: object) -> None:
@@ -161,8 +148,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _load_task_files(args: argparse.Namespace) -> None:
-    """``--task-file`` of report and plot: imported before the run's own kept copies, which
-    are then only imported for what is still missing."""
+    """``--task-file`` of the listings, report and plot: imported before a run's own kept
+    copies, which are then only imported for what is still missing."""
     from .experiment.store import load_task_file
 
     for task_file in args.task_file:
