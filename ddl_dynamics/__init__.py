@@ -1,120 +1,87 @@
 """ddl_dynamics: where does the Delta operator beat additive residual stacks and neural ODEs?
 
-The public API, in one screen. The implementation is in three wings whose imports run one
-way, ``analysis`` → ``experiment`` → task interface → ``models`` → registry:
+The public API, in one screen, by group (:data:`API`). The implementation is in three wings
+whose imports run one way, ``analysis`` → ``experiment`` → task interface → ``models`` →
+registry:
 
 - ``models/``: the Delta operator and the depth-model families;
 - ``experiment/``: experiment files, the trainer, the runner and the results store;
 - ``analysis/``: report, expectations, probes, regime analysis, figures and HTML.
+
+Names load on first use, so ``import ddl_dynamics`` (and ``ddl-dyn --help``) imports
+neither torch nor matplotlib; everything else is importable from its own module.
 """
 
-# --- the Delta operator
-from .models.operator import (
-    REGIME_BOUNDS,
-    REGIMES,
-    delta_update,
-    gate,
-    gate_logit,
-    generated_update,
-    normalize_direction,
-    regime,
-    regime_index,
-    shortcut_matrix,
-    split_generators,
-    write_update,
-)
+from __future__ import annotations
 
-# --- depth models (importing the family modules registers them)
-# isort: split
-# --- tasks
-from ._registry import load_file
-from ._task import (
-    IGNORE_INDEX,
-    Expectation,
-    SequenceTask,
-    Subject,
-    Task,
-    TaskData,
-    check_task,
-    content_overlap,
-    held_out,
-    list_tasks,
-    make_task,
-    register_task,
-    split_generator,
-)
-from .models import delta, ode, residual, transformer  # noqa: F401
-from .models.base import DepthModel, check_model, list_models, make_model, register_model
-from .models.delta import DeltaProbe
-from .models.params import count_parameters, match_hidden, parameter_count
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
 
-# --- experiments, training and results
-# isort: split
-from .experiment.cells import expand_cells
-from .experiment.config import Cell, Comparison, ConfigError, ExperimentConfig, TrainConfig
-from .experiment.reader import load_experiment, parse_experiment
-from .experiment.runner import run_experiment
-from .experiment.store import ResultStore, RunResult, load_trained
-from .experiment.train import train
+#: The public names, by group: ``module → names`` (modules relative to this package).
+API: dict[str, dict[str, tuple[str, ...]]] = {
+    "the Delta operator": {
+        ".models.operator": ("REGIMES", "delta_update", "gate", "normalize_direction",
+                             "write_update"),
+    },
+    "tasks": {
+        "._task": ("IGNORE_INDEX", "Expectation", "SequenceTask", "Subject", "Task", "TaskData",
+                   "check_task", "held_out", "list_tasks", "make_task", "register_task",
+                   "split_generator"),
+    },
+    "depth models": {
+        ".models.base": ("DepthModel", "check_model", "list_models", "make_model",
+                         "register_model"),
+        ".models.params": ("count_parameters",),
+    },
+    "experiments and training": {
+        ".experiment.config": ("ComparisonSpec", "ConfigError", "ExperimentConfig", "ModelEntry",
+                               "TaskEntry", "TrainConfig"),
+        ".experiment.reader": ("load_experiment", "parse_experiment"),
+        ".experiment.cells": ("expand_cells",),
+        ".experiment.runner": ("run_experiment",),
+        ".experiment.train": ("train",),
+    },
+    "results, reports and figures": {
+        ".analysis.results": ("load_results",),
+        ".experiment.store": ("ResultStore", "RunResult"),
+        ".analysis.report": ("build_report",),
+        ".analysis.html": ("write_html_report",),
+        ".analysis.figures": ("make_figures",),
+    },
+}
+_HOME = {name: module for group in API.values() for module, names in group.items()
+         for name in names}
+#: The subpackages, reachable as attributes (``ddl_dynamics.experiment.store``) once imported.
+_SUBPACKAGES = ("analysis", "experiment", "models", "tasks")
 
-# --- analysis and figures
-# isort: split
-from .analysis.figures import make_figures
-from .analysis.html import write_html_report
-from .analysis.probes import probe_run
-from .analysis.report import build_report
+__all__ = sorted(_HOME)
 
-__all__ = [
-    "IGNORE_INDEX",
-    "REGIMES",
-    "REGIME_BOUNDS",
-    "Cell",
-    "Comparison",
-    "ConfigError",
-    "DeltaProbe",
-    "DepthModel",
-    "Expectation",
-    "ExperimentConfig",
-    "ResultStore",
-    "RunResult",
-    "SequenceTask",
-    "Subject",
-    "Task",
-    "TaskData",
-    "TrainConfig",
-    "build_report",
-    "check_model",
-    "check_task",
-    "content_overlap",
-    "count_parameters",
-    "delta_update",
-    "expand_cells",
-    "gate",
-    "gate_logit",
-    "generated_update",
-    "held_out",
-    "list_models",
-    "list_tasks",
-    "load_experiment",
-    "load_file",
-    "load_trained",
-    "make_figures",
-    "make_model",
-    "make_task",
-    "match_hidden",
-    "normalize_direction",
-    "parameter_count",
-    "parse_experiment",
-    "probe_run",
-    "regime",
-    "regime_index",
-    "register_model",
-    "register_task",
-    "run_experiment",
-    "shortcut_matrix",
-    "split_generator",
-    "split_generators",
-    "train",
-    "write_html_report",
-    "write_update",
-]
+
+def _version() -> str:
+    """The installed distribution's version, else (a source tree) the one pyproject states."""
+    try:
+        return version("ddl-dynamics")
+    except PackageNotFoundError:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+
+
+__version__ = _version()
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name], __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,8 +1,9 @@
 """One generic name → factory registry, shared by tasks and models.
 
-Names resolve in this order: registered here, then ``"module:Name"`` import paths, then
-the package entry-point group (scanned lazily, once). Unknown names fail with one
-``ValueError`` that lists the valid names and a did-you-mean hint.
+Names resolve in this order: registered here (the built-in modules are imported on the first
+lookup, so no caller has to import them first), then ``"module:Name"`` import paths, then the
+package entry-point group (scanned lazily, once). Unknown names fail with one ``ValueError``
+that lists the valid names and a did-you-mean hint.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
@@ -26,19 +28,110 @@ def did_you_mean(name: str, choices: list[str]) -> str:
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
-def first_doc_line(obj: object) -> str:
-    doc = inspect.getdoc(obj) or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+def first_paragraph(obj: object) -> str:
+    """The docstring's first paragraph as one line: a summary never cut mid-sentence."""
+    doc = (inspect.getdoc(obj) or "").strip()
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def option_docs(obj: object) -> dict[str, str]:
+    """What the documentation of ``obj`` (a class: along its bases) says of each option, for
+    listings: a ``#:`` comment above a field, an ``Args:``/``Options:`` entry ``name: text``,
+    the parenthesis after ````name```` in a docstring, else the first clause that names it
+    (the class's docstring, then its module's)."""
+    docs: dict[str, str] = {}
+    classes = [c for c in getattr(obj, "__mro__", (obj,)) if c is not object]
+    for cls in classes:
+        for name, text in [*_field_comments(cls).items(), *_entries(cls.__doc__ or "").items()]:
+            docs.setdefault(name, text)
+    texts = [inspect.getdoc(c) or "" for c in classes]
+    texts += [inspect.getdoc(sys.modules.get(c.__module__)) or "" for c in classes]
+    texts = [" ".join(text.split()) for text in texts]
+    for text in texts:
+        for name, said in re.findall(r"``(\w+)`` \(([^()]*(?:\([^()]*\)[^()]*)*)\)", text):
+            docs.setdefault(name, said)
+    clauses = [clause for text in texts for clause in _clauses(text)]
+    named = [(clause, set(re.findall(r"``(\w+)``", clause))) for clause in clauses]
+    for clause, names in sorted(named, key=lambda pair: len(pair[1])):  # the most specific
+        for name in names:
+            docs.setdefault(name, clause)
+    return {name: text.rstrip(".;") for name, text in docs.items()}
+
+
+def _field_comments(cls: object) -> dict[str, str]:
+    """``#: text`` comments above ``name: type`` lines in a class's source."""
+    try:
+        lines = inspect.getsource(cls).splitlines()  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return {}
+    docs, comment = {}, []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#:"):
+            comment.append(stripped[2:].strip())
+            continue
+        field = re.match(r"(\w+)\s*:", stripped)
+        if field and comment:
+            docs[field[1]] = " ".join(comment)
+        comment = []
+    return docs
+
+
+def _entries(doc: str) -> dict[str, str]:
+    """Google-style ``name: text`` entries under ``Args:``, ``Options:`` or ``Attributes:``,
+    continuation lines included; ``a: text. b: text.`` on one line gives two."""
+    entries: dict[str, str] = {}
+    section, current = False, ""
+    for line in inspect.cleandoc(doc).splitlines():
+        if re.fullmatch(r"(Args|Options|Attributes):", line.strip()):
+            section, current = True, ""
+            continue
+        if not line.startswith(" "):
+            section = section and not line.strip()
+            current = ""
+            continue
+        if not section:
+            continue
+        start = re.match(r"    (\w+(?:, \w+)*): (.*)", line)
+        if start:
+            text = start[2]
+            for names, said in re.findall(r"(?:^|(?<=\. ))(\w+(?:, \w+)*): (.*?)(?=\. \w+: |$)",
+                                          f"{start[1]}: {text}"):
+                for name in names.split(", "):
+                    entries[name] = said.strip()
+                current = names.split(", ")[-1]
+        elif current:
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` cut into clauses at ``. `` and ``; `` outside parentheses (those of
+    ````literals```` aside)."""
+    clauses, depth, start = [], 0, 0
+    literal = False
+    for i, char in enumerate(text):
+        literal ^= text[i:i + 2] == "``" and text[i - 1:i] != "`"
+        depth += 0 if literal else {"(": 1, ")": -1}.get(char, 0)
+        if depth <= 0 and char in ".;" and text[i + 1:i + 2] in (" ", ""):
+            clauses.append(text[start:i + 1].strip())
+            start = i + 1
+    clauses.append(text[start:].strip())
+    return [c for c in clauses if c]
 
 
 class Registry(Generic[T]):
     """Maps names to factories (classes or functions) of one kind of object."""
 
-    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+    def __init__(self, kind: str, entry_point_group: str | None = None,
+                 builtins: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self.entry_point_group = entry_point_group
+        #: Modules whose import registers the built-in names, imported on the first lookup.
+        self.builtins = builtins
         self._factories: dict[str, Callable[..., T]] = {}
         self._scanned = entry_point_group is None
+        self._loaded = not builtins
 
     def register(
         self, name: str, factory: Callable[..., T] | None = None, *, overwrite: bool = False
@@ -53,7 +146,15 @@ class Registry(Generic[T]):
 
         return add(factory) if factory is not None else add
 
+    def _load_builtins(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True  # first: the modules register through this registry
+        for module in self.builtins:
+            importlib.import_module(module)
+
     def _scan_entry_points(self) -> None:
+        self._load_builtins()
         if self._scanned:
             return
         self._scanned = True
@@ -67,6 +168,7 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> Callable[..., T]:
         """The factory for ``name`` (a registered name or ``"module:Name"``)."""
+        self._load_builtins()
         if name in self._factories:
             return self._factories[name]
         if ":" in name:
@@ -85,9 +187,9 @@ class Registry(Generic[T]):
         return self.get(name)(**kwargs)
 
     def describe(self) -> Iterator[tuple[str, str]]:
-        """``(name, first docstring line)`` for every registered name."""
+        """``(name, first docstring paragraph)`` for every registered name."""
         for name in self.names():
-            yield name, first_doc_line(self._factories[name])
+            yield name, first_paragraph(self._factories[name])
 
     def __contains__(self, name: str) -> bool:
         return name in self._factories or name in self.names()

@@ -24,7 +24,8 @@ from torch import Tensor
 from ._registry import Registry
 from .models.operator import REGIMES
 
-TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks")
+TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks",
+                                 builtins=("ddl_dynamics.tasks",))
 
 Loss = Literal["mse", "bce", "ce"]
 Metric = Literal["mse", "accuracy"]
@@ -348,7 +349,6 @@ def register_task(name: str, task: type[Task] | None = None) -> Any:
 
 def make_task(name: str, **spec: Any) -> Task:
     """Build a registered task, overriding spec fields by keyword."""
-    _load_builtin_tasks()
     cls = TASKS.get(name)
     known = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     unknown = sorted(set(spec) - known)
@@ -363,16 +363,16 @@ def make_task(name: str, **spec: Any) -> Task:
 
 
 def list_tasks() -> list[str]:
-    _load_builtin_tasks()
     return TASKS.names()
 
 
-def _load_builtin_tasks() -> None:
-    import ddl_dynamics.tasks  # noqa: F401  (registers the built-ins)
+class TaskCheckError(ValueError):
+    """A task breaks the interface (:func:`check_task`); the message names the problem."""
 
 
 def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> None:
-    """Validate a task against the interface; raises ``AssertionError`` naming the problem.
+    """Validate a task against the interface; raises :class:`TaskCheckError` (a
+    ``ValueError``, so it holds under ``python -O``) naming the problem.
 
     Run it on your own task before a sweep. It checks shapes, dtypes, finiteness,
     determinism, that loss and metric accept the targets, and that val and test are held
@@ -381,69 +381,84 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> N
     """
     name = type(task).__name__
     unknown = sorted(set(task.regimes) - set(REGIMES))
-    assert not unknown, f"{name}.regimes: unknown regime {unknown[0]!r}; regimes: {REGIMES}"
+    if unknown:
+        raise TaskCheckError(f"{name}.regimes: unknown regime {unknown[0]!r}; regimes: {REGIMES}")
     fields = [f.name for f in dataclasses.fields(task)]
-    assert task.knob in (None, *fields), f"{name}.knob {task.knob!r} is not a spec field"
+    if task.knob not in (None, *fields):
+        raise TaskCheckError(f"{name}.knob {task.knob!r} is not a spec field")
     for split in task.splits:
         data = task.sample(n, seed, split)
-        assert isinstance(data, TaskData), f"{name}.sample must return TaskData"
-        assert len(data) == n, f"{name}[{split}]: asked {n} samples, got {len(data)}"
+        if not isinstance(data, TaskData):
+            raise TaskCheckError(f"{name}.sample must return TaskData")
+        if len(data) != n:
+            raise TaskCheckError(f"{name}[{split}]: asked {n} samples, got {len(data)}")
         if task.kind == "sequence":
             _check_tokens(task, data, f"{name}[{split}]")
         else:
-            assert data.inputs.shape == (n, task.in_dim), (
-                f"{name}[{split}]: inputs {tuple(data.inputs.shape)} != {(n, task.in_dim)}"
-            )
+            if data.inputs.shape != (n, task.in_dim):
+                raise TaskCheckError(
+                    f"{name}[{split}]: inputs {tuple(data.inputs.shape)} != {(n, task.in_dim)}"
+                )
             steps = data.steps
             want = (n, task.out_dim) if task.supervise == "final" else (n, steps, task.out_dim)
-            assert tuple(data.targets.shape) == want, (
-                f"{name}[{split}]: targets {tuple(data.targets.shape)} != {want}"
-            )
-            if task.control_dim:
-                assert data.controls is not None, f"{name}[{split}]: control_dim>0 but no controls"
-                assert tuple(data.controls.shape) == (n, steps, task.control_dim), (
-                    f"{name}[{split}]: controls {tuple(data.controls.shape)} != "
-                    f"{(n, steps, task.control_dim)}"
+            if tuple(data.targets.shape) != want:
+                raise TaskCheckError(
+                    f"{name}[{split}]: targets {tuple(data.targets.shape)} != {want}"
                 )
-            else:
-                assert data.controls is None, f"{name}[{split}]: controls given but control_dim=0"
-            if data.trajectory is not None:
-                assert data.trajectory.shape[:2] == (n, steps + 1), (
+            if task.control_dim:
+                if data.controls is None:
+                    raise TaskCheckError(f"{name}[{split}]: control_dim>0 but no controls")
+                if tuple(data.controls.shape) != (n, steps, task.control_dim):
+                    raise TaskCheckError(
+                        f"{name}[{split}]: controls {tuple(data.controls.shape)} != "
+                        f"{(n, steps, task.control_dim)}"
+                    )
+            elif data.controls is not None:
+                raise TaskCheckError(f"{name}[{split}]: controls given but control_dim=0")
+            if data.trajectory is not None and data.trajectory.shape[:2] != (n, steps + 1):
+                raise TaskCheckError(
                     f"{name}[{split}]: trajectory {tuple(data.trajectory.shape)} "
                     "is not (n, steps+1, ·)"
                 )
             if data.step_regimes is not None:
                 regimes = data.step_regimes
-                assert tuple(regimes.shape) == (n, steps) and not regimes.is_floating_point(), (
-                    f"{name}[{split}]: step_regimes must be integers of shape {(n, steps)}"
-                )
-                assert ((regimes >= -1) & (regimes < len(REGIMES))).all(), (
-                    f"{name}[{split}]: step_regimes must be −1 or an index in REGIMES"
-                )
+                if tuple(regimes.shape) != (n, steps) or regimes.is_floating_point():
+                    raise TaskCheckError(
+                        f"{name}[{split}]: step_regimes must be integers of shape {(n, steps)}"
+                    )
+                if not ((regimes >= -1) & (regimes < len(REGIMES))).all():
+                    raise TaskCheckError(
+                        f"{name}[{split}]: step_regimes must be −1 or an index in REGIMES"
+                    )
             for label, t in (("inputs", data.inputs), ("targets", data.targets),
                              ("controls", data.controls)):
                 if t is not None:
-                    assert t.dtype == torch.float32, (  # the models' dtype: other floats fail
-                        f"{name}[{split}]: {label} must be float32, got {t.dtype}")
-                    assert torch.isfinite(t).all(), f"{name}[{split}]: {label} has NaN/Inf"
+                    if t.dtype != torch.float32:  # the models' dtype: other floats fail
+                        raise TaskCheckError(
+                            f"{name}[{split}]: {label} must be float32, got {t.dtype}"
+                        )
+                    if not torch.isfinite(t).all():
+                        raise TaskCheckError(f"{name}[{split}]: {label} has NaN/Inf")
         again = task.sample(n, seed, split)
-        assert torch.equal(data.inputs, again.inputs) and torch.equal(
-            data.targets, again.targets
-        ), f"{name}[{split}]: sample is not deterministic in its seed"
+        if not (torch.equal(data.inputs, again.inputs)
+                and torch.equal(data.targets, again.targets)):
+            raise TaskCheckError(f"{name}[{split}]: sample is not deterministic in its seed")
         loss = task.loss(data.targets.clone(), data.targets) if task.loss_name == "mse" else None
-        assert loss is None or loss.item() == 0.0, f"{name}: loss of a perfect prediction != 0"
+        if loss is not None and loss.item() != 0.0:
+            raise TaskCheckError(f"{name}: loss of a perfect prediction != 0")
         if task.kind == "sequence":
             perfect = F.one_hot(data.targets.clamp(min=0), task.out_dim).float()
-            assert task.metric(perfect, data.targets) == 1.0, (
-                f"{name}: metric of a perfect prediction != 1")
+            if task.metric(perfect, data.targets) != 1.0:
+                raise TaskCheckError(f"{name}: metric of a perfect prediction != 1")
         else:
             task.metric(torch.zeros_like(data.targets), data.targets)
     for split in IN_DISTRIBUTION[1:]:
         overlap = content_overlap(task, split, n_overlap, seed)
-        assert overlap <= MAX_OVERLAP, (
-            f"{name}: {overlap:.0%} of {split} examples also occur in train (at most "
-            f"{MAX_OVERLAP:.0%} allowed); hold whole inputs out, e.g. with held_out()"
-        )
+        if overlap > MAX_OVERLAP:
+            raise TaskCheckError(
+                f"{name}: {overlap:.0%} of {split} examples also occur in train (at most "
+                f"{MAX_OVERLAP:.0%} allowed); hold whole inputs out, e.g. with held_out()"
+            )
 
 
 def _check_tokens(task: Task, data: TaskData, where: str) -> None:
@@ -452,10 +467,15 @@ def _check_tokens(task: Task, data: TaskData, where: str) -> None:
     shape = (len(data), data.steps)
     for label, t, size in (("inputs", data.inputs, task.in_dim),
                            ("targets", data.targets, task.out_dim)):
-        assert t.dtype == torch.int64, f"{where}: {label} must be int64 tokens, got {t.dtype}"
-        assert tuple(t.shape) == shape, f"{where}: {label} {tuple(t.shape)} != {shape}"
+        if t.dtype != torch.int64:
+            raise TaskCheckError(f"{where}: {label} must be int64 tokens, got {t.dtype}")
+        if tuple(t.shape) != shape:
+            raise TaskCheckError(f"{where}: {label} {tuple(t.shape)} != {shape}")
         ids = t[t != IGNORE_INDEX] if label == "targets" else t
-        assert ((ids >= 0) & (ids < size)).all(), f"{where}: {label} outside [0, {size})"
-    assert data.controls is None, f"{where}: a sequence task has no controls"
+        if not ((ids >= 0) & (ids < size)).all():
+            raise TaskCheckError(f"{where}: {label} outside [0, {size})")
+    if data.controls is not None:
+        raise TaskCheckError(f"{where}: a sequence task has no controls")
     scored = data.targets != IGNORE_INDEX
-    assert scored.any(dim=1).all(), f"{where}: a sequence has no scored position"
+    if not scored.any(dim=1).all():
+        raise TaskCheckError(f"{where}: a sequence has no scored position")

@@ -1,46 +1,92 @@
 """``ddl-dyn``: list tasks and models, run an experiment, report and plot a run.
 
-Exit codes: 0 success, 1 some cells failed or diverged, 2 bad usage (unknown names,
-invalid values, malformed TOML, missing files, broken task files, a file that is not a
-results store, a damaged row or weights file) or a storage problem (disk full, read-only,
-permission denied), reported as one line on stderr; warnings go to stderr as one line each.
+Exit codes: 0 success; 1 some cells failed or diverged (``run``), or nothing to draw
+(``plot``); 2 bad usage (unknown names, invalid values, malformed TOML, missing files, broken
+task files, a file that is not a results store, a damaged row or weights file) or a storage
+problem (disk full, read-only, permission denied), reported as one line on stderr; 3 an
+internal error (a bug), reported as one line that says so and names the file holding the
+traceback; 130 interrupted. Warnings go to stderr as one line each.
+
+A subcommand's modules (torch, matplotlib) are imported only when it runs, or when its own
+``--help`` lists choices that need them: ``ddl-dyn --help`` imports neither.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
 import sys
+import sysconfig
+import tempfile
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._task import TASKS, list_tasks
-from .analysis.figures import FIGURE_KINDS, make_figures
-from .analysis.html import write_html_report
-from .analysis.report import RENDERERS, build_report, render, write_report
-from .experiment.bench import BENCH_PARTS, run_bench
-from .experiment.runner import run_experiment
-from .experiment.store import load_task_file
-from .models.base import MODELS
+from . import __version__
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    list_tasks()
-    for name, doc in TASKS.describe():
-        print(f"{name:20} {doc}")
+    from ._registry import first_paragraph
+    from ._task import TASKS, make_task
+
+    _load_task_files(args)
+    if args.name is None:
+        for name, doc in TASKS.describe():
+            print(f"{name:20} {doc}")
+        return 0
+    cls, task = TASKS.get(args.name), make_task(args.name)
+    print(f"{args.name}: {_plain(first_paragraph(cls))}")
+    print(f"kind {task.kind}; metric {task.metric_name} "
+          f"({'higher' if task.higher_is_better else 'lower'} is better); "
+          f"splits {', '.join(task.splits)}" + (f"; knob {task.knob}" if task.knob else ""))
+    if task.regime:
+        print(f"probes: {task.regime}")
+    _print_options("spec fields (an experiment file sets them in its [[tasks]] entry's spec)",
+                   [(f.name, f.type, getattr(task, f.name)) for f in dataclasses.fields(task)],
+                   cls)
     return 0
 
 
 def _models(args: argparse.Namespace) -> int:
-    for name, doc in MODELS.describe():
-        print(f"{name:20} {doc}")
+    from ._registry import first_paragraph
+    from .models.base import MODELS, model_options
+
+    _load_task_files(args)
+    if args.name is None:
+        for name, doc in MODELS.describe():
+            print(f"{name:20} {doc}")
+        return 0
+    factory = MODELS.get(args.name)
+    print(f"{args.name}: {_plain(first_paragraph(factory))}")
+    options = model_options(args.name)
+    _print_options("options (an experiment file sets them in its [[models]] entry)",
+                   [(name, hint, default) for name, (default, hint) in options.items()],
+                   factory)
     return 0
+
+
+def _plain(text: str) -> str:
+    """Docstring text without its reST markup: ````x```` and ``:role:`x``` read ``x``."""
+    return re.sub(r":\w+:`~?([^`]*)`", r"\1", text).replace("``", "")
+
+
+def _print_options(title: str, options: Sequence[tuple[str, Any, Any]], owner: object) -> None:
+    """One line per option: its name, type and default, then what its documentation says."""
+    from ._registry import option_docs
+
+    docs = option_docs(owner)
+    print(f"{title}:")
+    for name, hint, default in options:
+        kind = hint if isinstance(hint, str) else getattr(hint, "__name__", str(hint or ""))
+        said = f"  {_plain(docs[name])}" if name in docs else ""
+        print(f"  {name} ({kind}) = {default!r}{said}")
 
 
 def _only(text: str | None) -> dict[str, list[str]] | None:
@@ -68,6 +114,9 @@ def _seeds(text: str | None) -> list[int] | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .analysis.report import write_report
+    from .experiment.runner import run_experiment
+
     summary = run_experiment(
         args.experiment, run_dir=args.run_dir, jobs=args.jobs, device=args.device,
         seeds=_seeds(args.seeds), only=_only(args.only), backend=args.backend,
@@ -84,6 +133,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    from .experiment.bench import run_bench
+
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected at least 1 timed repeat, got {args.repeats}")
     results = run_bench(args.parts.split(","), args.experiment,
@@ -97,13 +148,18 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _load_task_files(args: argparse.Namespace) -> None:
-    """``--task-file`` of report and plot: imported before the run's own kept copies, which
-    are then only imported for what is still missing."""
+    """``--task-file`` of the listings, report and plot: imported before a run's own kept
+    copies, which are then only imported for what is still missing."""
+    from .experiment.store import load_task_file
+
     for task_file in args.task_file:
         load_task_file(task_file)
 
 
 def _report(args: argparse.Namespace) -> int:
+    from .analysis.html import write_html_report
+    from .analysis.report import build_report, render
+
     _load_task_files(args)
     if args.format == "html":  # figures embedded: probes and plots whatever is missing
         print(f"report: {write_html_report(args.run_dir, args.output)}")
@@ -116,22 +172,34 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ddl-dyn", description="Deep Delta Learning dynamics benchmark suite.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=_tasks)
-    sub.add_parser("models", help="list the registered models").set_defaults(func=_models)
+def _tasks_parser(tasks: argparse.ArgumentParser) -> None:
+    tasks.add_argument("name", nargs="?", help="a task: print its spec fields, their defaults "
+                                               "and what they mean")
+    _task_file_option(tasks, "its tasks are listed too")
+    tasks.set_defaults(func=_tasks)
 
-    run = sub.add_parser("run", help="run an experiment file (resumes a killed run)")
+
+def _models_parser(models: argparse.ArgumentParser) -> None:
+    models.add_argument("name", nargs="?", help="a model: print its options, their defaults "
+                                                "and what they mean")
+    _task_file_option(models, "what it registers is listed too")
+    models.set_defaults(func=_models)
+
+
+def _run_parser(run: argparse.ArgumentParser) -> None:
     run.add_argument("experiment", help="the experiment TOML file")
-    run.add_argument("--jobs", type=int, default=1, help="cells trained at once (default 1)")
+    run.add_argument("--jobs", type=int, default=1,
+                     help="cells trained at once, each worker on one torch thread (default 1: "
+                          "in this process; give the idle cores, e.g. --jobs 2 as the "
+                          "documented timings do)")
     run.add_argument("--device", choices=("cpu", "cuda"), help="override every cell's device")
     run.add_argument("--seeds", help="comma-separated seeds, overriding the file's")
     run.add_argument("--only", help="restrict to labels, e.g. task=parity,model=ddl")
     _task_file_option(run, "a copy is kept in the run folder")
     run.add_argument("--run-dir", help="the run folder (default runs/<name>)")
-    run.add_argument("--backend", choices=("local", "ray"), default="local")
+    run.add_argument("--backend", choices=("local", "ray"), default="local",
+                     help="local: worker processes on this machine (default); ray: the cells "
+                          "as Ray tasks, on a local instance or the cluster of --address")
     run.add_argument("--address", help="with --backend ray: the cluster to join, e.g. auto "
                                        "or ray://HOST:10001 (default: start a local instance)")
     run.add_argument("--no-vectorize", dest="vectorize", action="store_false",
@@ -142,8 +210,10 @@ def _parser() -> argparse.ArgumentParser:
                           "(failed cells always run again)")
     run.set_defaults(func=_run)
 
-    bench = sub.add_parser("bench", help="time the operator, training steps and a suite; "
-                                         "print tables and write JSON")
+
+def _bench_parser(bench: argparse.ArgumentParser) -> None:
+    from .experiment.bench import BENCH_PARTS
+
     bench.add_argument("--parts", default=",".join(BENCH_PARTS),
                        help=f"comma-separated, of {', '.join(BENCH_PARTS)} (default: all; "
                             "cuda is skipped where CUDA is not available)")
@@ -159,20 +229,58 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--output", help="write the JSON here instead")
     bench.set_defaults(func=_bench)
 
-    report = sub.add_parser("report", help="aggregate a run folder into tables")
+
+def _report_parser(report: argparse.ArgumentParser) -> None:
+    from .analysis.report import RENDERERS
+
     report.add_argument("run_dir", help="the run folder, e.g. runs/quick")
     report.add_argument("--format", choices=[*sorted(RENDERERS), "html"], default="md",
-                        help="md, csv, json (to stdout) or html (figures embedded, written "
-                             "to RUN_DIR/report.html)")
+                        help="md, json (to stdout), csv (one line per cell: task, model, "
+                             "seed, grid values, status, each metric a column) or html "
+                             "(figures embedded, written to RUN_DIR/report.html)")
     report.add_argument("--output", help="write to this file instead")
     _task_file_option(report, "instead of the run's kept copy")
     report.set_defaults(func=_report)
 
-    plot = sub.add_parser("plot", help="draw figures of a run folder into RUN_DIR/figures")
-    plot.add_argument("kind", choices=[*FIGURE_KINDS, "all"])
+
+def _plot_parser(plot: argparse.ArgumentParser) -> None:
+    from .analysis.figures import FIGURE_HELP, FIGURE_KINDS
+
+    plot.formatter_class = argparse.RawDescriptionHelpFormatter
+    kinds = {**FIGURE_HELP, "all": "every kind above"}
+    plot.epilog = "figure kinds:\n" + "\n".join(f"  {k:13} {_plain(text)}"
+                                                for k, text in kinds.items())
+    plot.add_argument("kind", choices=[*FIGURE_KINDS, "all"], help="the figures to draw (below)")
     plot.add_argument("run_dir", help="the run folder, e.g. runs/quick")
     _task_file_option(plot, "instead of the run's kept copy")
     plot.set_defaults(func=_plot)
+
+
+#: The subcommands: name → (help, the function that adds its arguments). Only the one asked
+#: for is built, so that the others' imports are never made.
+SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "tasks": ("list the registered tasks, or one task's spec fields", _tasks_parser),
+    "models": ("list the registered models, or one model's options", _models_parser),
+    "run": ("run an experiment file (resumes a killed run)", _run_parser),
+    "bench": ("time the operator, training steps and a suite; print tables and write JSON",
+              _bench_parser),
+    "report": ("aggregate a run folder into tables", _report_parser),
+    "plot": ("draw figures of a run folder into RUN_DIR/figures", _plot_parser),
+}
+
+
+def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The command line's parser, with the arguments of the subcommand ``argv`` names (its
+    first word that is not an option)."""
+    parser = argparse.ArgumentParser(
+        prog="ddl-dyn", description="Deep Delta Learning dynamics benchmark suite.")
+    parser.add_argument("--version", action="version", version=f"ddl-dyn {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = next((word for word in argv if not word.startswith("-")), None)
+    for name, (text, build) in SUBCOMMANDS.items():
+        command = sub.add_parser(name, help=text, description=text)
+        if name == chosen:
+            build(command)
     return parser
 
 
@@ -182,6 +290,8 @@ def _task_file_option(parser: argparse.ArgumentParser, note: str) -> None:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    from .analysis.figures import FIGURE_KINDS, make_figures
+
     _load_task_files(args)
     kinds = FIGURE_KINDS if args.kind == "all" else (args.kind,)
     paths = make_figures(args.run_dir, kinds)
@@ -195,10 +305,11 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser(argv)
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse has printed the usage error
+    except SystemExit as exit_:  # argparse has printed the usage error, the help or version
         return int(exit_.code or 0)
     command: Command = args.func
     try:
@@ -209,13 +320,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (e.g. `| head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, OSError, ImportError) as err:  # ConfigError is a ValueError
-        print(f"ddl-dyn: error: {_one_line(err)}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("ddl-dyn: interrupted; finished cells are stored, rerun to resume",
               file=sys.stderr)
         return 130
+    except Exception as err:
+        if _bad_usage(err):
+            print(f"ddl-dyn: error: {_one_line(err)}", file=sys.stderr)
+            return 2
+        print(f"ddl-dyn: internal error (a bug, not your input): {type(err).__name__}: "
+              f"{_one_line(err)}; traceback in {_save_traceback(err)}", file=sys.stderr)
+        return 3
+
+
+def _bad_usage(err: Exception) -> bool:
+    """Whether ``err`` is a user's mistake or a storage problem: an ``OSError`` (a file
+    missing, unreadable or full), or a ``ValueError`` or ``ImportError`` that the suite's code
+    or a user's task file raises on purpose (a ``raise`` statement: a check of input, a
+    configuration, a store). The same types from inside a library (torch, numpy, the
+    standard library) or from a call into one, and every other type, are bugs."""
+    if isinstance(err, OSError):
+        return True
+    frames = traceback.extract_tb(err.__traceback__)
+    if not isinstance(err, ValueError | ImportError) or not frames:
+        return False
+    innermost = frames[-1]
+    if not (innermost.line or "").startswith("raise"):
+        return False
+    where = Path(innermost.filename).resolve()
+    libraries = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib",
+                                                        "platlib")}
+    return where.is_relative_to(Path(__file__).resolve().parent) or not any(
+        where.is_relative_to(Path(path).resolve()) for path in libraries if path)
+
+
+def _save_traceback(err: BaseException) -> str:
+    """Where the traceback of ``err`` went: a new temporary file, else stderr."""
+    text = "".join(traceback.format_exception(err))
+    try:
+        with tempfile.NamedTemporaryFile("w", prefix="ddl-dyn-traceback-", suffix=".txt",
+                                         delete=False) as file:
+            file.write(text)
+        return file.name
+    except OSError:
+        print(text, file=sys.stderr, end="")
+        return "the lines above"
 
 
 def _check_paths(args: argparse.Namespace) -> None:

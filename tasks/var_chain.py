@@ -52,12 +52,19 @@ class VarChain(SequenceTask):
     one setting of the knob). Accuracy on query positions only.
     """
 
+    #: The sequence length; it follows from the chains (None, or that number).
     length: int | None = None
+    #: Assignments per chain: the look-ups a query takes (the knob).
     hops: int = 2
+    #: Chains per sequence, interleaved at random; each chain's end is queried once.
     chains: int = 2
+    #: The pool variable names are drawn from (None: chains · hops, every name in use).
     variables: int | None = None
+    #: The values a chain starts from (2: bits, as negate needs).
     values: int = 4
+    #: One variable of every chain first gets a stale binding, which a later one replaces.
     reassign: bool = False
+    #: A reference is negated (b=!a) with probability 1/2, flipping the answer's bit.
     negate: bool = False
 
     regime: ClassVar = ("hypothesis: each hop replaces the referent the query token holds, so "

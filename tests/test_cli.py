@@ -50,7 +50,79 @@ def test_listings(capsys):
     assert main(["models"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == dd.list_models()
-    assert all(len(line.split()) > 1 for line in lines)  # each with its one-line doc
+    # each with its docstring's whole first paragraph, never cut mid-sentence
+    described = {line.split()[0]: line.split(maxsplit=1)[1] for line in lines}
+    assert all(text.endswith((".", ")")) for text in described.values()), described
+    assert "with value_channels > 1, the additive expanded-state control" in described[
+        "transformer"]
+    assert "dopri5" in described["node"] and "solved by torchdiffeq" not in described["node"]
+
+
+def test_one_task_or_model_lists_its_options_with_defaults_and_docs(capsys):
+    assert main(["tasks", "var-chain"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    for field, default in (("hops", "2"), ("chains", "2"), ("reassign", "False"),
+                           ("negate", "False")):
+        assert f" = {default}  " in lines[field], lines[field]
+    assert "look-ups a query takes" in lines["hops"]
+    assert main(["tasks", "tiny-sum", "--task-file", TASK_FILE]) == 0
+    assert "  dim (int) = 2" in capsys.readouterr().out
+    assert main(["models", "node"]) == 0
+    out = capsys.readouterr().out
+    assert "  max_steps (int) = 1000  solver steps between two consecutive depth steps" in out
+    assert main(["tasks", "var-chian"]) == 2
+    assert "Did you mean 'var-chain'?" in capsys.readouterr().err
+
+
+def test_version_and_help_import_no_heavy_module():
+    """``--help`` answers at once: it imports neither torch nor matplotlib."""
+    code = ("import sys\nfrom ddl_dynamics.cli import main\n"
+            "for argv in (['--version'], ['--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"ddl-dyn {dd.__version__}\n")
+    assert "COMMAND" in done.stdout and done.stdout.rstrip().endswith("[]")
+
+
+def test_subcommand_help_says_the_defaults_and_every_plot_kind(capsys):
+    from ddl_dynamics.analysis.figures import FIGURE_KINDS
+
+    assert main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default 1: in this process" in text and "ray: the cells as Ray tasks" in text
+    assert main(["plot", "--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    kinds = {line.split()[0]: line for line in lines[lines.index("figure kinds:") + 1:]}
+    assert list(kinds) == [*FIGURE_KINDS, "all"]
+    assert all(len(line.split()) > 3 for line in kinds.values())
+
+
+def test_internal_errors_are_not_reported_as_bad_usage(monkeypatch, capsys):
+    """A bug (any exception the suite did not raise about its input, a ValueError from inside
+    a library included) exits 3 and says where its traceback is; bad usage stays exit 2."""
+    import numpy as np
+
+    from ddl_dynamics import cli
+
+    def buggy(args):
+        return {}["missing"]
+
+    def library_error(args):
+        return np.zeros(2).reshape(3)
+
+    for fake, kind in ((buggy, "KeyError"), (library_error, "ValueError")):
+        monkeypatch.setattr(cli, "_tasks", fake)
+        assert main(["tasks"]) == 3
+        err = capsys.readouterr().err
+        assert err.startswith(f"ddl-dyn: internal error (a bug, not your input): {kind}: ")
+        assert len(err.strip().splitlines()) == 1
+        saved = Path(err.strip().rpartition("traceback in ")[2])
+        assert kind in saved.read_text() and "Traceback" in saved.read_text()
+        saved.unlink()
 
 
 def test_user_task_file_in_worker_pool_with_a_dying_worker(tmp_path):
@@ -85,7 +157,10 @@ def test_run_resume_and_report(write, tmp_path, capsys):
     assert [r["model"] for r in data["tables"][0]["rows"]] == ["ddl-bmax1"]
     csv_path = tmp_path / "r.csv"
     assert main(["report", str(run_dir), "--format", "csv", "--output", str(csv_path)]) == 0
-    assert csv_path.read_text().startswith("task,model,")
+    lines = csv_path.read_text().splitlines()  # one line per cell, under a header
+    assert lines[0].startswith("task,model,seed,") and len(lines) == 3
+    assert [line.split(",")[:3] for line in lines[1:]] == [["overwrite", "ddl-bmax1", "0"],
+                                                           ["overwrite", "ddl-bmax1", "1"]]
 
 
 @pytest.mark.parametrize(("flags", "ensemble"), [([], 2), (["--no-vectorize"], 1)])

@@ -11,7 +11,7 @@ import torch
 import ddl_dynamics as dd
 from ddl_dynamics._task import TASKS
 from ddl_dynamics.experiment.cells import model_options
-from ddl_dynamics.experiment.config import ConfigWarning
+from ddl_dynamics.experiment.config import Cell, ConfigWarning
 
 FLIP = {"name": "sign-flip", "spec": {"variant": "1d"}, "model": {"width": 1}}
 
@@ -98,7 +98,7 @@ def test_keys_are_stable_and_distinct():
     changed = [c.key for c in dd.expand_cells(config(defaults={"train": {"steps": 21}}))]
     assert not set(first) & set(changed)
     cell = dd.expand_cells(config())[0]
-    assert dd.Cell.from_dict(cell.to_dict()).key == cell.key
+    assert Cell.from_dict(cell.to_dict()).key == cell.key
 
 
 def test_filters_and_overrides():
@@ -483,8 +483,8 @@ def test_declared_comparisons_are_checked_and_kept():
     cfg = config(comparisons=[{"model": "ddl", "control": "ddl-bmax1"},
                               {"model": "ddl", "control": "resnet", "tasks": ["parity"],
                                "split": "long", "requires": 0.99}])
-    assert cfg.comparisons == (dd.Comparison("ddl", "ddl-bmax1"),
-                               dd.Comparison("ddl", "resnet", ("parity",), "long", 0.99))
+    assert cfg.comparisons == (dd.ComparisonSpec("ddl", "ddl-bmax1"),
+                               dd.ComparisonSpec("ddl", "resnet", ("parity",), "long", 0.99))
 
 
 @pytest.mark.parametrize(

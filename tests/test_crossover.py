@@ -224,7 +224,7 @@ def test_crossover_figure_marks_p_star_and_keeps_p_zero_in_view():
 
 def test_the_knob_is_a_spec_field():
     assert dd.make_task("switched").knob == "p" and dd.make_task("parity").knob is None
-    with pytest.raises(AssertionError, match="knob 'q' is not a spec field"):
+    with pytest.raises(ValueError, match="knob 'q' is not a spec field"):
         dd.check_task(type("Bad", (type(dd.make_task("switched")),), {"knob": "q"})())
 
 

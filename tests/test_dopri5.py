@@ -8,7 +8,7 @@ from torchdiffeq import odeint
 
 import ddl_dynamics as dd
 from ddl_dynamics.experiment.train import fold_data
-from ddl_dynamics.models.dopri5 import _MID, _STAGES, DENSE, StepsExceeded, dopri5
+from ddl_dynamics.models.dopri5 import _MID, _STAGES, DENSE, SolverCapped, dopri5
 from ddl_dynamics.models.ensemble import fold
 
 ROWS, DIM = 5, 3
@@ -140,7 +140,7 @@ def test_gradients_are_torchdiffeqs_and_pass_gradcheck():
 
 def test_a_member_out_of_steps_raises_what_the_trainer_caps_on():
     _, folded = fields(2, scale=5.0)
-    with pytest.raises(StepsExceeded, match="max_num_steps"):
+    with pytest.raises(SolverCapped, match="max_num_steps"):
         dopri5(folded, start(2), torch.tensor([0.0, 5.0], dtype=torch.float64), members=2,
                **{**SOLVE, "max_steps": 2})
 

@@ -20,6 +20,7 @@ from ddl_dynamics.analysis.probes import probe_model
 from ddl_dynamics.analysis.regimes import contraction, depth_determinant, regime_fractions
 from ddl_dynamics.analysis.report import render
 from ddl_dynamics.cli import main
+from ddl_dynamics.models.operator import gate_logit
 
 PLANTED = (2.0, 1.0, 0.0, 1.5)  # reflection, projection, identity, over-relaxed
 
@@ -34,7 +35,7 @@ def planted_ddl(task):
             out.weight[model.d].zero_()
             # β = 2σ(logit); ±30 saturates the sigmoid to within 1e-13 of 0 or 2
             out.bias[model.d] = 30.0 if beta == 2.0 else -30.0 if beta == 0.0 else (
-                dd.gate_logit(beta))
+                gate_logit(beta))
     return model.eval()
 
 

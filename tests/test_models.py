@@ -10,10 +10,10 @@ from ddl_dynamics import (
     count_parameters,
     list_models,
     make_model,
-    match_hidden,
     normalize_direction,
     write_update,
 )
+from ddl_dynamics.models.params import match_hidden
 
 FAMILIES = ["anode", "ddl", "ddl-write", "gated", "node", "resnet"]
 DISCRETE = ["ddl", "ddl-write", "gated", "resnet"]
@@ -70,7 +70,7 @@ def test_check_model_finds_a_parameter_without_gradient():
             self.unused = nn.Parameter(torch.zeros(3))
 
     check_model(Sound(in_dim=2, out_dim=2, width=4, depth=2))
-    with pytest.raises(AssertionError, match="unused"):
+    with pytest.raises(ValueError, match="unused"):
         check_model(Broken(in_dim=2, out_dim=2, width=4, depth=2))
 
 

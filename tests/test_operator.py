@@ -15,6 +15,14 @@ from torch.utils.flop_counter import FlopCounterMode
 import ddl_dynamics as dd
 from ddl_dynamics.models import delta_kernels
 from ddl_dynamics.models.delta_kernels import BACKEND_ENV, BACKENDS, choose_backend
+from ddl_dynamics.models.operator import (
+    gate_logit,
+    generated_update,
+    regime,
+    regime_index,
+    shortcut_matrix,
+    split_generators,
+)
 
 
 def backend(name):
@@ -47,7 +55,7 @@ def dense_update(X, k, v, beta, erase=True):
     col = X.dim() == k.dim()
     Xm = X.unsqueeze(-1) if col else X
     vm = v.unsqueeze(-1) if col else v
-    A = dd.shortcut_matrix(k, beta if erase else torch.zeros_like(beta))
+    A = shortcut_matrix(k, beta if erase else torch.zeros_like(beta))
     out = A @ Xm + beta[..., None, None] * k.unsqueeze(-1) * vm.unsqueeze(-2)
     return out.squeeze(-1) if col else out
 
@@ -57,7 +65,7 @@ def test_proposition_2_1_spectrum(beta):
     d = 7
     k = dd.normalize_direction(torch.randn(d, dtype=torch.float64), eps=0.0)
     b = torch.tensor(beta, dtype=torch.float64)
-    A = dd.shortcut_matrix(k, b)
+    A = shortcut_matrix(k, b)
     eigvals, eigvecs = torch.linalg.eigh(A)
     expected = torch.sort(torch.tensor([1.0] * (d - 1) + [1 - beta], dtype=torch.float64)).values
     torch.testing.assert_close(eigvals, expected)
@@ -294,7 +302,7 @@ def test_normalize_direction():
 @pytest.mark.parametrize("beta0", [0.05, 0.5, 0.99])
 def test_gate_logit_inverts_gate(beta_max, beta0):
     b0 = beta0 * beta_max
-    out = dd.gate(torch.tensor(dd.gate_logit(b0, beta_max)), beta_max)
+    out = dd.gate(torch.tensor(gate_logit(b0, beta_max)), beta_max)
     assert abs(out.item() - b0) < 1e-6
     assert 0 < dd.gate(torch.tensor(-50.0), beta_max) < dd.gate(torch.tensor(50.0)) <= 2.0
 
@@ -302,7 +310,7 @@ def test_gate_logit_inverts_gate(beta_max, beta0):
 @pytest.mark.parametrize("bad", [0.0, 2.0, -1.0, 3.0])
 def test_gate_logit_rejects_values_outside_the_open_range(bad):
     with pytest.raises(ValueError, match="strictly inside"):
-        dd.gate_logit(bad, 2.0)
+        gate_logit(bad, 2.0)
 
 
 def test_gate_logits_are_fp32_for_bf16():
@@ -326,9 +334,9 @@ def test_gate_logits_are_fp32_for_bf16():
     ],
 )
 def test_regime_thresholds(beta, label):
-    assert dd.regime(beta) == label
-    assert dd.regime(torch.tensor([beta])) == [label]
-    assert dd.REGIMES[dd.regime_index(torch.tensor(beta)).item()] == label
+    assert regime(beta) == label
+    assert regime(torch.tensor([beta])) == [label]
+    assert dd.REGIMES[regime_index(torch.tensor(beta)).item()] == label
 
 
 @pytest.mark.parametrize(
@@ -372,7 +380,7 @@ def test_generated_update_matches_the_dense_reference_and_gradcheck(name, d_v, e
     X, raw = (t.requires_grad_() for t in generated_case((5,), 4, d_v, seed=d_v))
 
     def layer(X, raw):
-        return dd.generated_update(X, raw, value_channels=d_v, beta_max=1.5, erase=erase,
+        return generated_update(X, raw, value_channels=d_v, beta_max=1.5, erase=erase,
                                    backend=name)
 
     out, ref = layer(X, raw), dense_generated(X, raw, d_v, 1.5, erase)
@@ -390,8 +398,8 @@ def test_generated_update_matches_the_dense_reference_and_gradcheck(name, d_v, e
 @pytest.mark.parametrize("d_v", [1, 4, 5])
 def test_generated_update_is_one_node_on_the_cpu_kernel_and_equals_the_composition(name, d_v):
     X, raw = (t.float().requires_grad_() for t in generated_case((3, 7), 6, d_v, seed=1))
-    fused = dd.generated_update(X, raw, value_channels=d_v, backend=name)
-    composed = dd.generated_update(X, raw, value_channels=d_v, backend="reference")
+    fused = generated_update(X, raw, value_channels=d_v, backend=name)
+    composed = generated_update(X, raw, value_channels=d_v, backend="reference")
     assert type(fused.grad_fn).__name__ == "_GeneratedUpdateBackward"
     assert type(composed.grad_fn).__name__ != "_GeneratedUpdateBackward"
     torch.testing.assert_close(fused, composed)
@@ -400,16 +408,16 @@ def test_generated_update_is_one_node_on_the_cpu_kernel_and_equals_the_compositi
     for got, w in zip(torch.autograd.grad(fused, (X, raw), G), want, strict=True):
         torch.testing.assert_close(got, w)
     # An input that needs no gradient gets none, also through a differentiable backward.
-    (dX,) = torch.autograd.grad(dd.generated_update(X, raw.detach(), value_channels=d_v), X, G,
+    (dX,) = torch.autograd.grad(generated_update(X, raw.detach(), value_channels=d_v), X, G,
                                 create_graph=True)
     torch.testing.assert_close(dX, want[0])
 
 
 def test_generated_update_runs_under_vmap_and_split_generators_unpacks_it():
     X, raw = generated_case((4, 3), 5, 2, seed=2)
-    got = vmap(lambda X, raw: dd.generated_update(X, raw, value_channels=2))(X, raw)
+    got = vmap(lambda X, raw: generated_update(X, raw, value_channels=2))(X, raw)
     torch.testing.assert_close(got, dense_generated(X, raw, 2, 2.0, True))
-    k_raw, v, beta = dd.split_generators(raw, 2, beta_max=1.0)
+    k_raw, v, beta = split_generators(raw, 2, beta_max=1.0)
     assert (k_raw.shape, v.shape, beta.shape) == ((4, 3, 5), (4, 3, 2), (4, 3))
     torch.testing.assert_close(beta, torch.sigmoid(raw[..., 5]))
 
@@ -417,9 +425,9 @@ def test_generated_update_runs_under_vmap_and_split_generators_unpacks_it():
 def test_generated_update_names_the_shapes_it_needs():
     X, raw = generated_case((2,), 4, 2)
     with pytest.raises(ValueError, match=r"want \(\.\.\., d·2\) and \(\.\.\., d \+ 1 \+ 2\)"):
-        dd.generated_update(X, raw[:, :-1], value_channels=2)
+        generated_update(X, raw[:, :-1], value_channels=2)
     with pytest.raises(ValueError, match="do not fit value_channels=3"):
-        dd.generated_update(X, raw, value_channels=3)
+        generated_update(X, raw, value_channels=3)
 
 
 # --- FLOP counts: the update is one op with a registered formula, forward and backward
@@ -651,7 +659,7 @@ def test_cpu_kernel_splits_large_calls_across_threads(name):
     want = (BACKENDS["reference"].forward(X, k, v, beta, True),
             *BACKENDS["reference"].backward(G, X, k, v, beta, True),
             *torch.autograd.grad(
-                dd.generated_update(flat.requires_grad_(), raw.requires_grad_(),
+                generated_update(flat.requires_grad_(), raw.requires_grad_(),
                                     value_channels=4, backend="reference"),
                 (flat, raw), G.flatten(-2)))
     for g, w in zip(got, want, strict=True):

@@ -309,18 +309,17 @@ def test_markdown_opens_with_the_verdicts(run_dir):
     assert "3 ok, 1 capped, 1 diverged" in md and "(1.10×)" in md
 
 
-def test_csv_and_json_lead_with_the_verdicts(run_dir):
+def test_csv_is_one_line_per_cell_and_json_leads_with_the_verdicts(run_dir):
     report = dd.build_report(run_dir)
     text = render(report, "csv")
     head = text.splitlines()[0].split(",")
-    assert head[:7] == ["task", "model", "metric", "higher_is_better", "baseline", "verdict",
-                        "diff_mean"]
-    rows = {r["model"]: r for r in csv.DictReader(io.StringIO(text))}
-    assert set(rows) == {"resnet", "ddl", "node"}
-    assert rows["ddl"]["verdict"] == "inconclusive" and rows["resnet"]["verdict"] == ""
-    assert rows["ddl"]["n_compared"] == "5" and rows["ddl"]["n_paired"] == "3"
-    assert rows["ddl"]["finished"] == "3" and rows["ddl"]["run"] == "5"
-    assert rows["ddl"]["test_per_seed"] == "0: 0.9; 1: 0.95; 2: 0.93; 3: diverged; 4: capped"
+    assert head[:6] == ["task", "model", "seed", "chosen", "status", "message"]
+    cells = list(csv.DictReader(io.StringIO(text)))
+    assert len(cells) == 12  # resnet 5, ddl 5, node 2: every seed its own line
+    ddl = {int(c["seed"]): c for c in cells if c["model"] == "ddl"}
+    assert [ddl[s]["test"] for s in range(3)] == ["0.9", "0.95", "0.93"]
+    assert ddl[3]["status"] == "diverged" and ddl[4]["status"] == "capped"
+    assert ddl[0]["ood/long"] == "0.8" and ddl[0]["params"] == "110"
 
     def reject(constant):
         raise AssertionError(f"non-standard JSON constant {constant}")

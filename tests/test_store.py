@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics.experiment.store import Progress, keep_task_files, open_run
+from ddl_dynamics.experiment.store import Progress, keep_task_files, load_trained, open_run
 from ddl_dynamics.experiment.train import run_cells
 
 
@@ -138,7 +138,7 @@ def test_load_trained_rebuilds_the_trained_model(tmp_path):
     cell = dd.expand_cells(cfg)[0]
     [trained] = run_cells([cell])
     trained.save(tmp_path)
-    task, model = dd.load_trained(tmp_path, cell.key)
+    task, model = load_trained(tmp_path, cell.key)
     _, fresh = cell.build()
     data = task.sample(16, 0, "test")
     trained_out = model(data.inputs, data.controls)

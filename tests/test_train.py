@@ -10,6 +10,7 @@ import torch
 import ddl_dynamics as dd
 from ddl_dynamics.experiment.config import COUNTED, FINISHED
 from ddl_dynamics.experiment.train import PEAK_MEMORY_MEASURES, _lr_factor, run_cells
+from ddl_dynamics.models.dopri5 import SolverCapped
 
 TINY = {"width": 8, "depth": 3, "hidden": 8}
 
@@ -111,7 +112,7 @@ def test_a_cap_during_the_final_evaluation_makes_the_cell_capped(monkeypatch):
 
     def capped_on_test(self, z0, times, u_l):  # the solver gives up on the test batch only
         if not self.training and len(z0) == 24:
-            raise RuntimeError("max_num_steps exceeded (test batch)")
+            raise SolverCapped("max_num_steps exceeded (test batch)")
         return solve(self, z0, times, u_l)
 
     monkeypatch.setattr(type(model), "_solve", capped_on_test)

@@ -17,8 +17,8 @@ from ddl_dynamics import (
     load_experiment,
     make_model,
     make_task,
-    match_hidden,
 )
+from ddl_dynamics.models.params import match_hidden
 from ddl_dynamics.models.transformer import (
     _Attention,
     _ConvExpansion,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._registry import first_paragraph
 from . import plots
 from .crossover import curve, gate_use
 from .hops import hop_audit
@@ -223,6 +224,8 @@ _BUILDERS = {
     "crossover": crossover_figures,
     "hops": hop_figures,
 }
+#: One line per figure group, for ``ddl-dyn plot --help``: its builder's summary.
+FIGURE_HELP = {kind: first_paragraph(build) for kind, build in _BUILDERS.items()}
 
 
 def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,

@@ -22,9 +22,7 @@ opening with the comparisons.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 import math
 from collections import Counter, defaultdict
@@ -44,6 +42,7 @@ from .crossover import Crossover, crossovers, interval_text, star_text
 from .expectations import Verdict, expectation_requests, judge_expectations
 from .probes import erases, load_probes
 from .regimes import regime_fractions
+from .results import load_results, results_csv
 from .run import Row, Run, in_tasks, load_run
 from .stats import ALPHA, POWER, Estimate, Paired
 from .verdicts import MIN_PAIRS, SIZE_TOLERANCE, flagged
@@ -617,52 +616,9 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _flat_rows(report: Report) -> list[dict[str, Any]]:
-    """One flat dict per task × model, the shape of the CSV: the verdict against the
-    baseline first."""
-    def verdict(c: Comparison | None) -> dict[str, Any]:
-        p = c.paired if c else None
-        return {"verdict": c.label if c else None, "diff_mean": p and p.mean,
-                "diff_ci": p and p.ci, "n_compared": p and p.total, "n_paired": p and p.n,
-                "test": p and p.test, "p": p and p.p, "p_holm": c and c.p_adjusted,
-                "tost_margin": p and p.margin, "tost_p_holm": c and c.tost_adjusted,
-                "detectable": c and c.detectable, "grid_holds": c and c.grid_holds,
-                "note": c and c.note}
-
-    versus = {(c.task, c.model): c for c in report.comparisons if "baseline" in c.kinds}
-    out = []
-    for table in report.tables:
-        for r in table.rows:
-            row: dict[str, Any] = {
-                "task": table.task, "model": r.model, "metric": table.metric,
-                "higher_is_better": table.higher_is_better, "baseline": r.baseline,
-                **verdict(versus.get((table.task, r.model))), "chosen": r.chosen,
-                "finished": r.finished, "run": r.run, "retried": r.retries,
-                **{s: r.statuses.get(s, 0) for s in STATUSES},
-                "test_mean": r.test.mean, "test_ci": r.test.ci,
-                "test_per_seed": "; ".join(f"{seed}: {v}" for seed, v in
-                                           sorted(r.per_seed.items())),
-                "val_mean": r.val.mean, "val_ci": r.val.ci,
-                "train_mean": r.train.mean, "train_ci": r.train.ci,
-                "params": r.params, "params_ratio": r.params_ratio, "flops": r.flops,
-                "nfe_forward": r.nfe_forward, "nfe_backward": r.nfe_backward,
-                "wall_time": r.wall_time, "reconstruction_flagged_seeds": " ".join(
-                    map(str, r.flagged)),
-            }
-            for prefix, group in (("ood", r.ood), ("extra", r.extra)):
-                for name, e in group.items():
-                    row[f"{prefix}:{name}_mean"], row[f"{prefix}:{name}_ci"] = e.mean, e.ci
-            out.append(row)
-    return out
-
 def render_csv(report: Report) -> str:
-    rows = _flat_rows(report)
-    columns = list(dict.fromkeys(c for row in rows for c in row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+    """The run's tidy table, one line per cell (:func:`~.results.load_results`)."""
+    return results_csv(load_results(report.run_dir))
 
 
 def _json_safe(value: Any) -> Any:

@@ -23,7 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..experiment.config import DEFAULT_BASELINE, Comparison
+from ..experiment.config import DEFAULT_BASELINE, ComparisonSpec
 from ..experiment.store import Progress, RunResult, open_run
 from .verdicts import chosen_value, grid_value
 
@@ -90,7 +90,7 @@ class Run:
     run_dir: Path
     rows: dict[tuple[str, str], Row]
     experiment: dict[str, Any]
-    comparisons: tuple[Comparison, ...] = ()
+    comparisons: tuple[ComparisonSpec, ...] = ()
     #: How far the latest run got (None: a store that does not record it).
     progress: Progress | None = None
 
@@ -157,7 +157,7 @@ def _version(cell: RunResult) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def recorded_comparisons(text: str) -> tuple[Comparison, ...]:
+def recorded_comparisons(text: str) -> tuple[ComparisonSpec, ...]:
     """The ``[[comparisons]]`` of an experiment as its run recorded it (the TOML file's text,
     or the JSON of a config built in Python); checked when the run started."""
     if not text:
@@ -169,7 +169,7 @@ def recorded_comparisons(text: str) -> tuple[Comparison, ...]:
             data = json.loads(text)
         except json.JSONDecodeError:
             return ()
-    return tuple(Comparison(c["model"], c["control"], tuple(c.get("tasks", ())),
+    return tuple(ComparisonSpec(c["model"], c["control"], tuple(c.get("tasks", ())),
                             c.get("split", "test"), c.get("requires"))
                  for c in data.get("comparisons", []) if isinstance(c, dict))
 

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from .._registry import did_you_mean
-from .._task import TASKS, Task, check_task, make_task
+from .._task import TASKS, Task, TaskCheckError, check_task, make_task
 from ..models.base import MODELS, make_model
 from ..models.base import model_options as _model_options
 from ..models.params import count_parameters, match_hidden, parameter_count
@@ -350,7 +350,7 @@ def _check_task(task: Task, source: str, label: str) -> None:
     try:
         check_task(task)
     except Exception as err:  # a user's sampler may fail in any way
-        why = str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {err}"
+        why = str(err) if isinstance(err, TaskCheckError) else f"{type(err).__name__}: {err}"
         raise ConfigError(source, f"task {label!r}", f"fails check_task: {why}") from err
 
 

@@ -169,7 +169,7 @@ class Override:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class ComparisonSpec:
     """A comparison the experiment declares beside each row's baseline: row ``model``
     against row ``control`` on the tasks both run (or ``tasks``), on ``split``'s metric.
 
@@ -250,7 +250,7 @@ class ExperimentConfig:
     train_defaults: dict[str, Any] = field(default_factory=dict)
     overrides: tuple[Override, ...] = ()
     tune_defaults: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    comparisons: tuple[Comparison, ...] = ()
+    comparisons: tuple[ComparisonSpec, ...] = ()
     #: The default baseline label as the file gives it (None: ``resnet`` if present).
     baseline: str | None = None
     description: str = ""

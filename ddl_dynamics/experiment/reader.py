@@ -40,7 +40,7 @@ from .cells import check_experiment, model_options, named_entries, references
 from .config import (
     TASK_DIMS,
     TUNABLE,
-    Comparison,
+    ComparisonSpec,
     ConfigError,
     ExperimentConfig,
     ModelEntry,
@@ -319,7 +319,7 @@ class _Parser:
         )
 
     def comparison(self, data: Any, where: str, tasks: Sequence[TaskEntry],
-                   models: Sequence[ModelEntry]) -> Comparison:
+                   models: Sequence[ModelEntry]) -> ComparisonSpec:
         data = self.table(data, where)
         self.keys(data, ("model", "control", "tasks", "split", "requires"), where)
         model, control = (self.known_labels(self.string(data, key, where), f"{where}.{key}",
@@ -334,7 +334,7 @@ class _Parser:
         if split != "test" and requires is None:
             raise self.fail(where, f"a comparison on split {split!r} must state `requires`, the "
                             "test metric both rows have to reach first")
-        return Comparison(model, control,
+        return ComparisonSpec(model, control,
                           self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
                           split, None if requires is None else float(requires))
 

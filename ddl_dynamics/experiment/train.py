@@ -30,6 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .._task import MAX_OVERLAP, Task, TaskData, shared_content
+from ..models.dopri5 import SolverCapped
 from ..models.ensemble import Ensemble, alone, fold
 from ..models.params import count_parameters
 from .config import TUNABLE, Cell, TrainConfig
@@ -49,20 +50,37 @@ class _SolverCapped(_Capped):
 
 
 def train(
-    task: Task, model: nn.Module, cfg: TrainConfig, seed: int, *, progress: bool = False
+    task: Task, model: nn.Module, cfg: TrainConfig, seed: int, *, progress: bool = False,
+    threads: int | None = 1,
 ) -> RunResult:
     """Train ``model`` on ``task`` for ``cfg.steps`` steps and evaluate it.
 
     The train, val and test sets (``cfg.n_train``, ``n_val``, ``n_test`` samples) come from
     the task's own seeded sampler, minibatch order from a generator seeded with ``seed``;
-    with the model initialised under ``torch.manual_seed(seed)`` a CPU run is reproducible.
+    with the model initialised for a seed (``make_model(..., seed=seed)``) a CPU run is
+    reproducible. It runs on ``threads`` torch threads (None: the process's setting), one by
+    default as ``ddl-dyn run`` does: the suite's small models train several times faster so,
+    above all on a busy machine; the caller's thread count is restored after.
     The curve and ``target_metric`` read val; test is scored once, after training. A loss
     that is non-finite or above :data:`DIVERGENCE_FACTOR` × the first step's loss stops the
     run as ``"diverged"``, a time or solver cap (in training or in the final evaluation) as
     ``"capped"``: both are failures, scored where possible.
     Exceptions propagate (:func:`run_cells` records them as failed).
     """
-    return train_seeds(task, [model], cfg, [seed], progress=progress)[0]
+    with torch_threads(threads):
+        return train_seeds(task, [model], cfg, [seed], progress=progress)[0]
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run on ``threads`` torch threads (None: leave the setting), restoring it after."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def train_seeds(
@@ -563,9 +581,7 @@ def _solver_cap() -> Iterator[None]:
     """Turn an ODE solve that ran out of steps (``ode_max_steps``) into :class:`_Capped`."""
     try:
         yield
-    except (AssertionError, RuntimeError) as err:
-        if "max_num_steps" not in str(err):
-            raise
+    except SolverCapped as err:
         raise _SolverCapped(f"solver cap: {err}") from err
 
 

@@ -17,7 +17,12 @@ from torch import Tensor, nn
 
 from .._registry import Registry, did_you_mean
 
-MODELS: Registry[DepthModel] = Registry("model", entry_point_group="ddl_dynamics.models")
+#: The modules of the built-in families; each registers its models when imported, which
+#: the registry does on its first lookup.
+FAMILIES = ("delta", "ode", "residual", "transformer")
+MODELS: Registry[DepthModel] = Registry(
+    "model", entry_point_group="ddl_dynamics.models",
+    builtins=tuple(f"ddl_dynamics.models.{family}" for family in FAMILIES))
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "silu": nn.SiLU}
 CODECS = ("linear", "identity")
@@ -258,8 +263,13 @@ def model_options(name: str) -> dict[str, tuple[Any, Any]]:
     return options
 
 
-def make_model(name: str, **config: Any) -> DepthModel:
-    """Build a registered model; unknown options fail with the list of valid ones."""
+def make_model(name: str, *, seed: int | None = None, **config: Any) -> DepthModel:
+    """Build a registered model; unknown options fail with the list of valid ones.
+
+    With ``seed``, the initialisation is that of ``torch.manual_seed(seed)`` (as the
+    experiments build their cells), without touching the caller's random state; without
+    it, the global generator draws it.
+    """
     options = sorted(model_options(name))
     unknown = sorted(set(config) - set(options))
     if unknown:
@@ -267,7 +277,11 @@ def make_model(name: str, **config: Any) -> DepthModel:
             f"model {name!r} has no option {unknown[0]!r}; options: {', '.join(options)}."
             + did_you_mean(unknown[0], options)
         )
-    return MODELS.get(name)(**config)
+    if seed is None:
+        return MODELS.get(name)(**config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return MODELS.get(name)(**config)
 
 
 def list_models() -> list[str]:
@@ -275,9 +289,10 @@ def list_models() -> list[str]:
 
 
 def check_model(model: DepthModel, batch: int = 4, seed: int = 0) -> None:
-    """Validate a vector model against the interface; raises ``AssertionError`` naming the
-    problem. Run it on your own family: it checks output, per-step and trajectory shapes,
-    finiteness, the depth-extrapolation contract, and that gradients reach every parameter.
+    """Validate a vector model against the interface; raises ``ValueError`` naming the
+    problem (also under ``python -O``). Run it on your own family: it checks output, per-step
+    and trajectory shapes, finiteness, the depth-extrapolation contract, and that gradients
+    reach every parameter.
     """
     name = type(model).__name__
     param = next(model.parameters(), None)
@@ -298,27 +313,31 @@ def check_model(model: DepthModel, batch: int = 4, seed: int = 0) -> None:
         ("per-step output", per_step, (b, steps, model.out_dim)),
         ("trajectory", traj, (b, steps + 1, model.state_dim)),
     ):
-        assert tuple(t.shape) == want, f"{name}: {label} {tuple(t.shape)} != {want}"
-        assert torch.isfinite(t).all(), f"{name}: {label} has NaN/Inf"
-    assert torch.allclose(model.decode(traj[:, -1]), out, atol=1e-5, rtol=1e-4), (
-        f"{name}: forward output differs from the decoded last trajectory state"
-    )
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name}: {label} {tuple(t.shape)} != {want}")
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name}: {label} has NaN/Inf")
+    if not torch.allclose(model.decode(traj[:, -1]), out, atol=1e-5, rtol=1e-4):
+        raise ValueError(f"{name}: forward output differs from the decoded last trajectory state")
     long = 2 * steps
     u_long = draw(b, long, model.control_dim) if model.control_dim else None
     if model.can_extrapolate:
         got = tuple(model(x, u_long, steps=long, per_step=True).shape)
-        assert got == (b, long, model.out_dim), f"{name}: {long}-step output has shape {got}"
+        if got != (b, long, model.out_dim):
+            raise ValueError(f"{name}: {long}-step output has shape {got}")
     else:
         try:
             model(x, u_long, steps=long)
         except ValueError:
             pass
         else:
-            raise AssertionError(f"{name}: cannot extrapolate but ran {long} > depth steps")
+            raise ValueError(f"{name}: cannot extrapolate but ran {long} > depth steps")
     params = [p for p in model.parameters() if p.requires_grad]
     loss = out.square().sum() + per_step.square().sum()
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     names = {id(p): n for n, p in model.named_parameters()}
     for p, g in zip(params, grads, strict=True):
-        assert g is not None, f"{name}: no gradient reaches parameter {names[id(p)]}"
-        assert torch.isfinite(g).all(), f"{name}: gradient of {names[id(p)]} has NaN/Inf"
+        if g is None:
+            raise ValueError(f"{name}: no gradient reaches parameter {names[id(p)]}")
+        if not torch.isfinite(g).all():
+            raise ValueError(f"{name}: gradient of {names[id(p)]} has NaN/Inf")

@@ -101,8 +101,9 @@ def next_step(dt: np.ndarray, ratio: np.ndarray) -> np.ndarray:
     return dt * np.maximum(grow, np.where(ratio < 1, 1.0, SHRINK))
 
 
-class StepsExceeded(RuntimeError):
-    """A member needed more than ``max_steps`` steps between two output times."""
+class SolverCapped(RuntimeError):
+    """An ODE solve needed more than its ``max_steps`` steps between two output times: the
+    solver's cap, which a trainer records as a capped run rather than a failure."""
 
 
 def dopri5(field: Field, y0: Tensor, times: Tensor, *, members: int = 1, rtol: float,
@@ -116,7 +117,7 @@ def dopri5(field: Field, y0: Tensor, times: Tensor, *, members: int = 1, rtol: f
         times: 1-D, strictly monotonic; the first is the start.
         first_step: every member's first trial step (torchdiffeq's ``first_step``).
         max_steps: the most steps (accepted or rejected) a member may take between two
-            output times; more raise :class:`StepsExceeded`.
+            output times; more raise :class:`SolverCapped`.
 
     Returns:
         The states at ``times``, ``(len(times), *y0.shape)``, and each member's count of
@@ -143,7 +144,7 @@ def dopri5(field: Field, y0: Tensor, times: Tensor, *, members: int = 1, rtol: f
         taken = np.zeros(size, dtype=np.int64)
         while (active := (t < target) & ~failed).any():
             if (taken[active] >= max_steps).any():
-                raise StepsExceeded(f"max_num_steps exceeded: a member took {max_steps} steps "
+                raise SolverCapped(f"max_num_steps exceeded: a member took {max_steps} steps "
                                     f"between two output times")
             weights = torch.from_numpy(dt[:, None, None] * TABLEAU).to(y)
             k, y1, ratio = dopri5_step(f, y, slope, weights, rtol, atol)

@@ -22,7 +22,7 @@ from torch import Tensor
 from torchdiffeq import odeint, odeint_adjoint
 
 from .base import DepthModel, check_choice, check_int, join, register_model
-from .dopri5 import StepsExceeded, dopri5
+from .dopri5 import SolverCapped, dopri5
 
 ADAPTIVE_METHODS = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun")
 FIXED_GRID_METHODS = (
@@ -33,7 +33,8 @@ SOLVERS = ("auto", "torchdiffeq")
 
 @register_model("node")
 class NeuralODE(DepthModel):
-    """Neural ODE dx/dt = f(x, u(t)) over depth time [0, T], solved by torchdiffeq.
+    """Neural ODE dx/dt = f(x, u(t)) over depth time [0, T]; by default solved by the suite's
+    own dopri5, by torchdiffeq for other methods and the adjoint.
 
     Options:
         method: a torchdiffeq solver. Adaptive ones (``dopri5``, ...) honour ``rtol``,
@@ -148,8 +149,9 @@ class NeuralODE(DepthModel):
                 self._count(evaluations)
                 return states
             return self._torchdiffeq(f, z0, times, first)
-        except (AssertionError, StepsExceeded) as err:  # torchdiffeq's failures are asserts
-            raise RuntimeError(
+        except (AssertionError, SolverCapped) as err:  # torchdiffeq's failures are asserts,
+            capped = isinstance(err, SolverCapped) or "max_num_steps" in str(err)  # its cap too
+            raise (SolverCapped if capped else RuntimeError)(
                 f"{type(self).__name__}: the {self.method} solve failed ({err}); the vector "
                 f"field may be stiff or diverging (max_steps={self.max_steps}, rtol={self.rtol})"
             ) from err
