@@ -173,6 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir", help="the run folder, e.g. runs/quick")
     _task_file_option(plot, "instead of the run's kept copy")
     plot.set_defaults(func=_plot)
+    _results_commands(sub)
     return parser
 
 
@@ -192,6 +193,52 @@ def _plot(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+# --- published results: publish a run, regenerate the docs from them, check a rerun
+
+def _results_commands(sub: argparse._SubParsersAction) -> None:
+    publish = sub.add_parser("publish", help="write a run's reference results to "
+                                             "results/NAME (report JSON, figures, config)")
+    publish.add_argument("run_dir", help="the run folder, e.g. runs/regimes")
+    publish.add_argument("--name", help="the study's name (default: the experiment's)")
+    publish.add_argument("--results", default="results", help="default results")
+    publish.add_argument("--command", help="what ran it, for run.json (default: ddl-dyn run "
+                                           "experiments/NAME.toml)")
+    publish.set_defaults(func=_publish)
+    docs = sub.add_parser("docs", help="regenerate the README headline and the study pages "
+                                       "from results/")
+    docs.add_argument("--results", default="results", help="default results")
+    docs.add_argument("--out", default=".", help="the repository root to write (default .)")
+    docs.set_defaults(func=_docs)
+    compare = sub.add_parser("compare", help="check a rerun against a published reference "
+                                             "(exit 1 where a comparison differs)")
+    compare.add_argument("run", help="the rerun: a run folder or a published study")
+    compare.add_argument("reference", help="the reference, e.g. results/regimes")
+    compare.set_defaults(func=_compare)
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from .analysis.publish import publish
+
+    print(f"published: {publish(args.run_dir, args.results, args.name, args.command)}")
+    return 0
+
+
+def _docs(args: argparse.Namespace) -> int:
+    from .analysis.pages import write_docs
+
+    for path in write_docs(args.results, args.out):
+        print(path)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .analysis.reproduce import check, lines
+
+    checks = check(args.run, args.reference)
+    print("\n".join(lines(checks)))
+    return 0 if checks and all(c.reproduced for c in checks) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

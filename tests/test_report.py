@@ -295,10 +295,12 @@ def test_stored_baselines_override_the_default(tmp_path):
     assert [r.model for r in report.tables[0].rows][:2] == ["resnet", "resnet-tied"]
 
 
-def test_markdown_opens_with_the_verdicts(run_dir):
+def test_markdown_opens_with_a_summary_then_the_verdicts(run_dir):
     md = render(dd.build_report(run_dir), "md")
     sections = [line for line in md.splitlines() if line.startswith("## ")]
-    assert sections[0] == "## Verdicts"
+    assert sections[:2] == ["## Summary", "## Verdicts"]
+    summary = md.split("## Summary")[1].split("## Verdicts")[0]
+    assert "comparisons" in summary and "inconclusive" in summary
     assert sections.index("## Results per task") > 0
     assert "| parity (accuracy ↑) | ddl | resnet | — | +0.403 ± " in md
     assert "| inconclusive (n = 5" in md and "ddl fails 2/5" in md
