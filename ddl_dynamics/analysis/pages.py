@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import re
 import shutil
@@ -34,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._task import Task, TaskData, held_out
 from ..experiment.config import (
     MAX_EXAMPLES,
     MAX_STEPS,
@@ -46,7 +48,7 @@ from ..experiment.config import (
     TrainConfig,
 )
 from .publish import FIGURES, load_study, studies
-from .verdicts import LABELS
+from .verdicts import INCONCLUSIVE, LABELS
 from .wording import DESCRIPTIVE, MEANINGS, counts, counts_text, difference, number, sentence
 from .wording import summary as summary_sentences
 
@@ -78,7 +80,8 @@ def headlined(report: Mapping[str, Any]) -> list[dict[str, Any]]:
 def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     """The finding, the headline figure and one line per study."""
     stated = [c for r in reports for c in headlined(r)]
-    lines = [f"**The finding**, over {len(reports)} published studies: "
+    studies_text = "study" if len(reports) == 1 else "studies"
+    lines = [f"**The finding**, over {len(reports)} published {studies_text}: "
              + " ".join(summary_sentences(stated, limit=4)), "",
              f"![Every declared comparison: paired difference, 95% CI, label]({HEADLINE})", "",
              "Per study:", ""]
@@ -116,7 +119,7 @@ def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
     for ax, (title, rows) in zip(axes[:, 0], drawn.items(), strict=False):
         for i, (_, _, label, mean, ci) in enumerate(rows):
             y = len(rows) - 1 - i
-            colour = MARK_COLORS.get(label, "#999999")
+            colour = "#888888" if label == INCONCLUSIVE else MARK_COLORS.get(label, "#999999")
             if mean is not None:
                 ax.errorbar(mean, y, xerr=ci or 0.0, fmt="o", color=colour, ecolor=colour,
                             capsize=3)
@@ -159,8 +162,7 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def _estimate(e: Mapping[str, Any] | None) -> str:
     if not e or e.get("mean") is None:
         return "—"
-    return difference(e["mean"], e.get("ci")).lstrip("+") if e.get("ci") is not None else (
-        number(e["mean"]))
+    return number(e["mean"]) + ("" if e.get("ci") is None else f" ± {number(e['ci'], 2)}")
 
 
 def _verdict(c: Mapping[str, Any]) -> str:
@@ -253,8 +255,8 @@ def _probe_check(name: str) -> str:
             TrainConfig(**{name: value})
         except ValueError as err:
             text = re.sub(r",? got .*$", "", str(err)).replace(f"{name} ", "", 1)
-            text = re.sub(rf"{name} = \S+ ", "", text).replace(f"; set {NO_LIMITS}=1 if you "
-                                                               "mean it", "")
+            text = re.sub(r"^= \S+ is beyond any sane run \(at most ([\d,]+)\).*$",
+                          r"more than \1", text)
             if text not in found:
                 found.append(text)
     return "; ".join(found) or "—"
@@ -283,17 +285,56 @@ def config_block() -> str:
         for f in dataclasses.fields(cls):
             if f.name in internal:
                 continue
-            if f.default is not dataclasses.MISSING:
+            if f.name == "label":
+                default = "its `name`"
+            elif f.default is not dataclasses.MISSING:
                 default = f"`{f.default!r}`"
             elif f.default_factory is not dataclasses.MISSING:
                 default = f"`{f.default_factory()!r}`"
             else:
                 default = "required"
             rows.append([f"`{f.name}`", default])
-        lines += [f"### {title}", "", " ".join((cls.__doc__ or "").split()) if
-                  cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "(") else "", "",
+        doc = cls.__doc__ or ""
+        lines += [f"### {title}", "",
+                  *([" ".join(doc.split()), ""] if doc and not doc.startswith(cls.__name__ + "(")
+                    else []),
                   *_table(["key", "default"], rows), ""]
+    lines.append("Any other key of a `[[models]]` entry is an option of its model family "
+                 "(`ddl-dyn models`; unknown options are rejected with the valid ones).")
     return "\n".join(lines)
+
+
+def task_block() -> str:
+    """One table of what a task states: every attribute of :class:`~.._task.Task` with its
+    default and its comment in the source, then the fields of a sampled split."""
+    source = inspect.getsource(Task).splitlines()
+    rows, comment = [], []
+    for line in source:
+        text = line.strip()
+        if text.startswith("#:"):
+            comment.append(text[2:].strip())
+            continue
+        found = re.match(r"(\w+): (ClassVar\[(.*)\]|\w+) = (.*)$", text)
+        if found and line.startswith("    ") and not line.startswith("     "):
+            kind = found.group(3) or found.group(2)
+            rows.append([f"`{found.group(1)}`", f"`{kind}`", f"`{found.group(4)}`",
+                         " ".join(comment) or "—"])
+        if not text.startswith("#:"):
+            comment = []
+    rows += [[f"`{name}`", "property", "required", "input / output width"]
+             for name in ("in_dim", "out_dim")]
+    rows.append(["`control_dim`", "property", f"`{Task.control_dim.fget(None)}`",
+                 "width of the per-step controls (`TaskData.controls`); 0: none"])
+    rows.append(["`sample(n, seed, split)`", "method", "required",
+                 " ".join((Task.sample.__doc__ or "").split())])
+    data = (TaskData.__doc__ or "").split("Attributes:")[-1]
+    fields = re.findall(r"^\s+(\w+): (.*?)(?=^\s+\w+: |\Z)", data, re.S | re.M)
+    held = " ".join((held_out.__doc__ or "").split()).split(". ")[0]
+    return "\n".join([*_table(["attribute", "type", "default", "what it states"], rows), "",
+                      "A split is a `TaskData`:", "",
+                      *_table(["field", "what it holds"],
+                              [[f"`{n}`", " ".join(d.split())] for n, d in fields]), "",
+                      f"`held_out(...)`: {held}."])
 
 
 def labels_block() -> str:
@@ -344,7 +385,8 @@ def write_docs(results: str | Path = "results", out: str | Path = ".") -> list[P
         _write(pages / f"{r['name']}.md", study_page(r, figures), written)
     _write(pages / "index.md", index_page(reports), written)
     for page, name, body in (("running-experiments.md", "config", config_block()),
-                             ("reading-the-report.md", "labels", labels_block())):
+                             ("reading-the-report.md", "labels", labels_block()),
+                             ("adding-a-task.md", "task", task_block())):
         path = out / "docs" / page
         _write(path, block(path.read_text(), name, body), written)
     return written

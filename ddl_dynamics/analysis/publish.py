@@ -3,10 +3,10 @@
 A published study holds everything the documentation quotes and nothing a reader cannot
 check: ``report.json`` (the report, :func:`~.report.render_json`), ``experiment.toml`` (the
 file as it ran), ``run.json`` (what ran it: command, versions, machine, wall time, dates)
-and ``figures/*.png`` (the verdict matrix, the per-seed comparison and the training curves
-drawn now, plus every other figure already in the run folder's ``figures/``, e.g. from
-``ddl-dyn plot all``). No weights, no store: ``ddl-dyn docs`` and ``ddl-dyn compare`` read
-these files alone. The run folder is only read.
+and ``figures/*.png`` (the verdict matrix and the per-seed comparison drawn now, from the
+report, plus every other figure already in the run folder's ``figures/``: run ``ddl-dyn plot
+all RUN_DIR`` first for curves, regimes and the rest). No weights, no store: ``ddl-dyn
+docs`` and ``ddl-dyn compare`` read these files alone. The run folder is only read.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .figures import compare_figures, curve_figures
-from .report import build_report, render_json
+from .figures import compare_figures
+from .report import Report, build_report, render_json
 from .run import Run, load_run
 
 #: The files of a published study.
@@ -50,11 +50,14 @@ def publish(run_dir: str | Path, results: str | Path = "results", name: str | No
     return out
 
 
-def _draw(run: Run, report: Any, out: Path) -> list[Path]:
-    """The figures that need no probes, drawn into ``out/figures`` (the run folder untouched)."""
-    elsewhere = replace(run, run_dir=out)
-    return [p for p in (*compare_figures(elsewhere, report), *curve_figures(elsewhere, report))
-            if p.suffix == ".png"]
+def _draw(run: Run, report: Report, out: Path) -> list[Path]:
+    """The figures drawn from the report alone, into ``out/figures`` (the run folder
+    untouched); PNG only."""
+    drawn = compare_figures(replace(run, run_dir=out), report)
+    for path in drawn:
+        if path.suffix != ".png":
+            path.unlink()
+    return [p for p in drawn if p.suffix == ".png"]
 
 
 def provenance(run: Run, name: str, command: str | None = None) -> dict[str, Any]:

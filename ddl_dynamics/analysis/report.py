@@ -723,7 +723,11 @@ def _json_safe(value: Any) -> Any:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(_json_safe(dataclasses.asdict(report)), indent=1, ensure_ascii=False)
+    """The report's dataclasses as JSON, each expectation with its claim in words."""
+    data = dataclasses.asdict(report)
+    for record, verdict in zip(data["expectations"], report.expectations, strict=True):
+        record["claim"] = verdict.claim
+    return json.dumps(_json_safe(data), indent=1, ensure_ascii=False)
 
 
 #: Output formats by name; add a renderer here to add a format.

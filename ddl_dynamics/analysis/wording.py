@@ -46,8 +46,7 @@ MEANINGS: dict[str, tuple[str, str]] = {
                  "is below the level", "equivalent within ±margin"),
     INCONCLUSIVE: ("neither a difference nor equivalence is shown, or fewer seeds than a "
                    "test needs; not significant is never equal",
-                   f"{NO_DIFFERENCE} (detectable ±x): never \"no effect\", \"nothing\" or "
-                   "\"only\""),
+                   f"{NO_DIFFERENCE} (detectable ±x), and no word of effect"),
     UNEQUAL_BUDGET: ("the two rows trained on different budgets: no test is drawn",
                      "not tested: the budgets differ"),
     UNMATCHED_SIZE: ("the two rows' parameter counts are too far apart: no test is drawn",
