@@ -49,7 +49,16 @@ from ..experiment.config import (
 )
 from .publish import FIGURES, load_study, studies
 from .verdicts import INCONCLUSIVE, LABELS
-from .wording import DESCRIPTIVE, MEANINGS, counts, counts_text, difference, number, sentence
+from .wording import (
+    DESCRIPTIVE,
+    MEANINGS,
+    counts,
+    counts_text,
+    difference,
+    number,
+    sentence,
+    where,
+)
 from .wording import summary as summary_sentences
 
 #: Marks every generated file or block.
@@ -101,8 +110,9 @@ def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
             arrow = "↑" if c.get("higher_is_better") else "↓"
             panels.setdefault(f"{r['name']}: {c['task']} ({c.get('metric')} {arrow})",
                               []).append(c)
-    drawn = {k: [(c["model"], str(c["control"]), c["label"], (c.get("paired") or {}).get("mean"),
-                  (c.get("paired") or {}).get("ci")) for c in v] for k, v in panels.items()}
+    drawn = {k: [(f"{c['model']} − {c['control']}" + where(c)[len(c["task"]):], c["label"],
+                  (c.get("paired") or {}).get("mean"), (c.get("paired") or {}).get("ci"))
+                 for c in v] for k, v in panels.items()}
     digest = hashlib.sha256(json.dumps(drawn, sort_keys=True).encode()).hexdigest()
     if _digest(path) == digest:
         return path
@@ -117,7 +127,7 @@ def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
     fig, axes = plt.subplots(len(heights), 1, figsize=(8, sum(heights)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (title, rows) in zip(axes[:, 0], drawn.items(), strict=False):
-        for i, (_, _, label, mean, ci) in enumerate(rows):
+        for i, (_, label, mean, ci) in enumerate(rows):
             y = len(rows) - 1 - i
             colour = "#888888" if label == INCONCLUSIVE else MARK_COLORS.get(label, "#999999")
             if mean is not None:
@@ -127,7 +137,7 @@ def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
                     fontsize=8, color="#333333")
         ax.axvline(0, color="#888888", lw=0.8)
         ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([f"{m} − {c}" for m, c, *_ in reversed(rows)], fontsize=8)
+        ax.set_yticklabels([name for name, *_ in reversed(rows)], fontsize=8)
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.set_title(title, fontsize=9, loc="left")
         ax.tick_params(axis="x", labelsize=8)
@@ -167,8 +177,11 @@ def _estimate(e: Mapping[str, Any] | None) -> str:
 
 def _verdict(c: Mapping[str, Any]) -> str:
     """The label as a table says it: an inconclusive one with what it could have detected."""
-    if c["label"] == "inconclusive" and c.get("detectable") is not None:
+    differences = (c.get("paired") or {}).get("differences")
+    if c["label"] == INCONCLUSIVE and c.get("detectable") is not None:
         return f"inconclusive (detectable ±{number(c['detectable'], 2)})"
+    if c["label"] == INCONCLUSIVE and differences and not any(differences):
+        return "inconclusive (identical on every seed)"
     return c["label"]
 
 
@@ -193,8 +206,7 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
               f"{machine.get('platform', '—')}, {machine.get('cpu_count', '—')} CPUs.", ""]
     lines += ["## Findings", "", *summary_sentences(stated), "",
               *(f"- {sentence(c)}" for c in stated), ""]
-    rows = [[c["task"] + ("" if c.get("split", "test") == "test" else f" ({c['split']})"),
-             c["model"], str(c["control"]),
+    rows = [[where(c), c["model"], str(c["control"]),
              difference((c.get("paired") or {}).get("mean"), (c.get("paired") or {}).get("ci")),
              number(c.get("p_adjusted"), 2), _verdict(c)] for c in report["comparisons"]]
     lines += ["## Every comparison", "",

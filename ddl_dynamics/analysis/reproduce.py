@@ -54,7 +54,9 @@ class Check:
 
 
 def _key(c: Mapping[str, Any]) -> Key:
-    return c["task"], c["model"], str(c["control"]), c.get("split", "test")
+    """Task, model, control and the split asked for (a comparison moved to the trained split
+    stays apart from the one drawn there)."""
+    return c["task"], c["model"], str(c["control"]), c.get("asked_split") or c.get("split", "test")
 
 
 def report_of(path: str | Path) -> dict[str, Any]:
@@ -88,9 +90,9 @@ def lines(checks: list[Check]) -> list[str]:
     out = []
     for c in checks:
         task, model, control, split = c.key
-        where = task if split == "test" else f"{task} ({split})"
+        at = task if split == "test" else f"{task} ({split})"
         verdict = "reproduced" if c.reproduced else f"DIFFERS ({c.why})"
-        out.append(f"{where}: {model} − {control}: reference {_side(c.reference)}; "
+        out.append(f"{at}: {model} − {control}: reference {_side(c.reference)}; "
                    f"rerun {_side(c.rerun)}: {verdict}")
     same = sum(c.reproduced for c in checks)
     differ = [f"{c.key[1]} − {c.key[2]} on {c.key[0]}" for c in checks if not c.reproduced]

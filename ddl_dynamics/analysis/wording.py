@@ -77,12 +77,23 @@ def _n(paired: Mapping[str, Any]) -> int:
                                                     "both_failed"))
 
 
+def where(c: Mapping[str, Any]) -> str:
+    """The task, with the split where it is not test: ``"parity (long)"``, or
+    ``"parity (long, judged on test)"`` where the split asked for could not be judged."""
+    split, asked = c.get("split", "test"), c.get("asked_split") or ""
+    if asked and asked != split:
+        return f"{c['task']} ({asked}, judged on {split})"
+    return c["task"] if split == "test" else f"{c['task']} ({split})"
+
+
 def subject(c: Mapping[str, Any]) -> str:
     """``"`ddl` against `resnet` on overwrite (test mse ↓)"``."""
     control = c["control"] if isinstance(c["control"], str) else number(c["control"])
     arrow = "↑" if c.get("higher_is_better") else "↓"
+    split, asked = c.get("split", "test"), c.get("asked_split") or ""
+    instead = f", in place of {asked}" if asked and asked != split else ""
     return (f"`{c['model']}` against `{control}` on {c['task']} "
-            f"({c.get('split', 'test')} {c.get('metric', 'metric')} {arrow})")
+            f"({split} {c.get('metric', 'metric')} {arrow}{instead})")
 
 
 def sentence(comparison: Any) -> str:
@@ -103,6 +114,8 @@ def sentence(comparison: Any) -> str:
             seen = f"detectable ±{number(c['detectable'], 2)}"
         elif _n(paired) < MIN_PAIRS:
             seen = "too few seeds for a test"
+        elif paired.get("differences") and not any(paired["differences"]):
+            seen = "identical on every seed"  # a shared ceiling, not a test of equality
         else:
             seen = "no detectable size: the differences do not vary"
         return f"{subject(c)}: {NO_DIFFERENCE} ({seen}; {delta})."
@@ -133,7 +146,7 @@ def counts_text(found: Mapping[str, int]) -> str:
 def pair(c: Mapping[str, Any]) -> str:
     """``"`ddl` over `resnet` on overwrite"``."""
     control = c["control"] if isinstance(c["control"], str) else number(c["control"])
-    return f"`{c['model']}` against `{control}` on {c['task']}"
+    return f"`{c['model']}` against `{control}` on {where(c)}"
 
 
 def summary(comparisons: Sequence[Any], limit: int = 6) -> list[str]:
