@@ -202,13 +202,15 @@ def _results_commands(sub: argparse._SubParsersAction) -> None:
                                              "results/NAME (report JSON, figures, config)")
     publish.add_argument("run_dir", help="the run folder, e.g. runs/regimes")
     publish.add_argument("--name", help="the study's name (default: the experiment's)")
-    publish.add_argument("--results", default="results", help="the results folder (default results)")
+    publish.add_argument("--results", default="results",
+                         help="the results folder (default results)")
     publish.add_argument("--command", help="what ran it, for run.json (default: ddl-dyn run "
                                            "experiments/NAME.toml)")
     publish.set_defaults(func=_publish)
     docs = sub.add_parser("docs", help="regenerate the README headline and the study pages "
                                        "from results/")
-    docs.add_argument("--results", default="results", help="the results folder (default results)")
+    docs.add_argument("--results", default="results",
+                      help="the results folder (default results)")
     docs.add_argument("--out", default=".", help="the repository root to write (default .)")
     docs.set_defaults(func=_docs)
     compare = sub.add_parser("compare", help="check a rerun against a published reference "
