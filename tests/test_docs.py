@@ -16,7 +16,7 @@ from ddl_dynamics.experiment.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What ``ddl-dyn docs`` reads and writes, copied for a regeneration.
-DOC_PATHS = ("README.md", "docs", "results")
+DOC_PATHS = ("README.md", "mkdocs.yml", "docs", "results")
 
 
 def _generated_pages(root: Path) -> dict[Path, str]:
@@ -25,7 +25,7 @@ def _generated_pages(root: Path) -> dict[Path, str]:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    found = {"README.md": (root / "README.md").read_bytes()}
+    found = {name: (root / name).read_bytes() for name in ("README.md", "mkdocs.yml")}
     for path in sorted((root / "docs").rglob("*")):
         if path.is_file():
             found[str(path.relative_to(root))] = path.read_bytes()
@@ -122,7 +122,7 @@ def test_publish_and_docs_from_a_tiny_study(tiny_study, tmp_path):
     assert "[[comparisons]]" in (study / "experiment.toml").read_text()
     assert json.loads((study / "run.json").read_text())["cells"] == 12
     assert {p.suffix for p in (study / "figures").iterdir()} == {".png"}
-    for name in ("README.md", "docs"):
+    for name in ("README.md", "mkdocs.yml", "docs"):
         source = ROOT / name
         (shutil.copytree if source.is_dir() else shutil.copyfile)(source, tmp_path / name)
     shutil.rmtree(tmp_path / "docs" / "studies", ignore_errors=True)
@@ -134,6 +134,8 @@ def test_publish_and_docs_from_a_tiny_study(tiny_study, tmp_path):
         assert f"- {wording.sentence(c)}" in page
     assert (tmp_path / "docs" / "studies" / "tiny" / "compare.png").is_file()
     assert "(docs/studies/tiny.md)" in (tmp_path / "README.md").read_text()
+    assert "      - studies/tiny.md\n" in (tmp_path / "mkdocs.yml").read_text()
+    assert "studies/regimes.md" not in (tmp_path / "mkdocs.yml").read_text()
     assert not (tmp_path / "docs" / "studies" / "regimes.md").exists()  # a study gone: page gone
     figure = (tmp_path / "docs" / "headline.png").read_bytes()
     assert main(["docs", "--results", str(results), "--out", str(tmp_path)]) == 0

@@ -11,7 +11,8 @@ folder, and writes:
   baseline comparisons);
 - ``docs/studies/<study>.md`` and ``docs/studies/index.md``: per study its comparisons as
   sentences (:mod:`.wording`) and tables, the rows per task (descriptive), the expectations,
-  its figures (copied beside the page) and the line that reproduces it;
+  its figures (copied beside the page) and the line that reproduces it; each in the site's
+  nav (``mkdocs.yml``, between its ``# studies:start`` and ``# studies:end`` lines);
 - the generated blocks of ``docs/running-experiments.md`` (every training key with its
   default and its check, probed from :class:`~..experiment.config.TrainConfig`, and the
   entry keys from the config dataclasses) and of ``docs/reading-the-report.md`` (the labels,
@@ -76,6 +77,18 @@ def block(text: str, name: str, body: str) -> str:
         raise ValueError(f"no {start} … {end} block to regenerate")
     return pattern.sub(lambda _: f"{start}\n{GENERATED}\n\n{body.strip()}\n\n{end}", text,
                        count=1)
+
+
+def nav_block(text: str, names: Sequence[str]) -> str:
+    """``mkdocs.yml`` with one nav entry per study between its ``# studies:start`` and
+    ``# studies:end`` comment lines (indented as the start line is)."""
+    found = re.search(r"^( *)# studies:start.*\n(?:.*\n)*?( *)# studies:end", text, re.M)
+    if not found:
+        raise ValueError("mkdocs.yml: no '# studies:start' … '# studies:end' lines")
+    indent = found.group(1)
+    entries = "".join(f"{indent}- studies/{name}.md\n" for name in names)
+    first = found.group(0).splitlines()[0]
+    return text[:found.start()] + f"{first}\n{entries}{indent}# studies:end" + text[found.end():]
 
 
 def headlined(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -396,6 +409,8 @@ def write_docs(results: str | Path = "results", out: str | Path = ".") -> list[P
                 shutil.copyfile(source, target / f)
         _write(pages / f"{r['name']}.md", study_page(r, figures), written)
     _write(pages / "index.md", index_page(reports), written)
+    nav = out / "mkdocs.yml"
+    _write(nav, nav_block(nav.read_text(), [r["name"] for r in reports]), written)
     for page, name, body in (("running-experiments.md", "config", config_block()),
                              ("reading-the-report.md", "labels", labels_block()),
                              ("adding-a-task.md", "task", task_block())):
