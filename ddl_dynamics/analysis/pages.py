@@ -48,7 +48,10 @@ from ..experiment.config import (
     TaskEntry,
     TrainConfig,
 )
+from ..models.operator import REGIMES
+from .html import CAPTIONS
 from .publish import FIGURES, load_study, studies
+from .report import REGIME_NOTE
 from .verdicts import INCONCLUSIVE, LABELS
 from .wording import (
     DESCRIPTIVE,
@@ -249,10 +252,18 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
                             f"/{sum(r['statuses'].values())}", r.get("chosen") or "—",
                             _estimate(r.get("test")), number(r.get("params"), 6)]
                            for r in t["rows"]]), ""]
+    if report.get("regimes"):
+        lines += ["## Gate regimes used by the trained Delta stacks", "",
+                  f"{DESCRIPTIVE}. {REGIME_NOTE}", "",
+                  *_table(["task", "model", *REGIMES, "dominant", "stated"],
+                          [[r["task"], r["model"], *(f"{r['fractions'][g]:.0%}" for g in REGIMES),
+                            r["dominant"], " / ".join(r["stated"]) or "(control)"]
+                           for r in report["regimes"]]), ""]
     if figures:
         lines += ["## Figures", ""]
-        lines += [f"![{Path(f).stem}]({name}/{f})" for f in figures]
-        lines.append("")
+        for f in figures:
+            caption = next((c for prefix, c in CAPTIONS.items() if f.startswith(prefix)), "")
+            lines += [f"![{Path(f).stem}]({name}/{f})", "", f"*{Path(f).stem}*. {caption}", ""]
     lines += ["## Reproduce", "", "```bash", reproduce_line(name), "```", ""]
     return "\n".join(lines)
 
