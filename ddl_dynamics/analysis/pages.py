@@ -109,6 +109,9 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     lines = [f"**The finding**, over {len(reports)} published {studies_text}: "
              + " ".join(summary_sentences(stated, limit=4)), "",
              f"![Every declared comparison: paired difference, 95% CI, label]({HEADLINE})", "",
+             "Each declared comparison: model − control, mean ± 95% CI over seeds (unadjusted), "
+             "and its label, which reads the Holm-adjusted test: an interval clear of zero can "
+             "still be inconclusive.", "",
              "Per study:", ""]
     lines += [f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
               f"{counts_text(counts(headlined(r)))}." for r in reports]
