@@ -256,33 +256,6 @@ def _plot_parser(plot: argparse.ArgumentParser) -> None:
     plot.set_defaults(func=_plot)
 
 
-#: The subcommands: name → (help, the function that adds its arguments). Only the one asked
-#: for is built, so that the others' imports are never made.
-SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
-    "tasks": ("list the registered tasks, or one task's spec fields", _tasks_parser),
-    "models": ("list the registered models, or one model's options", _models_parser),
-    "run": ("run an experiment file (resumes a killed run)", _run_parser),
-    "bench": ("time the operator, training steps and a suite; print tables and write JSON",
-              _bench_parser),
-    "report": ("aggregate a run folder into tables", _report_parser),
-    "plot": ("draw figures of a run folder into RUN_DIR/figures", _plot_parser),
-}
-
-
-def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The command line's parser, with the arguments of the subcommand ``argv`` names (its
-    first word that is not an option)."""
-    parser = argparse.ArgumentParser(
-        prog="ddl-dyn", description="Deep Delta Learning dynamics benchmark suite.")
-    parser.add_argument("--version", action="version", version=f"ddl-dyn {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    chosen = next((word for word in argv if not word.startswith("-")), None)
-    for name, (text, build) in SUBCOMMANDS.items():
-        command = sub.add_parser(name, help=text, description=text)
-        if name == chosen:
-            build(command)
-    return parser
-
 
 def _task_file_option(parser: argparse.ArgumentParser, note: str) -> None:
     parser.add_argument("--task-file", action="append", default=[], metavar="FILE",
@@ -302,6 +275,87 @@ def _plot(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+# --- published results: publish a run, regenerate the docs from them, check a rerun
+
+def _publish_parser(publish: argparse.ArgumentParser) -> None:
+    publish.add_argument("run_dir", help="the run folder, e.g. runs/regimes")
+    publish.add_argument("--name", help="the study's name (default: the experiment's)")
+    publish.add_argument("--results", default="results",
+                         help="the results folder (default results)")
+    publish.add_argument("--command", help="what ran it, for run.json (default: ddl-dyn run "
+                                           "experiments/NAME.toml)")
+    publish.set_defaults(func=_publish)
+
+
+def _docs_parser(docs: argparse.ArgumentParser) -> None:
+    docs.add_argument("--results", default="results",
+                      help="the results folder (default results)")
+    docs.add_argument("--out", default=".", help="the repository root to write (default .)")
+    docs.set_defaults(func=_docs)
+
+
+def _compare_parser(compare: argparse.ArgumentParser) -> None:
+    compare.add_argument("run", help="the rerun: a run folder or a published study")
+    compare.add_argument("reference", help="the reference, e.g. results/regimes")
+    compare.set_defaults(func=_compare)
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from .analysis.publish import publish
+
+    print(f"published: {publish(args.run_dir, args.results, args.name, args.command)}")
+    return 0
+
+
+def _docs(args: argparse.Namespace) -> int:
+    from .analysis.pages import write_docs
+
+    for path in write_docs(args.results, args.out):
+        print(path)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .analysis.reproduce import check, lines
+
+    checks = check(args.run, args.reference)
+    print("\n".join(lines(checks)))
+    return 0 if checks and all(c.reproduced for c in checks) else 1
+
+
+#: The subcommands: name → (help, the function that adds its arguments). Only the one asked
+#: for is built, so that the others' imports are never made.
+SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "tasks": ("list the registered tasks, or one task's spec fields", _tasks_parser),
+    "models": ("list the registered models, or one model's options", _models_parser),
+    "run": ("run an experiment file (resumes a killed run)", _run_parser),
+    "bench": ("time the operator, training steps and a suite; print tables and write JSON",
+              _bench_parser),
+    "report": ("aggregate a run folder into tables", _report_parser),
+    "plot": ("draw figures of a run folder into RUN_DIR/figures", _plot_parser),
+    "publish": ("write a run's reference results to results/NAME (report JSON, figures, "
+                "config)", _publish_parser),
+    "docs": ("regenerate the README headline and the study pages from results/", _docs_parser),
+    "compare": ("check a rerun against a published reference (exit 1 where a comparison "
+                "differs)", _compare_parser),
+}
+
+
+def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The command line's parser, with the arguments of the subcommand ``argv`` names (its
+    first word that is not an option)."""
+    parser = argparse.ArgumentParser(
+        prog="ddl-dyn", description="Deep Delta Learning dynamics benchmark suite.")
+    parser.add_argument("--version", action="version", version=f"ddl-dyn {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = next((word for word in argv if not word.startswith("-")), None)
+    for name, (text, build) in SUBCOMMANDS.items():
+        command = sub.add_parser(name, help=text, description=text)
+        if name == chosen:
+            build(command)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -63,3 +63,43 @@ def as_user():
         return [tuple(result) for result in json.loads(done.stdout)]
 
     return run
+
+
+#: The smallest study with a declared comparison: 2 tasks × 2 models × 3 seeds, 20 steps.
+TINY_STUDY = """
+name = "tiny"
+description = "a tiny study for the tests: 2 tasks, 2 models, 3 seeds, 20 steps"
+seeds = [0, 1, 2]
+[defaults.model]
+width = 16
+depth = 4
+[defaults.train]
+steps = 20
+batch_size = 64
+n_train = 256
+n_test = 128
+eval_every = 10
+[[tasks]]
+name = "overwrite"
+[[tasks]]
+name = "parity"
+[[models]]
+name = "resnet"
+[[models]]
+name = "ddl"
+[[comparisons]]
+model = "ddl"
+control = "resnet"
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_study(tmp_path_factory):
+    """A run folder of :data:`TINY_STUDY`, trained once per test session (read it only:
+    copy it before anything writes into it)."""
+    from ddl_dynamics.cli import main
+
+    root = tmp_path_factory.mktemp("tiny")
+    (root / "tiny.toml").write_text(TINY_STUDY)
+    assert main(["run", str(root / "tiny.toml"), "--run-dir", str(root / "runs" / "tiny")]) == 0
+    return root / "runs" / "tiny"

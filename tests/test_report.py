@@ -295,10 +295,12 @@ def test_stored_baselines_override_the_default(tmp_path):
     assert [r.model for r in report.tables[0].rows][:2] == ["resnet", "resnet-tied"]
 
 
-def test_markdown_opens_with_the_verdicts(run_dir):
+def test_markdown_opens_with_a_summary_then_the_verdicts(run_dir):
     md = render(dd.build_report(run_dir), "md")
     sections = [line for line in md.splitlines() if line.startswith("## ")]
-    assert sections[0] == "## Verdicts"
+    assert sections[:2] == ["## Summary", "## Verdicts"]
+    summary = md.split("## Summary")[1].split("## Verdicts")[0]
+    assert "comparisons" in summary and "inconclusive" in summary
     assert sections.index("## Results per task") > 0
     assert "| parity (accuracy ↑) | ddl | resnet | — | +0.403 ± " in md
     assert "| inconclusive (n = 5" in md and "ddl fails 2/5" in md
@@ -358,3 +360,17 @@ def test_a_report_without_any_grid_says_its_verdicts_rest_on_fixed_rates(run_dir
                                   {1e-3: 0.5, 1e-2: 0.4}))))
     assert "**No row was tuned: every row trained at the rates" in render(
         dd.build_report(run_dir))
+
+
+def test_reports_lead_with_the_run_and_a_summary(tiny_study):
+    from ddl_dynamics.analysis.html import render_html
+
+    report = dd.build_report(tiny_study)
+    md = render(report, "md").splitlines()
+    assert md[2] == "a tiny study for the tests: 2 tasks, 2 models, 3 seeds, 20 steps"
+    page = render_html(report)
+    assert "<th></th>" not in page  # the run-info table has no empty header row
+    assert page.index('<nav class="toc">') < page.index('<h2 id="summary">') < page.index(
+        '<h2 id="verdicts">') < page.index('<h2 id="results-per-task">')
+    assert page.count("<table") == page.count('<div class="wide"><table')  # tables scroll
+    assert "no difference detected" in page.split('<h2 id="verdicts">')[0]

@@ -26,12 +26,17 @@ from .report import (
     crossover_cells,
     expectation_cells,
     flag_notes,
+    lead_text,
+    matrix_cells,
     regime_cells,
+    render_markdown,
+    summary_lines,
     table_cells,
     untuned,
     who,
 )
 from .run import load_run
+from .wording import counts, counts_text
 
 #: Captions of the figure files, by name prefix.
 CAPTIONS = {
@@ -80,6 +85,10 @@ figcaption { color: #555; font-size: 13px; }
 .contradicted, .loss { color: #b03000; font-weight: 600; }
 .equivalent { color: #005a91; font-weight: 600; }
 .insufficient-evidence, .inconclusive { color: #7a5a00; font-weight: 600; }
+.wide { overflow-x: auto; max-width: 100%; margin: .5em 0 1.5em; }
+.wide table { margin: 0; } td { overflow-wrap: anywhere; }
+table.info th { width: 10em; }
+.lead { font-size: 16px; } nav.toc { background: #f7f7f7; padding: .5em 1em; }
 pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 12px; }
 """
 
@@ -96,7 +105,8 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], tag: int | None =
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(cell(c, i) for i, c in enumerate(row)) + "</tr>"
                    for row in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    return (f'<div class="wide"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody>'
+            "</table></div>")
 
 
 def _figure(path: Path) -> str:
@@ -107,42 +117,68 @@ def _figure(path: Path) -> str:
             "</figure>")
 
 
+def _section(sections: list[tuple[str, str]], title: str) -> str:
+    """An ``<h2>`` with an anchor, listed in the table of contents."""
+    anchor = re.sub("[^a-z0-9]+", "-", title.lower()).strip("-")
+    sections.append((anchor, title))
+    return f'<h2 id="{anchor}">{html.escape(title)}</h2>'
+
+
+def _info(rows: Sequence[tuple[str, str]]) -> str:
+    """The run-info table: one header cell per row, no empty header row."""
+    body = "".join(f'<tr><th scope="row">{html.escape(k)}</th><td>{html.escape(v)}</td></tr>'
+                   for k, v in rows)
+    return f'<div class="wide"><table class="info"><tbody>{body}</tbody></table></div>'
+
+
 def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
-    """The report as one HTML page; ``figures`` are PNG files to embed, in order."""
+    """The report as one HTML page: what the run is, a summary (labels, verdict matrix,
+    results in words), a table of contents, then the long tables; ``figures`` are PNG files
+    to embed, in order."""
     exp = report.experiment
-    parts = [f"<h1>Experiment <code>{html.escape(report.name)}</code></h1>"]
+    sections: list[tuple[str, str]] = []
     versions = exp.get("versions", {})
     machine = exp.get("machine", {})
-    parts.append(_table(["", ""], [
-        ["run folder", report.run_dir],
-        ["cells", report.cells_text],
-        ["software", ", ".join(f"{k} {v}" for k, v in versions.items())],
-        ["machine", ", ".join(f"{k}: {v}" for k, v in machine.items())],
-        ["started / ended", f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"],
-    ]))
-    head, rows = comparison_cells(report)
-    parts.append("<h2>Verdicts</h2>")
-    parts.append(f"<p>{html.escape(COMPARISON_NOTE)} This report draws {report.tests} "
-                 "tests.</p>")
+    lead = [f"<h1>Experiment <code>{html.escape(report.name)}</code></h1>",
+            f'<p class="lead">{html.escape(lead_text(report))}</p>',
+            _info([
+                ("run folder", report.run_dir),
+                ("cells", report.cells_text),
+                ("software", ", ".join(f"{k} {v}" for k, v in versions.items())),
+                ("machine", ", ".join(f"{k}: {v}" for k, v in machine.items())),
+                ("started / ended",
+                 f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"),
+            ])]
+    parts = [_section(sections, "Summary"),
+             f"<p>{len(report.comparisons)} comparisons, {report.tests} tests: "
+             f"{html.escape(counts_text(counts(report.comparisons)) or 'none')}.</p>"]
     if untuned(report):
         parts.append(f"<p><b>{html.escape(UNTUNED_NOTE)}</b></p>")
-    parts.append(_table(head, rows, tag=head.index("verdict")))
     matrix = [path for path in figures if path.stem == "verdicts"]
     parts += [_figure(path) for path in matrix]
+    if not matrix and (cells := matrix_cells(report))[1]:
+        parts.append(_table(*cells))
+    parts.append("<ul>" + "".join(f"<li>{_code(line)}</li>" for line in summary_lines(report))
+                 + "</ul>")
+    head, rows = comparison_cells(report)
+    parts.append(_section(sections, "Verdicts"))
+    parts.append(f"<p>{html.escape(COMPARISON_NOTE)} This report draws {report.tests} "
+                 "tests.</p>")
+    parts.append(_table(head, rows, tag=head.index("verdict")))
     if report.expectations:
         head, rows = expectation_cells(report)
-        parts.append("<h2>Expectations against the measured seeds</h2>")
+        parts.append(_section(sections, "Expectations against the measured seeds"))
         parts.append(f"<p>{html.escape(EXPECTATION_NOTE)}</p>")
         parts.append(_table(head, rows, tag=head.index("verdict")))
     crossover = [path for path in figures if path.stem.startswith("crossover")]
     if report.crossovers:
-        parts.append("<h2>Crossover</h2>")
+        parts.append(_section(sections, "Crossover"))
         parts.append(f"<p>{html.escape(CROSSOVER_NOTE)}</p>")
         for title, head, rows in crossover_cells(report):
             parts.append(f"<h3>{html.escape(title)}</h3>")
             parts.append(_table(head, rows))
         parts += [_figure(path) for path in crossover]
-    parts.append("<h2>Results per task</h2>")
+    parts.append(_section(sections, "Results per task"))
     parts.append(f"<p>{html.escape(TABLE_NOTE)}</p>")
     for table in report.tables:
         arrow = "↑" if table.higher_is_better else "↓"
@@ -154,19 +190,27 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
                             f"{html.escape(p.message)}</li>" for p in table.problems)
             parts.append(f"<ul>{items}</ul>")
     if report.regimes:
-        note = re.sub("`([^`]+)`", r"<code>\1</code>", html.escape(REGIME_NOTE))
-        parts.append(f"<h2>Gate regimes used by the trained Delta stacks</h2><p>{note}</p>")
+        parts.append(_section(sections, "Gate regimes used by the trained Delta stacks"))
+        parts.append(f"<p>{_code(REGIME_NOTE)}</p>")
         parts.append(_table(*regime_cells(report)))
     figures = [path for path in figures if path not in matrix + crossover]
     if figures:
-        parts.append("<h2>Figures</h2>")
+        parts.append(_section(sections, "Figures"))
         parts += [_figure(path) for path in figures]
-    parts.append("<h2>Experiment configuration</h2>")
+    parts.append(_section(sections, "Experiment configuration"))
     parts.append(f"<pre>{html.escape(exp.get('config', ''))}</pre>")
-    body = "\n".join(parts)
+    toc = ('<nav class="toc"><b>Contents</b><ol>'
+           + "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t in sections)
+           + "</ol></nav>")
+    body = "\n".join([*lead, toc, *parts])
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>ddl_dynamics — {html.escape(report.name)}</title><style>{_CSS}</style>"
             f"</head><body>\n{body}\n</body></html>\n")
+
+
+def _code(text: str) -> str:
+    """Escaped text with its `backticks` as <code>."""
+    return re.sub("`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 def write_html_report(run_dir: str | Path, path: str | Path | None = None) -> Path:
@@ -183,4 +227,6 @@ def write_html_report(run_dir: str | Path, path: str | Path | None = None) -> Pa
         report = build_report(run)
         figures = [p for p in make_figures(run, report=report) if p.suffix == ".png"]
         path.write_text(render_html(report, figures))
+        if writable(Path(run_dir)):  # the run's markdown from the same, probed report
+            (Path(run_dir) / "report.md").write_text(render_markdown(report))
     return path

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ from .regimes import regime_fractions
 from .results import load_results, results_csv
 from .run import Row, Run, in_tasks, load_run
 from .stats import ALPHA, POWER, Estimate, Paired
-from .verdicts import MIN_PAIRS, SIZE_TOLERANCE, flagged
+from .verdicts import EQUIVALENT, LOSS, MIN_PAIRS, SIZE_TOLERANCE, WIN, flagged
+from .wording import counts, counts_text, difference, sentence
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,8 @@ class Report:
     trained: int = 0
     #: How far the latest run got, where the store says (``"3 of 12 cells; run unfinished"``).
     progress: str = ""
+    #: What kind of run it is: the experiment file's ``description``.
+    description: str = ""
 
     @property
     def statuses(self) -> Counter[str]:
@@ -189,7 +193,16 @@ def build_report(run: Run | str | Path) -> Report:
                   [_table(run, task) for task in run.tasks],
                   _regimes(run), crossovers(run, comparisons), len(drawn),
                   sum(len(row.cells) for row in run.rows.values()),
-                  _unfinished(run))
+                  _unfinished(run), _description(run))
+
+
+def _description(run: Run) -> str:
+    """The experiment file's ``description``, as the run recorded the file."""
+    try:
+        found = tomllib.loads(run.experiment.get("config") or "").get("description", "")
+    except tomllib.TOMLDecodeError:
+        return ""
+    return " ".join(found.split()) if isinstance(found, str) else ""
 
 
 def _unfinished(run: Run) -> str:
@@ -324,10 +337,7 @@ def _est(e: Estimate) -> str:
 
 def signed(p: Paired) -> str:
     """A paired mean difference, signed, with its CI half-width: ``"-0.41 ± 0.12"``."""
-    if p.mean is None:
-        return "—"
-    mean = f"{p.mean:+.3g}"
-    return mean if p.ci is None else f"{mean} ± {_num(p.ci, 2)}"
+    return difference(p.mean, p.ci)
 
 
 def _p(value: float | None) -> str:
@@ -575,21 +585,58 @@ TABLE_NOTE = (
     "included, is not counted), per sample of one val batch.")
 
 
+def matrix_cells(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The verdict matrix as a table: one row per task, one column per model, each cell the
+    label of the model against its baseline (blank: the baseline itself, or not run)."""
+    against = [c for c in report.comparisons if "baseline" in c.kinds]
+    models = list(dict.fromkeys(c.model for c in against))
+    labels = {(c.task, c.model): c.label for c in against}
+    tasks = list(dict.fromkeys(c.task for c in against))
+    return (["task", *models],
+            [[task, *(labels.get((task, m), "") for m in models)] for task in tasks])
+
+
+def summary_lines(report: Report) -> list[str]:
+    """The results in words: one sentence per comparison decided (win, loss, equivalent) or
+    declared, then how many others are inconclusive or untested."""
+    stated = [c for c in report.comparisons
+              if "declared" in c.kinds or c.label in (WIN, LOSS, EQUIVALENT)]
+    rest = [c for c in report.comparisons if c not in stated]
+    lines = [sentence(c) for c in stated]
+    if rest:
+        lines.append(f"The other {len(rest)} comparisons: {counts_text(counts(rest))}; see "
+                     "the table below.")
+    return lines
+
+
+def lead_text(report: Report) -> str:
+    """What kind of run it is, from the experiment's description."""
+    return report.description or "The experiment file gives no description of this run."
+
+
 def render_markdown(report: Report) -> str:
-    """The report as GitHub-flavoured markdown, verdicts first."""
+    """The report as GitHub-flavoured markdown: what the run is, a summary (labels, matrix,
+    results in words), then the long tables."""
     exp = report.experiment
     versions = exp.get("versions", {})
     machine = exp.get("machine", {})
-    lines = [f"# Experiment `{report.name}`", ""]
+    lines = [f"# Experiment `{report.name}`", "", lead_text(report), ""]
     lines.append(f"Run folder `{report.run_dir}`; cells: {report.cells_text}.")
     if versions:
         lines.append("Software: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
     if machine:
         lines.append(f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} CPUs"
                      + (f", {machine['cuda']}" if "cuda" in machine else "") + ".")
-    lines += ["", "## Verdicts", "", COMPARISON_NOTE,
-              f"This report draws {report.tests} tests.",
+    lines += ["", "## Summary", "",
+              f"{len(report.comparisons)} comparisons, {report.tests} tests: "
+              f"{counts_text(counts(report.comparisons)) or 'none'}.",
               *(["", f"**{UNTUNED_NOTE}**"] if untuned(report) else []), ""]
+    head, rows = matrix_cells(report)
+    if rows:
+        lines += ["Each model against its baseline:", "", *_md_table(head, rows), ""]
+    lines += [f"- {line}" for line in summary_lines(report)]
+    lines += ["", "## Verdicts", "", COMPARISON_NOTE,
+              f"This report draws {report.tests} tests.", ""]
     lines += [*_md_table(*comparison_cells(report)), ""]
     if report.expectations:
         lines += ["## Expectations against the measured seeds", "", EXPECTATION_NOTE, ""]
@@ -632,7 +679,11 @@ def _json_safe(value: Any) -> Any:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(_json_safe(dataclasses.asdict(report)), indent=1, ensure_ascii=False)
+    """The report's dataclasses as JSON, each expectation with its claim in words."""
+    data = dataclasses.asdict(report)
+    for record, verdict in zip(data["expectations"], report.expectations, strict=True):
+        record["claim"] = verdict.claim
+    return json.dumps(_json_safe(data), indent=1, ensure_ascii=False)
 
 
 #: Output formats by name; add a renderer here to add a format.

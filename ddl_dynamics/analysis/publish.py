@@ -1,0 +1,108 @@
+"""A study's reference results, shipped as data: ``results/<study>/`` from a run folder.
+
+A published study holds everything the documentation quotes and nothing a reader cannot
+check: ``report.json`` (the report, :func:`~.report.render_json`), ``experiment.toml`` (the
+file as it ran), ``run.json`` (what ran it: command, versions, machine, wall time, dates)
+and ``figures/*.png`` (the verdict matrix and the per-seed comparison drawn now, from the
+report, plus every other figure already in the run folder's ``figures/``: run ``ddl-dyn plot
+all RUN_DIR`` first for curves, regimes and the rest). No weights, no store: ``ddl-dyn
+docs`` and ``ddl-dyn compare`` read these files alone. The run folder is only read.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .figures import compare_figures
+from .report import Report, build_report, render_json
+from .run import Run, load_run
+
+#: The files of a published study.
+REPORT, EXPERIMENT, RUN, FIGURES = "report.json", "experiment.toml", "run.json", "figures"
+
+
+def publish(run_dir: str | Path, results: str | Path = "results", name: str | None = None,
+            command: str | None = None) -> Path:
+    """Write ``results/<name>/`` from a finished run folder (``name``: the experiment's)."""
+    run = load_run(run_dir)
+    if not run.rows:
+        raise ValueError(f"{run_dir}: no results to publish")
+    report = build_report(run)
+    name = name or report.name
+    report = replace(report, run_dir=f"runs/{name}")  # where a rerun puts it, not this machine's
+    out = Path(results) / name
+    if out.exists():
+        shutil.rmtree(out)  # a study is published whole: no figure of an older run stays
+    (out / FIGURES).mkdir(parents=True)
+    (out / REPORT).write_text(render_json(report) + "\n")
+    (out / EXPERIMENT).write_text(run.experiment.get("config", ""))
+    (out / RUN).write_text(json.dumps(provenance(run, name, command), indent=1) + "\n")
+    drawn = {p.name for p in _draw(run, report, out)}
+    kept = Path(run_dir) / FIGURES
+    for png in sorted(kept.glob("*.png")) if kept.is_dir() else ():
+        if png.name not in drawn:
+            shutil.copyfile(png, out / FIGURES / png.name)
+    return out
+
+
+def _draw(run: Run, report: Report, out: Path) -> list[Path]:
+    """The figures drawn from the report alone, into ``out/figures`` (the run folder
+    untouched); PNG only."""
+    drawn = compare_figures(replace(run, run_dir=out), report)
+    for path in drawn:
+        if path.suffix != ".png":
+            path.unlink()
+    return [p for p in drawn if p.suffix == ".png"]
+
+
+def provenance(run: Run, name: str, command: str | None = None) -> dict[str, Any]:
+    """What ran a study: the command, software, machine, dates and the time it took (the
+    latest run's span and the cells' summed training time)."""
+    exp = run.experiment
+    started, ended = exp.get("started_at"), exp.get("ended_at")
+    span = None
+    if started and ended:
+        span = (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds()
+    cells = [c for row in run.rows.values() for c in row.cells]
+    return {
+        "study": name,
+        "command": command or f"ddl-dyn run experiments/{name}.toml",
+        "versions": exp.get("versions", {}),
+        "machine": exp.get("machine", {}),
+        "started_at": started,
+        "ended_at": ended,
+        "wall_time_s": span,
+        "cell_time_s": sum(c.wall_time or 0.0 for c in cells),
+        "cells": len(cells),
+    }
+
+
+def load_study(folder: str | Path) -> dict[str, Any]:
+    """A published study's report (``report.json``) as a dict, its ``run.json`` under
+    ``"run"``; a folder that is not a published study raises ValueError."""
+    folder = Path(folder)
+    path = folder / REPORT
+    if not path.is_file():
+        raise ValueError(f"{folder}: not a published study (no {REPORT}; make one with "
+                         "ddl-dyn publish RUN_DIR)")
+    try:
+        report = json.loads(path.read_text())
+        run = json.loads((folder / RUN).read_text()) if (folder / RUN).is_file() else {}
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(report, dict) or "comparisons" not in report:
+        raise ValueError(f"{path}: not a report (no comparisons)")
+    return {**report, "run": run}
+
+
+def studies(results: str | Path = "results") -> list[Path]:
+    """The published study folders under ``results``, by name."""
+    root = Path(results)
+    if not root.is_dir():
+        raise ValueError(f"{root}: no results folder (publish a study with ddl-dyn publish)")
+    return sorted(p for p in root.iterdir() if (p / REPORT).is_file())

@@ -1,0 +1,188 @@
+"""The words a text may use for a comparison: one sentence per label, in one place.
+
+Every sentence that states a comparison's result (in a report, on a study page, in the
+README's headline) is made here from the comparison's label (:mod:`.verdicts`), so that no
+text reads an inconclusive test as "no effect" or a difference as larger than its test
+says. A comparison is read in the shape the JSON report gives it (a dict: ``task``,
+``model``, ``control``, ``label``, ``paired`` with ``mean``, ``ci``, ``total`` and
+``margin``, ``detectable``); :func:`as_record` turns a :class:`~.comparisons.Comparison`
+into that shape. A label this module does not know gets a neutral sentence that names it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .verdicts import (
+    EQUIVALENT,
+    INCONCLUSIVE,
+    LABELS,
+    LOSS,
+    MIN_PAIRS,
+    UNEQUAL_BUDGET,
+    UNMATCHED_SIZE,
+    WIN,
+)
+
+#: Words that state an effect (or its absence) and must never stand beside an inconclusive
+#: comparison: not significant is not equal.
+EFFECT_WORDS = ("nothing", "only", "no effect", "adds nothing", "changes nothing")
+#: The phrase every inconclusive sentence uses (and what :func:`effect_words` looks beside).
+NO_DIFFERENCE = "no difference detected"
+#: The opening of a sentence that describes without a test (curves, "on every seed").
+DESCRIPTIVE = "Descriptive, not a test"
+
+#: What each label means and the words a text may use for it: the rule book's glossary.
+MEANINGS: dict[str, tuple[str, str]] = {
+    WIN: ("the model is better than the control: Holm-adjusted p below the level, in the "
+          "metric's better direction", "beats, with the difference and its 95% CI"),
+    LOSS: ("the model is worse than the control: Holm-adjusted p below the level, in the "
+           "metric's worse direction", "does worse than, with the difference and its 95% CI"),
+    EQUIVALENT: ("the difference lies within the task's margin: the Holm-adjusted TOST p "
+                 "is below the level", "equivalent within ±margin"),
+    INCONCLUSIVE: ("neither a difference nor equivalence is shown, or fewer seeds than a "
+                   "test needs; not significant is never equal",
+                   f"{NO_DIFFERENCE} (detectable ±x), and no word of effect"),
+    UNEQUAL_BUDGET: ("the two rows trained on different budgets: no test is drawn",
+                     "not tested: the budgets differ"),
+    UNMATCHED_SIZE: ("the two rows' parameter counts are too far apart: no test is drawn",
+                     "not tested: the sizes differ"),
+}
+
+
+def as_record(comparison: Any) -> dict[str, Any]:
+    """A :class:`~.comparisons.Comparison` (or its JSON dict) as the dict this module reads."""
+    return comparison if isinstance(comparison, Mapping) else dataclasses.asdict(comparison)
+
+
+def number(value: float | None, digits: int = 4) -> str:
+    """A figure to ``digits`` significant digits, ``"—"`` for none."""
+    return "—" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
+
+
+def difference(mean: float | None, ci: float | None) -> str:
+    """A paired mean difference, signed, with its CI half-width: ``"-0.41 ± 0.12"``."""
+    if mean is None:
+        return "—"
+    return f"{mean:+.3g}" if ci is None else f"{mean:+.3g} ± {number(ci, 2)}"
+
+
+def _n(paired: Mapping[str, Any]) -> int:
+    """Seeds compared, failures included (as :attr:`~.stats.Paired.total` counts them)."""
+    return sum(len(paired.get(k) or ()) for k in ("seeds", "failed", "control_failed",
+                                                    "both_failed"))
+
+
+def where(c: Mapping[str, Any]) -> str:
+    """The task, with the split where it is not test: ``"parity (long)"``, or
+    ``"parity (long, judged on test)"`` where the split asked for could not be judged."""
+    split, asked = c.get("split", "test"), c.get("asked_split") or ""
+    if asked and asked != split:
+        return f"{c['task']} ({asked}, judged on {split})"
+    return c["task"] if split == "test" else f"{c['task']} ({split})"
+
+
+def subject(c: Mapping[str, Any]) -> str:
+    """``"`ddl` against `resnet` on overwrite (test mse ↓)"``."""
+    control = c["control"] if isinstance(c["control"], str) else number(c["control"])
+    arrow = "↑" if c.get("higher_is_better") else "↓"
+    split, asked = c.get("split", "test"), c.get("asked_split") or ""
+    instead = f", in place of {asked}" if asked and asked != split else ""
+    return (f"`{c['model']}` against `{control}` on {c['task']} "
+            f"({split} {c.get('metric', 'metric')} {arrow}{instead})")
+
+
+def sentence(comparison: Any) -> str:
+    """The one sentence that states a comparison's result, from its label."""
+    c = as_record(comparison)
+    paired = c.get("paired") or {}
+    label = c["label"]
+    delta = f"Δ = {difference(paired.get('mean'), paired.get('ci'))}, n = {_n(paired)}"
+    if label == WIN:
+        return f"{subject(c)}: {WIN}, the model is better ({delta})."
+    if label == LOSS:
+        return f"{subject(c)}: {LOSS}, the model is worse ({delta})."
+    if label == EQUIVALENT:
+        return (f"{subject(c)}: equivalent within ±{number(paired.get('margin'), 2)} "
+                f"({delta}).")
+    if label == INCONCLUSIVE:
+        if c.get("detectable") is not None:
+            seen = f"detectable ±{number(c['detectable'], 2)}"
+        elif _n(paired) < MIN_PAIRS:
+            seen = "too few seeds for a test"
+        elif paired.get("differences") and not any(paired["differences"]):
+            seen = "identical on every seed"  # a shared ceiling, not a test of equality
+        else:
+            seen = "no detectable size: the differences do not vary"
+        return f"{subject(c)}: {NO_DIFFERENCE} ({seen}; {delta})."
+    if label == UNEQUAL_BUDGET:
+        return f"{subject(c)}: not tested, the budgets differ."
+    if label == UNMATCHED_SIZE:
+        return f"{subject(c)}: not tested, the sizes differ."
+    return f"{subject(c)}: labelled \"{label}\" by the rule book ({delta})."
+
+
+def descriptive(text: str) -> str:
+    """A statement read off curves or seeds rather than a test, said to be one."""
+    return f"{DESCRIPTIVE}: {text}"
+
+
+def counts(comparisons: Iterable[Any]) -> Counter[str]:
+    """How many comparisons carry each label."""
+    return Counter(as_record(c)["label"] for c in comparisons)
+
+
+def counts_text(found: Mapping[str, int]) -> str:
+    """``"2 win, 1 loss, 5 inconclusive"``: every label present, in the rule book's order
+    (labels it does not list after, by name)."""
+    order = [*LABELS, *sorted(set(found) - set(LABELS))]
+    return ", ".join(f"{found[label]} {label}" for label in order if found.get(label))
+
+
+def pair(c: Mapping[str, Any]) -> str:
+    """``"`ddl` over `resnet` on overwrite"``."""
+    control = c["control"] if isinstance(c["control"], str) else number(c["control"])
+    return f"`{c['model']}` against `{control}` on {where(c)}"
+
+
+def summary(comparisons: Sequence[Any], limit: int = 6) -> list[str]:
+    """Three sentences: how the comparisons are labelled, which the model won or lost, which
+    are equivalent (at most ``limit`` named each, then how many more)."""
+    records = [as_record(c) for c in comparisons]
+    found = counts(records)
+
+    def listed(label: str) -> str:
+        chosen = [pair(c) for c in records if c["label"] == label]
+        more = f" and {len(chosen) - limit} more" if len(chosen) > limit else ""
+        return "; ".join(chosen[:limit]) + more
+
+    first = (f"Of {len(records)} comparisons, {counts_text(found)}"
+             + (f" ({NO_DIFFERENCE} at the sizes each test could see)"
+                if found.get(INCONCLUSIVE) else "") + ".")
+    decided = [f"{label} for the model: {listed(label)}" for label in (WIN, LOSS)
+               if found.get(label)]
+    second = ("; ".join(decided) if decided else "No comparison is a win or a loss") + "."
+    third = (f"Equivalent within the task's margin: {listed(EQUIVALENT)}." if found.get(EQUIVALENT)
+             else "No comparison is shown equivalent within its task's margin.")
+    return [first, second[0].upper() + second[1:], third]
+
+
+def effect_words(text: str) -> list[str]:
+    """The lines of ``text`` that put an effect word beside an inconclusive comparison."""
+    return [line for line in text.splitlines() if NO_DIFFERENCE in line.lower()
+            and any(_has_word(line.lower(), w) for w in EFFECT_WORDS)]
+
+
+def _has_word(line: str, word: str) -> bool:
+    start = line.find(word)
+    while start >= 0:
+        end = start + len(word)
+        if (start == 0 or not line[start - 1].isalnum()) and (
+                end == len(line) or not line[end].isalnum()):
+            return True
+        start = line.find(word, start + 1)
+    return False
