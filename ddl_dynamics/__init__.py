@@ -43,7 +43,7 @@ from ._task import (
     register_task,
     split_generator,
 )
-from .models import delta, ode, residual, transformer  # noqa: F401
+from .models import decoupled, delta, hyper, ode, product, residual, transformer  # noqa: F401
 from .models.base import DepthModel, check_model, list_models, make_model, register_model
 from .models.delta import DeltaProbe
 from .models.params import count_parameters, match_hidden, parameter_count
