@@ -262,3 +262,38 @@ def test_the_docs_example_runs_from_the_command_line(tmp_path, monkeypatch):
     command = re.search(r"^ddl-dyn run (.*)$", PAGE.read_text(), flags=re.M).group(1).split()
     assert main(["run", *command, "--seeds", "0"]) == 0
     assert main(["report", "runs/my-study", "--task-file", "my_decoupled.py"]) == 0
+
+
+def test_gate_use_reads_every_update_of_a_product_layer(tmp_path):
+    """Planted ddl-product probes, two updates per layer: at each reflect event one of the
+    layer's two gates reflects, elsewhere both sit at the identity."""
+    import ddl_dynamics as dd
+    from ddl_dynamics.analysis.crossover import gate_use
+    from ddl_dynamics.analysis.probes import probe_path
+    from ddl_dynamics.analysis.run import load_run
+    from ddl_dynamics.experiment.store import model_path
+
+    store = dd.ResultStore(tmp_path / "results.sqlite")
+    reflection = dd.REGIMES.index("reflection")
+    events = dd.make_task("switched", p=0.5, event="reflect").sample(64, 0, "test").step_regimes
+    events = events.numpy()
+    beta = np.zeros((events.shape[0], 2 * events.shape[1]))
+    beta[:, 0::2] = np.where(events == reflection, 2.0, 0.0)  # the first update of a layer
+    for p in (0.5, 1.0):
+        task = f"switched[event=reflect,p={p:g}]"
+        r = dd.RunResult(
+            status="ok", message="", key=f"{task}-ddl-product-0", task=task,
+            model="ddl-product", seed=0, params=100, flops=1.0, wall_time=1.0,
+            config={"task": "switched", "spec": {"depth": 8, "p": p, "event": "reflect",
+                                                 "dim": 4},
+                    "model": "ddl-product", "config": {}},
+            metrics={"metric": "mse", "higher_is_better": False, "test": 0.1})
+        store.put(r)
+        for path in (model_path(tmp_path, r.key), probe_path(tmp_path, r.key)):
+            path.parent.mkdir(exist_ok=True)
+        model_path(tmp_path, r.key).touch()
+        np.savez(probe_path(tmp_path, r.key), beta=beta, test_step_regimes=events)
+    (found,) = gate_use(load_run(tmp_path))
+    assert (found.model, found.regime) == ("ddl-product", "reflection")
+    assert [e.mean for _, e in found.at_events] == [0.5, 0.5]
+    assert [e.mean for _, e in found.elsewhere] == [0.0, 0.0]
