@@ -200,9 +200,14 @@ def test_parameters_match_resnet_within_ten_percent(name, width):
         <= 0.1 * target
 
 
-@pytest.mark.parametrize("name", ["ddl-product", "ddl-decoupled"])
-def test_delta_peers_fold_into_ensembles(name):
-    members = [model(name, control_dim=2) for _ in range(3)]
+@pytest.mark.parametrize("variant", [("ddl-product", {}), ("ddl-decoupled", {}), ("hc", {}),
+                                     ("mhc", {}), ("mhc", {"tied": True, "streams": 2})],
+                         ids=str)
+def test_peers_fold_into_ensembles(variant):
+    """The members' outputs and gradients, computed as one folded ensemble (hc and mhc: the
+    package's layers under vmap over the stacked weights)."""
+    name, options = variant
+    members = [model(name, control_dim=2, **options) for _ in range(3)]
     for seed, m in enumerate(members):
         torch.manual_seed(seed)
         for p in m.parameters():
@@ -214,11 +219,11 @@ def test_delta_peers_fold_into_ensembles(name):
     own = torch.cat([m(x[4 * s : 4 * s + 4], u[4 * s : 4 * s + 4])
                      for s, m in enumerate(members)])
     torch.testing.assert_close(folded, own, atol=1e-5, rtol=1e-4)
-
-
-@pytest.mark.parametrize("name", ["hc", "mhc"])
-def test_hyper_connections_train_one_by_one(name):
-    assert fold([model(name), model(name)]) is None
+    folded.square().sum().backward()
+    own.square().sum().backward()
+    for stack, params in ensemble.slots:
+        for s, p in enumerate(params):
+            torch.testing.assert_close(stack.grad[s], p.grad, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name, options, message", [
