@@ -302,3 +302,48 @@ def test_gate_use_reads_every_update_of_a_product_layer(tmp_path):
     assert (found.model, found.regime) == ("ddl-product", "reflection")
     assert [e.mean for _, e in found.at_events] == [0.5, 0.5]
     assert [e.mean for _, e in found.elsewhere] == [0.0, 0.0]
+
+
+def test_the_gate_audit_and_regime_figures_cover_the_delta_peers(tmp_path):
+    """A tiny trained run: the report's regime audit and the regime figures have a row and a
+    figure for ddl-product (its updates as layers) and ddl-decoupled (its erase gate), and
+    the decoupled probe keeps its write gate."""
+    import ddl_dynamics as dd
+    from ddl_dynamics.analysis.probes import cached_probe, usable_rows
+    from ddl_dynamics.analysis.run import load_run
+
+    (tmp_path / "tiny.toml").write_text("""
+name = "tiny"
+seeds = [0]
+[defaults.model]
+width = 8
+depth = 3
+hidden = 8
+[defaults.train]
+steps = 10
+batch_size = 16
+n_train = 64
+n_test = 32
+eval_every = 5
+[[tasks]]
+name = "overwrite"
+spec = { depth = 3 }
+[[models]]
+name = "resnet"
+[[models]]
+name = "ddl-product"
+product = 2
+[[models]]
+name = "ddl-decoupled"
+""")
+    run_dir = tmp_path / "run"
+    dd.run_experiment(dd.load_experiment(tmp_path / "tiny.toml"), run_dir=run_dir)
+    figures = {p.stem for p in dd.make_figures(run_dir, ("regimes",), progress=False)}
+    assert {"regime_atlas_ddl-product", "regime_atlas_ddl-decoupled"} <= figures
+    regimes = {row.model: row for row in dd.build_report(run_dir).regimes}
+    assert set(regimes) == {"ddl-product", "ddl-decoupled"}
+    run = load_run(run_dir)
+    arrays = {row.model: cached_probe(run_dir, row.key) for row in usable_rows(run)}
+    assert arrays["ddl-product"]["beta"].shape[1] == 3 * 2
+    assert arrays["ddl-decoupled"]["beta_write"].shape == arrays["ddl-decoupled"]["beta"].shape
+    assert "beta" not in arrays["resnet"]
