@@ -163,8 +163,9 @@ def test_decoupled_probe_shows_both_gates_and_keeps_the_contraction():
     np.testing.assert_array_equal(arrays["beta_write"], probe.beta_write.numpy())
 
 
-def test_hc_starts_as_resnet_with_the_same_branches():
-    resnet, hc = model("resnet", control_dim=2), model("hc", streams=3, control_dim=2)
+@pytest.mark.parametrize("name, streams", [("hc", 3), ("hc", 1), ("mhc", 1)])
+def test_hc_starts_as_resnet_with_the_same_branches(name, streams):
+    resnet, hc = model("resnet", control_dim=2), model(name, streams=streams, control_dim=2)
     for i in range(BASE["depth"]):
         hc.layers[i].branch.load_state_dict(resnet.layers[i].state_dict())
     hc.encoder.load_state_dict(resnet.encoder.state_dict())
