@@ -15,8 +15,9 @@ from ddl_dynamics import (
 )
 from ddl_dynamics.models.params import match_hidden
 
-FAMILIES = ["anode", "ddl", "ddl-write", "gated", "node", "resnet"]
-DISCRETE = ["ddl", "ddl-write", "gated", "resnet"]
+PEERS = ["ddl-decoupled", "ddl-product", "hc", "mhc"]
+FAMILIES = ["anode", "ddl", "ddl-write", "gated", "node", "resnet", *PEERS]
+DISCRETE = ["ddl", "ddl-write", "gated", "resnet", *PEERS]
 BASE = {"in_dim": 3, "out_dim": 2, "width": 8, "depth": 4, "hidden": 8}
 
 VARIANTS = [
@@ -44,7 +45,7 @@ def model(name: str, **options) -> DepthModel:
     return make_model(name, **{**BASE, **options})
 
 
-def test_list_models_lists_the_six_families_and_the_transformers():
+def test_list_models_lists_the_vector_families_and_the_transformers():
     transformers = ["ddl-transformer", "ddl-write-transformer", "transformer"]
     assert list_models() == sorted(FAMILIES + transformers)
 

@@ -205,6 +205,8 @@ def gate_use(run: Run) -> list[GateUse]:
         setting, value = settings[row.task]
         used = regime_index(torch.as_tensor(arrays["beta"])).numpy()  # (N, L)
         events = arrays["test_step_regimes"]  # (N, L): the exact step's regime, −1 for none
+        # a stack of several updates per layer (ddl-product) has that many gates per step
+        events = np.repeat(events, used.shape[1] // events.shape[1], axis=1)
         for index in regimes[setting]:
             found = shares[setting, row.model, index]
             for where, steps in (("at_events", events == index), ("elsewhere", events < 0)):

@@ -106,8 +106,9 @@ def _probe_sequence(task: Task, model: Transformer, seed: int,
 
 
 def _gate_arrays(probe: DeltaProbe) -> dict[str, np.ndarray]:
-    names = ("beta", "k_raw_norm", "readout", "v", "e_pre", "e_post")
-    return {name: getattr(probe, name).float().numpy() for name in names}
+    names = ("beta", "k_raw_norm", "readout", "v", "e_pre", "e_post", "beta_write")
+    return {name: getattr(probe, name).float().numpy() for name in names
+            if getattr(probe, name) is not None}
 
 
 def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = True) -> int:
@@ -137,7 +138,8 @@ def load_probes(run: Run) -> Iterator[tuple[RunResult, dict[str, np.ndarray]]]:
 
 
 def erases(row: RunResult) -> bool:
-    """Whether the cell's model is a Delta stack with the erase term (``ddl`` or
-    ``ddl-transformer``): only there does β set the shortcut's eigenvalue 1 − β, so only
-    there do gate regimes apply (the write-only controls' β merely scales their write)."""
-    return row.config.get("model") in ("ddl", "ddl-transformer")
+    """Whether the cell's model is a Delta stack with the erase term (``ddl``,
+    ``ddl-transformer``, ``ddl-product``: one probe row per update; ``ddl-decoupled``: β is
+    its erase gate): only there does β set the shortcut's eigenvalue 1 − β, so only there do
+    gate regimes apply (the write-only controls' β merely scales their write)."""
+    return row.config.get("model") in ("ddl", "ddl-transformer", "ddl-product", "ddl-decoupled")

@@ -19,7 +19,7 @@ from .._registry import Registry, did_you_mean
 
 #: The modules of the built-in families; each registers its models when imported, which
 #: the registry does on its first lookup.
-FAMILIES = ("delta", "ode", "residual", "transformer")
+FAMILIES = ("delta", "decoupled", "hyper", "ode", "product", "residual", "transformer")
 MODELS: Registry[DepthModel] = Registry(
     "model", entry_point_group="ddl_dynamics.models",
     builtins=tuple(f"ddl_dynamics.models.{family}" for family in FAMILIES))

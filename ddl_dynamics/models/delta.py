@@ -35,6 +35,9 @@ class DeltaProbe:
         readout: ``kᵀX`` before the update ``(B, L, d_v)``.
         e_pre: ``readout − v``. e_post: ``kᵀX_after − v``; for ``ddl``,
             ``e_post = (1 − β) e_pre``.
+        beta_write: where a stack gates its write apart from its erase
+            (``ddl-decoupled``), the write gate ``(B, L)``; ``beta`` is then the erase gate,
+            which sets the shortcut's eigenvalue ``1 − β``.
     """
 
     beta: Tensor
@@ -44,6 +47,7 @@ class DeltaProbe:
     readout: Tensor
     e_pre: Tensor
     e_post: Tensor
+    beta_write: Tensor | None = None
 
     @classmethod
     def of_layers(cls, layers: Iterable[tuple[Tensor, ...]], dim: int) -> DeltaProbe:
@@ -57,32 +61,38 @@ class DeltaProbe:
 
 
 class _Generators(nn.Module):
-    """One layer's generators packed as ``[k̃ | gate logit | v]`` from the context ``z``
-    (``[x; u_l]`` or ``u_l``), the layout :func:`~.operator.generated_update` reads.
+    """One layer's generators from the context ``z`` (``[x; u_l]`` or ``u_l``): per head,
+    ``[k̃ | gate logits | v]``, the layout :func:`~.operator.generated_update` reads (one
+    head, one gate), heads side by side.
 
-    The gate row of the branch starts at zero weight and bias ``gate_logit(beta_init)``, so
+    Every gate row of the branch starts at zero weight and bias ``gate_logit(beta_init)``, so
     every sample starts at ``β = beta_init`` exactly.
     """
 
     def __init__(
         self, branch: Callable[[int, int], Branch], context: int, d: int, d_v: int,
-        value_source: str, logit0: float,
+        value_source: str, logit0: float, heads: int = 1, gates: int = 1,
     ) -> None:
         super().__init__()
         from_branch = value_source == "branch"
-        self.branch = branch(context, d + 1 + (d_v if from_branch else 0))
+        width = d + gates + (d_v if from_branch else 0)
+        self.heads = heads
+        self.branch = branch(context, heads * width)
         # v = W_v RMSNorm(z): the paper's c_l = RMSNorm(x_in); a norm gain would be
         # redundant with W_v.
-        self.value = None if from_branch else nn.Linear(context, d_v, bias=False)
+        self.value = None if from_branch else nn.Linear(context, heads * d_v, bias=False)
         with torch.no_grad():
-            self.branch.out.weight[d].zero_()
-            self.branch.out.bias[d] = logit0
+            for row in range(d, d + gates):
+                self.branch.out.weight[row::width].zero_()
+                self.branch.out.bias[row::width] = logit0
 
     def forward(self, z: Tensor) -> Tensor:
         out = self.branch(z)
         if self.value is None:
             return out
-        return torch.cat([out, self.value(F.rms_norm(z, z.shape[-1:]))], dim=-1)
+        value = self.value(F.rms_norm(z, z.shape[-1:]))
+        heads = (t.unflatten(-1, (self.heads, -1)) for t in (out, value))
+        return torch.cat(list(heads), dim=-1).flatten(-2)
 
 
 class _DeltaStack(DepthModel):
@@ -103,6 +113,10 @@ class _DeltaStack(DepthModel):
 
     #: Whether the update erases the readout along k before writing (ddl) or only writes.
     erase: ClassVar[bool]
+    #: Delta updates per layer, each with its own generators (``ddl-product``'s ``n_h``).
+    heads: int = 1
+    #: Gate logits per head: one β, or separate erase and write gates (``ddl-decoupled``).
+    gates: ClassVar[int] = 1
 
     def __init__(
         self,
@@ -132,12 +146,13 @@ class _DeltaStack(DepthModel):
         self.d = self.state_dim // value_channels
         logit0 = gate_logit(self.beta_init, self.beta_max)
         reads = self.control_dim + (self.state_dim if context == "state" else 0)
-        self.layers = self.per_layer(
-            lambda: _Generators(self.branch, reads, self.d, value_channels, value_source, logit0)
-        )
+        self.layers = self.per_layer(lambda: _Generators(
+            self.branch, reads, self.d, value_channels, value_source, logit0, self.heads,
+            self.gates))
 
     def packed_generators(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
-        """Layer ``i``'s generators ``[k̃ | gate logit | v]``, ``(B, d + 1 + d_v)``."""
+        """Layer ``i``'s generators ``[k̃ | gate logits | v]`` per head,
+        ``(B, heads · (d + gates + d_v))``."""
         return self.layer(i)(join(state, u_i) if self.context == "state" else u_i)
 
     def generators(

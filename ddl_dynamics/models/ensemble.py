@@ -130,6 +130,38 @@ class EnsembleCausalConv(nn.Module):
         return causal_conv(x.unflatten(0, (self.weight.shape[0], -1)), self.weight).flatten(0, 1)
 
 
+class EnsembleVmap(nn.Module):
+    """``S`` copies of a module whose ops have no twins (a third-party layer), run under
+    ``torch.func.vmap`` over the members' stacked parameters: member ``s``'s rows of every
+    tensor argument go through its own weights. Arguments that are None pass through.
+
+    The parameters are named by their path in the member with ``.`` as ``__``; ``sources``
+    maps each back to that path, for :func:`fold`'s slots.
+    """
+
+    def __init__(self, layers: Sequence[nn.Module]) -> None:
+        super().__init__()
+        self.sources: dict[str, str] = {}
+        for path, _ in layers[0].named_parameters():
+            name = path.replace(".", "__")
+            self.sources[name] = path
+            self.register_parameter(
+                name, nn.Parameter(torch.stack([m.get_parameter(path).detach() for m in layers])))
+        self.template = [copy.deepcopy(layers[0])]  # a list: not a submodule of the twin
+
+    def forward(self, *args: Tensor | None) -> Tensor:
+        members = next(iter(self.parameters())).shape[0]
+        params = {path: getattr(self, name) for name, path in self.sources.items()}
+        dims = tuple(None if a is None else 0 for a in args)
+        rows = [None if a is None else a.unflatten(0, (members, -1)) for a in args]
+
+        def member(weights: dict[str, Tensor], *inputs: Tensor | None) -> Tensor:
+            return torch.func.functional_call(self.template[0], weights, inputs)
+
+        out = torch.func.vmap(member, in_dims=(0, *dims), randomness="different")(params, *rows)
+        return out.flatten(0, 1)
+
+
 #: The layers that can hold parameters in a folded ensemble, with their twin's factory.
 TWINS: dict[type[nn.Module], Callable[[Sequence[nn.Module]], nn.Module]] = {
     nn.Linear: EnsembleLinear,
@@ -196,17 +228,21 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
     twins: dict[int, nn.Module] = {}
     stacks: dict[tuple[int, ...], nn.Parameter] = {}  # the members' parameters → their stack
     slots: list[tuple[nn.Parameter, list[nn.Parameter]]] = []
+    covered: list[str] = []  # twinned layers: a twin stands for its sublayers too
     for path, module in list(skeleton.named_modules(remove_duplicate=False)):
-        if not (module._parameters or module._buffers):
-            continue
         twin_of = TWINS.get(type(module))
+        if any(path.startswith(f"{done}.") for done in covered) or not (
+                module._parameters or module._buffers or twin_of is not None):
+            continue
         if twin_of is None:
             return None
+        covered.append(path)
         if id(module) not in twins:  # a layer shared by several paths gets one twin
             layers = [p[path] for p in paths]
             twins[id(module)] = twin = twin_of(layers)
+            sources = getattr(twin, "sources", {})
             for name, param in list(twin.named_parameters(recurse=False)):
-                own = [getattr(layer, name) for layer in layers]
+                own = [layer.get_parameter(sources.get(name, name)) for layer in layers]
                 key = tuple(map(id, own))
                 if key in stacks:  # a parameter shared by several layers (a tied head)
                     setattr(twin, name, stacks[key])

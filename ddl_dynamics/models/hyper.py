@@ -1,0 +1,106 @@
+"""Hyper-Connections and mHC: several residual streams mixed by learned matrices.
+
+Hyper-Connections (Zhu et al. 2024) widen the residual into ``streams`` copies: each layer
+reads a learned mix of the streams into its branch, mixes the streams among themselves, and
+adds the branch output back to each with a learned weight (static weights plus small
+state-dependent terms). mHC (2025) constrains the stream mixing to doubly-stochastic
+matrices (Sinkhorn) and the read/write weights to positive ones. Both come from the
+``hyper-connections`` package, not re-implemented here; around them sits the branch of
+``resnet``, ``f_l([x; u_l])``.
+
+The streams start as copies of the encoded input, and the state the decoder reads is their
+mean (the package's sum over streams, over ``streams``): with the package's initialisation
+every stream of ``hc`` then equals the ``resnet`` state with the same branch weights.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, ClassVar
+
+import hyper_connections
+import torch
+from torch import Tensor, nn
+
+from .base import DepthModel, check_int, join, register_model
+from .ensemble import TWINS, EnsembleVmap
+
+
+class _HyperLayer(nn.Module):
+    """One layer: the package's connection module around a ``resnet`` branch."""
+
+    def __init__(self, connection: nn.Module, branch: nn.Module) -> None:
+        super().__init__()
+        self.connection = connection
+        self.branch = branch
+
+    def forward(self, streams: Tensor, u_i: Tensor | None) -> Tensor:
+        branch_input, add_residual = self.connection(streams)
+        return add_residual(self.branch(join(branch_input, u_i)))
+
+
+class _HyperStack(DepthModel):
+    """Shared body of ``hc`` and ``mhc``, which differ only in the package's functions.
+
+    Options:
+        streams: residual streams ``n ≥ 1``; the state is ``n`` copies of width
+            ``state_dim``, held as ``(B·n, state_dim)`` (the package's layout). With one
+            stream the package falls back to a plain residual, ``resnet``.
+
+    The stacks fold into ensembles (seeds × grid values) although the package keeps its
+    mixing weights as bare parameters, which no layer twin of :mod:`.ensemble` covers: a
+    layer's twin is :class:`~.ensemble.EnsembleVmap`, the package's own code under
+    ``torch.func.vmap`` over the members' stacked weights.
+    """
+
+    #: The package's ``get_init_and_expand_reduce_stream_functions`` of this variant.
+    functions: ClassVar[Any]
+
+    def __init__(self, *, streams: int = 4, **common: Any) -> None:
+        super().__init__(**common)
+        self.streams = check_int("streams", streams, 1)
+        init, self.expand, self.reduce = type(self).functions(self.streams)
+        context = self.state_dim + self.control_dim
+        built = iter(range(self.depth))
+        self.layers = self.per_layer(lambda: _HyperLayer(
+            init(dim=self.state_dim, layer_index=next(built)),
+            self.branch(context, self.state_dim)))
+
+    def trajectory(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
+        """The streams' mean before and after every step, ``(B, steps + 1, state_dim)``."""
+        steps = self.resolve_steps(x, u, steps)
+        streams = self.expand(self.encode(x))  # (B·n, state_dim)
+        states = [self.readout(streams)]
+        for i in range(steps):
+            streams = self.layer(i)(streams, None if u is None else u[:, i])
+            states.append(self.readout(streams))
+        return torch.stack(states, dim=1)
+
+    def readout(self, streams: Tensor) -> Tensor:
+        """The state the decoder reads: the streams' mean, ``(B·n, d) → (B, d)``."""
+        return self.reduce(streams) / self.streams
+
+
+TWINS[_HyperLayer] = EnsembleVmap
+
+
+@register_model("hc")
+class HyperConnectionsModel(_HyperStack):
+    """Hyper-Connections: several residual streams mixed by learned matrices (Zhu et al. 2024)."""
+
+    functions = staticmethod(hyper_connections.get_init_and_expand_reduce_stream_functions)
+
+
+@register_model("mhc")
+class ManifoldHyperConnectionsModel(_HyperStack):
+    """mHC: Hyper-Connections whose stream mixing is doubly stochastic (Sinkhorn).
+
+    The package's Sinkhorn runs in the log domain (its ``log_domain_sinkhorn``): the same
+    20 iterations toward the same doubly-stochastic matrix, stable for large logits, and on
+    the CPU half the step time of the exponential form, whose per-sample L1 normalisations
+    over a 4 × 4 matrix dominate a step.
+    """
+
+    functions = staticmethod(partial(
+        hyper_connections.mc_get_init_and_expand_reduce_stream_functions,
+        log_domain_sinkhorn=True))
