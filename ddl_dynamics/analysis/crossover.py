@@ -8,8 +8,8 @@ its baseline, or a declared comparison) is followed across the knob: at every kn
 its judged, Holm-adjusted label (:mod:`.verdicts`), with n. The crossover ``p*`` is the
 smallest knob value from which on the model wins at every larger value in the run; None
 when it does not win at the largest. Because it reads adjusted verdicts, one point that
-misses significance moves it; its bootstrap interval over seeds (:func:`sign_interval`)
-says how firmly the *sign* of the difference changes there.
+misses significance moves it; its bootstrap interval over seeds (:func:`star_interval`),
+failed seeds included, says how firmly p* itself stands.
 
 :func:`gate_use` asks whether the trained Delta stacks' gates follow the events: per knob
 value, the share of gates in each event's regime (projection for an overwrite, reflection
@@ -34,10 +34,10 @@ from ..models.operator import REGIMES, regime_index
 from .comparisons import Comparison
 from .probes import erases, load_probes
 from .run import Run
-from .stats import Estimate, Paired
-from .verdicts import WIN
+from .stats import ALPHA, Estimate, Paired, sign_flip_ps, signed_ranks
+from .verdicts import MIN_PAIRS, WIN
 
-#: Resamples of the seeds behind :func:`sign_interval`.
+#: Resamples of the seeds behind :func:`star_interval`.
 BOOTSTRAP = 2000
 
 
@@ -65,8 +65,8 @@ class Crossover:
     points: tuple[tuple[float, Comparison], ...]
     #: ``p*`` (:func:`crossover_point`).
     star: float | None
-    #: The 95% bootstrap interval of the knob value from which on the mean difference
-    #: favours the model (:func:`sign_interval`); ``math.inf`` stands for "none in range".
+    #: The 95% bootstrap interval of ``p*`` over seeds (:func:`star_interval`);
+    #: ``math.inf`` stands for "none in range".
     interval: tuple[float, float] | None = None
 
 
@@ -81,33 +81,60 @@ def crossover_point(points: Sequence[tuple[float, Comparison]]) -> float | None:
     return star
 
 
-def sign_interval(points: Sequence[tuple[float, Paired]], higher_is_better: bool,
+def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: bool,
                   resamples: int = BOOTSTRAP) -> tuple[float, float] | None:
-    """A 95% percentile bootstrap interval, over seeds, of the smallest knob value from which
-    on the mean paired difference favours the model at every larger value (``math.inf``
-    where it does not at the largest). The seeds are resampled jointly across the knob (the
-    same seeds see every knob value); a point's mean is over the resampled seeds both rows
-    finished there. None with fewer than 2 seeds."""
-    seeds = sorted({s for _, p in points for s in p.seeds})
+    """A 95% percentile bootstrap interval, over seeds, of ``p*`` itself
+    (:func:`crossover_point`; ``math.inf`` where a resample wins nowhere from some value on).
+    The seeds are resampled jointly across the knob (the same seeds see every knob value),
+    failed seeds among them as the failures they are; at each knob value the deciding test
+    (:func:`~.stats.decisive`) is redrawn on the resampled seeds and its p scaled by the
+    factor Holm applied to that value's test in the report, so a resample's label follows
+    the report's rule. A value without a test in the family never wins. None with fewer
+    than 2 seeds."""
+    seeds = sorted({s for _, c in points if c.paired for s, _, _ in c.paired.pairs})
     if len(seeds) < 2 or not points:
         return None
-    rng = np.random.default_rng(0)
-    index = {s: i for i, s in enumerate(seeds)}
-    counts = rng.multinomial(len(seeds), [1 / len(seeds)] * len(seeds), size=resamples)
-    favours = []
-    for _, paired in points:  # (resamples,) whether the resampled mean favours the model
-        columns = [index[s] for s in paired.seeds]
-        weights = counts[:, columns]
-        total = weights.sum(axis=1)
-        mean = (weights * np.array(paired.differences)).sum(axis=1) / np.maximum(total, 1)
-        good = mean > 0 if higher_is_better else mean < 0
-        favours.append(np.where(total > 0, good, False))
-    favours = np.array(favours)  # (points, resamples)
-    from_here = np.logical_and.accumulate(favours[::-1], axis=0)[::-1]  # favours from i on
+    draws = np.random.default_rng(0).integers(0, len(seeds), (resamples, len(seeds)))
+    wins = np.array([_wins(c, seeds, draws, higher_is_better) for _, c in points])
+    from_here = np.logical_and.accumulate(wins[::-1], axis=0)[::-1]  # wins from i on
     values = np.array([v for v, _ in points], dtype=float)
     stars = np.where(from_here.any(axis=0), values[from_here.argmax(axis=0)], math.inf)
     low, high = np.percentile(stars, [2.5, 97.5], method="inverted_cdf")
     return float(low), float(high)
+
+
+#: A seed's outcome at one knob value, for :func:`_wins`.
+_FINISHED, _FAILED, _CONTROL_FAILED, _BOTH_FAILED, _NOT_RUN = range(5)
+
+
+def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
+          higher_is_better: bool) -> np.ndarray:
+    """Whether the comparison wins on each resample of ``seeds`` (``draws``: indices)."""
+    p = c.paired
+    if p is None or p.p is None or c.p_adjusted is None:
+        return np.zeros(len(draws), dtype=bool)
+    factor = c.p_adjusted / p.p
+    found = {s: (m, ctl) for s, m, ctl in p.pairs}
+    kind = np.full(len(seeds), _NOT_RUN)
+    value = np.zeros(len(seeds))
+    worst = 1 + 2 * max((abs(d) for d in p.differences), default=1.0)
+    against = -worst if higher_is_better else worst  # bad for the model
+    for i, s in enumerate(seeds):
+        if s not in found:
+            continue
+        m, ctl = found[s]
+        kind[i], value[i] = (
+            (_FINISHED, m - ctl) if m is not None and ctl is not None
+            else (_FAILED, against) if m is None and ctl is not None
+            else (_CONTROL_FAILED, -against) if ctl is None and m is not None
+            else (_BOTH_FAILED, 0.0))
+    kinds, values = kind[draws], value[draws]
+    one_sided = ((kinds == _FAILED) | (kinds == _CONTROL_FAILED)).any(axis=1, keepdims=True)
+    deciding = np.where(one_sided, signed_ranks(values), values)  # zeros drop out of both
+    total = deciding.sum(axis=1)
+    better = (total != 0) & ((total > 0) == higher_is_better)
+    enough = (kinds == _FINISHED).sum(axis=1) >= MIN_PAIRS
+    return enough & better & (sign_flip_ps(deciding) * factor < ALPHA)
 
 
 @dataclass(frozen=True)
@@ -180,10 +207,9 @@ def crossovers(run: Run, comparisons: Iterable[Comparison]) -> list[Crossover]:
     for (setting, model, control), points in curves.items():
         ordered = tuple(sorted(points, key=lambda point: point[0]))
         first = ordered[0][1]
-        drawn = [(v, c.paired) for v, c in ordered if c.paired is not None]
         out.append(Crossover(setting, model, control, first.metric, first.higher_is_better,
                              ordered, crossover_point(ordered),
-                             sign_interval(drawn, first.higher_is_better)))
+                             star_interval(ordered, first.higher_is_better)))
     return sorted(out, key=lambda c: (c.setting.family, c.setting.label, c.model, c.control))
 
 

@@ -132,7 +132,7 @@ def judge_expectations(pending: list[tuple[str, Expectation, Request | str]],
         if c.label == EQUIVALENT:
             note = "; ".join(n for n in ("equivalent within the task's margin", note) if n)
         elif result == INSUFFICIENT and c.paired is not None and not c.asked_split:
-            note = "; ".join(n for n in (f"{c.label}, n = {c.paired.total}", note) if n)
+            note = "; ".join(n for n in (f"{c.label}, n = {c.paired.n}", note) if n)
         verdicts.append(Verdict(task, e, c.higher_is_better, request.model,
                                 request.control if isinstance(request.control, str) else None,
                                 c, result, note))
