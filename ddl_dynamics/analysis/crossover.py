@@ -38,7 +38,7 @@ from .stats import ALPHA, Estimate, Paired, sign_flip_ps, signed_ranks
 from .verdicts import MIN_PAIRS, WIN
 
 #: Resamples of the seeds behind :func:`star_interval`.
-BOOTSTRAP = 2000
+BOOTSTRAP = 1000
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,13 @@ def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: 
     if len(seeds) < 2 or not points:
         return None
     draws = np.random.default_rng(0).integers(0, len(seeds), (resamples, len(seeds)))
-    wins = np.array([_wins(c, seeds, draws, higher_is_better) for _, c in points])
-    from_here = np.logical_and.accumulate(wins[::-1], axis=0)[::-1]  # wins from i on
-    values = np.array([v for v, _ in points], dtype=float)
-    stars = np.where(from_here.any(axis=0), values[from_here.argmax(axis=0)], math.inf)
+    stars = np.full(resamples, math.inf)
+    alive = np.ones(resamples, dtype=bool)  # won at every larger knob value so far
+    for value, c in reversed(points):  # from the largest down: a loss there settles p*
+        alive[alive] = _wins(c, seeds, draws[alive], higher_is_better)
+        stars[alive] = value
+        if not alive.any():
+            break
     low, high = np.percentile(stars, [2.5, 97.5], method="inverted_cdf")
     return float(low), float(high)
 
@@ -111,7 +114,7 @@ def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
           higher_is_better: bool) -> np.ndarray:
     """Whether the comparison wins on each resample of ``seeds`` (``draws``: indices)."""
     p = c.paired
-    if p is None or p.p is None or c.p_adjusted is None:
+    if p is None or p.p is None or c.p_adjusted is None or not len(draws):
         return np.zeros(len(draws), dtype=bool)
     factor = c.p_adjusted / p.p
     found = {s: (m, ctl) for s, m, ctl in p.pairs}
