@@ -19,6 +19,7 @@ from ..experiment.store import RunResult
 from .run import Row, Run
 from .stats import ALPHA, Paired, detectable_difference, holm
 from .verdicts import (
+    EQUIVALENT,
     INCONCLUSIVE,
     MIN_PAIRS,
     UNEQUAL_BUDGET,
@@ -101,6 +102,14 @@ class Comparison:
     def control_text(self) -> str:
         return self.control if isinstance(self.control, str) else f"{self.control:.4g}"
 
+    def significant(self, p_adjusted: float | None = None) -> bool | None:
+        """Whether a significant difference (adjusted p below the level) favours the model;
+        None where there is none. ``p_adjusted`` defaults to the comparison's own."""
+        p = self.p_adjusted if p_adjusted is None else p_adjusted
+        if self.paired is None or p is None or p >= ALPHA:
+            return None
+        return self.paired.better(self.higher_is_better)
+
     @property
     def grid_holds(self) -> bool | None:
         """Whether the verdict's direction holds at every grid value (None: untuned, or no
@@ -169,9 +178,9 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
                       else detectable_difference(c.paired.sd, c.paired.n, alpha))
         judged = label(c.paired, p, t, c.higher_is_better, c.solved)
         notes = [c.note] if c.note else []
-        if p is not None and p < ALPHA and t is not None and t < ALPHA:
-            notes.append(f"the difference lies within the margin ±{c.paired.margin:.2g} "
-                         "too (90% interval inside it)")
+        if judged == EQUIVALENT and (ahead := c.significant(p)) is not None:
+            notes.append(f"{c.model} significantly {'better' if ahead else 'worse'}, by less "
+                         f"than the margin ±{c.paired.margin:.2g}")
         out[key] = replace(c, p_adjusted=p, tost_adjusted=t, label=judged,
                            detectable=detectable, note="; ".join(notes))
     return out

@@ -34,7 +34,7 @@ from ..models.operator import REGIMES, regime_index
 from .comparisons import Comparison
 from .probes import erases, load_probes
 from .run import Run
-from .stats import ALPHA, Estimate, Paired, sign_flip_ps, signed_ranks
+from .stats import ALPHA, Estimate, Paired, sign_flip_ps, signed_ranks, tost_ps
 from .verdicts import MIN_PAIRS, WIN
 
 #: Resamples of the seeds behind :func:`star_interval`.
@@ -87,10 +87,10 @@ def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: 
     (:func:`crossover_point`; ``math.inf`` where a resample wins nowhere from some value on).
     The seeds are resampled jointly across the knob (the same seeds see every knob value),
     failed seeds among them as the failures they are; at each knob value the deciding test
-    (:func:`~.stats.decisive`) is redrawn on the resampled seeds and its p scaled by the
-    factor Holm applied to that value's test in the report, so a resample's label follows
-    the report's rule. A value without a test in the family never wins. None with fewer
-    than 2 seeds."""
+    (:func:`~.stats.decisive`) and the TOST are redrawn on the resampled seeds, each p
+    scaled by the factor Holm applied to that value's test in the report, so a resample's
+    label follows the report's rule. A value without a test in the family never wins. None
+    with fewer than 2 seeds."""
     seeds = sorted({s for _, c in points if c.paired for s, _, _ in c.paired.pairs})
     if len(seeds) < 2 or not points:
         return None
@@ -137,7 +137,14 @@ def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
     total = deciding.sum(axis=1)
     better = (total != 0) & ((total > 0) == higher_is_better)
     enough = (kinds == _FINISHED).sum(axis=1) >= MIN_PAIRS
-    return enough & better & (sign_flip_ps(deciding) * factor < ALPHA)
+    wins = enough & better & (sign_flip_ps(deciding) * factor < ALPHA)
+    if p.margin is not None and p.tost and c.tost_adjusted is not None and wins.any():
+        # equivalence comes first, as in the report: a resample inside the margin is no win
+        finished = np.where(kinds == _FINISHED, values, np.nan)[wins]
+        inside = ~one_sided[wins, 0] & (tost_ps(finished, p.margin) * (
+            c.tost_adjusted / p.tost) < ALPHA)
+        wins[np.flatnonzero(wins)[inside]] = False
+    return wins
 
 
 @dataclass(frozen=True)

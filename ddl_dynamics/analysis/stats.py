@@ -145,22 +145,34 @@ def signed_rank_p(differences: Sequence[float]) -> float | None:
     return sign_flip_p(signed_ranks(np.array([differences], dtype=float).reshape(1, -1))[0])
 
 
-def _one_sided(shifted: np.ndarray) -> float:
-    """One-sided sign-flip p that ``shifted`` has mean ≤ 0, against a mean above 0."""
-    patterns = sign_patterns(len(shifted))
-    scale = np.abs(shifted).sum()
-    return float(_at_least(patterns @ shifted, np.array(shifted.sum()), scale).mean())
+def one_sided_ps(shifted: np.ndarray) -> np.ndarray:
+    """One-sided sign-flip p, per row of ``shifted`` ``(R, n)``, that its mean is ≤ 0,
+    against a mean above 0 (a zero entry takes no part)."""
+    shifted = np.atleast_2d(np.asarray(shifted, dtype=float))
+    patterns = sign_patterns(shifted.shape[1])
+    observed = shifted.sum(axis=1, keepdims=True)
+    scale = np.abs(shifted).sum(axis=1, keepdims=True)
+    return _at_least(shifted @ patterns.T, observed, scale).mean(axis=1)
 
 
-def tost_p(differences: Sequence[float], margin: float) -> float | None:
+def tost_ps(differences: np.ndarray, margin: float) -> np.ndarray:
+    """:func:`tost_p` per row of ``differences`` ``(R, n)``; NaN entries take no part."""
+    d = np.atleast_2d(np.asarray(differences, dtype=float))
+    kept = ~np.isnan(d)
+    low = np.where(kept, d + margin, 0.0)
+    high = np.where(kept, margin - d, 0.0)
+    return np.maximum(one_sided_ps(low), one_sided_ps(high))
+
+
+def tost_p(differences: Sequence[float], margin: float | None) -> float | None:
     """p of the two one-sided sign-flip tests that the mean difference lies inside
     ``(−margin, margin)``: the larger of the tests of ``d + margin`` above 0 and of
     ``margin − d`` above 0 (None without a pair or a margin). Identical differences are no
-    special case: a shared ceiling on n seeds gives 2⁻ⁿ."""
+    special case: a shared ceiling on n seeds gives 2⁻ⁿ. The test assumes, as every
+    sign-flip test does, differences spread symmetrically about their mean."""
     if len(differences) == 0 or margin is None or margin <= 0:
         return None
-    d = np.asarray(differences, dtype=float)
-    return max(_one_sided(d + margin), _one_sided(margin - d))
+    return float(tost_ps(np.array([differences], dtype=float).reshape(1, -1), margin)[0])
 
 
 def tost_interval(differences: Sequence[float],

@@ -24,16 +24,18 @@ expectation. It reads, in this order:
 6. Within a report every other drawn p-value is Holm-adjusted (:func:`~.stats.holm`), the
    equivalence p-values as a family of their own; a mirrored pair (a vs b, b vs a) is one
    test, and a test whose floor (:func:`~.stats.p_floor`) cannot reach :data:`~.stats.ALPHA`
-   does not enlarge the family. **win** / **loss**: the adjusted p below ALPHA, in the
-   metric's better / worse direction; **equivalent**: otherwise, the adjusted TOST p at the
-   task's margin below ALPHA (the 90% interval inside the margin); **inconclusive**
-   otherwise, with n and the smallest difference the test could have detected. Never "tie":
-   not significant is not equal.
+   does not enlarge the family. **equivalent**: the adjusted TOST p at the task's margin
+   below ALPHA (the 90% interval inside the margin), a difference within the margin being
+   what the task counts as none (a significant but smaller one is named in the note);
+   **win** / **loss**: otherwise, the adjusted p below ALPHA, in the metric's better /
+   worse direction; **inconclusive** otherwise, with n and the smallest difference the test
+   could have detected. Never "tie": not significant is not equal.
 
 A tuned row's results are those of the grid value with the best mean val metric in its
 task's direction (:func:`chosen_value`), and every verdict says whether its direction holds
 at every grid value. A task's expectation is confirmed by the matching label, contradicted
-by the opposite one or by equivalence (:func:`claim_verdict`). An ODE seed whose
+by the opposite one or by equivalence without a significant difference its way
+(:func:`claim_verdict`). An ODE seed whose
 reconstruction check failed (⚑) counts with its measured value, which its model computed
 whatever the solver did, and every verdict that involves one names it.
 """
@@ -223,22 +225,26 @@ def label(paired: Paired, p_adjusted: float | None, tost_adjusted: float | None,
         return FAILS if paired.total > paired.n else INCONCLUSIVE
     if solved:
         return BOTH_SOLVED
+    if tost_adjusted is not None and tost_adjusted < ALPHA:
+        return EQUIVALENT
     better = paired.better(higher_is_better)
     if p_adjusted is not None and p_adjusted < ALPHA and better is not None:
         return WIN if better else LOSS
-    if tost_adjusted is not None and tost_adjusted < ALPHA:
-        return EQUIVALENT
     return INCONCLUSIVE
 
 
-def claim_verdict(label_: str, relation: str) -> str:
+def claim_verdict(label_: str, relation: str, significant: bool | None = None) -> str:
     """A task's claim (``relation``: ``"better"`` or ``"worse"``) judged by the label of
-    its comparison: the matching label confirms it, the opposite one or equivalence (no
-    significant difference, and the 90% interval inside the margin) contradicts it,
-    anything else (a shared ceiling included) leaves it open."""
+    its comparison: the matching label confirms it, the opposite one contradicts it, and
+    so does equivalence, unless the difference test found the claimed side significantly
+    ahead (``significant``: whether a significant difference favours the model, None where
+    none is), by less than the margin: that leaves it open, as does anything else (a
+    shared ceiling included)."""
     if label_ in (WIN, LOSS):
         return CONFIRMED if (label_ == WIN) == (relation == "better") else CONTRADICTED
-    return CONTRADICTED if label_ == EQUIVALENT else INSUFFICIENT
+    if label_ == EQUIVALENT:
+        return INSUFFICIENT if significant == (relation == "better") else CONTRADICTED
+    return INSUFFICIENT
 
 
 def _value(r: RunResult, split: str) -> object:
