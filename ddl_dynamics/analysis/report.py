@@ -182,8 +182,8 @@ def build_report(run: Run | str | Path) -> Report:
     higher = {task: next(iter(run.task_rows(task).values())).higher_is_better
               for task in run.tasks}
     comparisons = [judged[r.key] for r in requests]
-    drawn = {(c.task, c.model, c.control, c.split) for c in judged.values()
-             if c.p_adjusted is not None}
+    drawn = {(c.task, frozenset((c.model, c.control_text)), c.split)  # a mirror is one test
+             for c in judged.values() if c.p_adjusted is not None}
     name = run.experiment.get("name") or run.run_dir.name
     return Report(name, str(run.run_dir), run.experiment, comparisons,
                   judge_expectations(pending, judged, higher),
