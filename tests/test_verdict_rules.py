@@ -202,13 +202,18 @@ def test_the_margin_comes_from_the_compared_split():
 
 
 def test_the_margin_is_the_same_whichever_row_is_the_control():
-    config = ('[[comparisons]]\nmodel = "ddl"\ncontrol = "resnet"\nsplit = "long"\n'
-              'requires = 0.01\n[[comparisons]]\nmodel = "resnet"\ncontrol = "ddl"\n'
-              'split = "long"\nrequires = 0.01\n')
-    rep = found(report(oscillator_rows(0.05), config))
-    forth, back = rep["ddl", "resnet", "long"], rep["resnet", "ddl", "long"]
-    assert forth.paired.margin == pytest.approx(back.paired.margin)
-    assert forth.label == {"win": "loss", "loss": "win"}.get(back.label, back.label)
+    """MSE 0.5 against 0.553: 10% of 0.553 is 0.0553, of 0.5 only 0.05. Before, a vs b read
+    "equivalent" and b vs a "loss"; the margin is now the smaller, both ways."""
+    kwargs = {"task": "oscillator", "higher": False}
+    base = [0.5 + 0.0001 * s for s in range(8)]
+    rows = [cell("resnet", s, b, **kwargs) for s, b in enumerate(base)]
+    rows += [cell("ddl", s, b + 0.053 + 0.0002 * (-1) ** s, **kwargs)
+             for s, b in enumerate(base)]
+    config = '[[comparisons]]\nmodel = "resnet"\ncontrol = "ddl"\n'
+    rep = found(report(rows, config))
+    forth, back = rep["ddl", "resnet", "test"], rep["resnet", "ddl", "test"]
+    assert forth.paired.margin == back.paired.margin == pytest.approx(0.1 * np.mean(base))
+    assert (forth.label, back.label) == ("loss", "win")
 
 
 def parity_ood(requires):
