@@ -34,7 +34,15 @@ from ..models.operator import REGIMES, regime_index
 from .comparisons import Comparison
 from .probes import erases, load_probes
 from .run import Run
-from .stats import ALPHA, Estimate, Paired, sign_flip_ps, signed_ranks, tost_ps
+from .stats import (
+    ALPHA,
+    Estimate,
+    Paired,
+    failure_value,
+    sign_flip_ps,
+    signed_ranks,
+    tost_ps,
+)
 from .verdicts import MIN_PAIRS, WIN
 
 #: Resamples of the seeds behind :func:`star_interval`.
@@ -120,8 +128,7 @@ def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
     found = {s: (m, ctl) for s, m, ctl in p.pairs}
     kind = np.full(len(seeds), _NOT_RUN)
     value = np.zeros(len(seeds))
-    worst = 1 + 2 * max((abs(d) for d in p.differences), default=1.0)
-    against = -worst if higher_is_better else worst  # bad for the model
+    against = failure_value(p.differences, higher_is_better)
     for i, s in enumerate(seeds):
         if s not in found:
             continue

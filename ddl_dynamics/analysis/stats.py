@@ -131,11 +131,6 @@ def signed_ranks(values: np.ndarray) -> np.ndarray:
     return np.where(size == 0, 0.0, np.sign(values) * ranks)
 
 
-def signed_rank_sum(differences: Sequence[float]) -> float:
-    """The sum of the signed ranks of ``|d|`` (ties averaged, zeros dropped)."""
-    return float(signed_ranks(np.array([differences], dtype=float).reshape(1, -1)).sum())
-
-
 def signed_rank_p(differences: Sequence[float]) -> float | None:
     """Two-sided p of the exact signed-rank test (None if every difference is 0): the
     sign-flip test (:func:`sign_flip_p`) on the signed ranks, exact with ties and zeros,
@@ -339,6 +334,13 @@ class Paired:
 SIGN_FLIP, SIGNED_RANK = "sign flip", "signed rank, failures last"
 
 
+def failure_value(differences: Sequence[float], higher_is_better: bool) -> float:
+    """The difference a seed the model failed counts as: beyond every finished difference,
+    on the bad side for the model (the control's failure counts as its negative)."""
+    worst = 1 + 2 * max((abs(d) for d in differences), default=1.0)
+    return -worst if higher_is_better else worst
+
+
 def decisive(pairs: Sequence[tuple[int, float | None, float | None]],
              higher_is_better: bool) -> tuple[list[float], str, list[float]]:
     """The values the deciding test flips, its name and the finished differences, from
@@ -349,8 +351,7 @@ def decisive(pairs: Sequence[tuple[int, float | None, float | None]],
     control_failed = sum(c is None and m is not None for _, m, c in pairs)
     if not (failed or control_failed):
         return diffs, SIGN_FLIP, diffs
-    worst = 1 + 2 * max((abs(d) for d in diffs), default=1.0)
-    against = -worst if higher_is_better else worst  # bad for the model
+    against = failure_value(diffs, higher_is_better)
     ranked = [*diffs, *(against for _ in range(failed)),
               *(-against for _ in range(control_failed))]
     return list(signed_ranks(np.array([ranked]))[0]), SIGNED_RANK, diffs
