@@ -330,3 +330,16 @@ def test_the_detectable_difference_follows_the_deciding_test_and_its_n():
     [c] = report(row("resnet", BASE8[:4]) + row("gated", noisy[:4])).comparisons
     assert c.detectable is None and "p cannot fall below 0.125" in render(report(
         row("resnet", BASE8[:4]) + row("gated", noisy[:4])))
+
+
+def test_the_exact_test_floor_limits_a_report_and_the_verdict_says_so():
+    """At 8 seeds no p falls below 2 / 2⁸ = 0.0078, so Holm over 7 tests (0.055) can name
+    no win, however clear: the verdict says the seeds are too few, never "no difference"."""
+    rows = row("resnet", BASE8)
+    for name in "abcdefg":
+        rows += row(name, BETTER8)
+    rep = report(rows)
+    assert rep.tests == 7 and {c.label for c in rep.comparisons} == {"inconclusive"}
+    assert all(c.p_adjusted == pytest.approx(7 * 2 / 2**8) for c in rep.comparisons)
+    assert "too few seeds to detect any difference at this report's level" in render(rep)
+    assert {c.label for c in report(rows[:8 * 7]).comparisons} == {"win"}  # 6 tests

@@ -418,8 +418,12 @@ def _verdict(c: Comparison) -> str:
     if c.label == INCONCLUSIVE:
         if c.detectable is not None:
             seen = f"; detectable ±{_num(c.detectable, 2)}"
+        elif p.differences and not any(p.differences) and p.n == p.total:
+            seen = "; identical on every seed"
         elif p.n >= MIN_PAIRS and p.floor >= ALPHA:
             seen = f"; p cannot fall below {_p(p.floor)} at this n"
+        elif p.n >= MIN_PAIRS and p.sd and not (p.failed or p.control_failed):
+            seen = "; too few seeds to detect any difference at this report's level"
         else:
             seen = ""
         return f"inconclusive ({_n(p)}{seen})"
