@@ -6,12 +6,20 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 import ddl_dynamics as dd
 from ddl_dynamics.analysis.comparisons import Request, judge
 from ddl_dynamics.analysis.report import comparison_cells, render
 from ddl_dynamics.analysis.run import run_of
-from ddl_dynamics.analysis.stats import ALPHA, Paired, detectable_difference, holm
+from ddl_dynamics.analysis.stats import (
+    ALPHA,
+    PAIRED_T,
+    Paired,
+    detectable_difference,
+    holm,
+    paired_t_p,
+)
 from ddl_dynamics.analysis.verdicts import claim_verdict, seed_values
 
 BASE8 = [0.50, 0.55, 0.52, 0.48, 0.51, 0.53, 0.49, 0.56]
@@ -82,14 +90,41 @@ def test_a_cap_on_test_data_fails_that_split_alone_and_never_steers_the_choice()
 
 
 def test_ties_do_not_switch_the_test():
-    """1.0 against 1.0 on every seed, and the same with one seed at 0.999: no difference
-    either way, and the same equivalence p (before: 0.0039 against 6.9e-12)."""
+    """1.0 against 1.0 on every seed, and the same with one seed at 0.999: the same paired
+    t-test, in its zero-variance limit for the tie (p = 1, TOST p = 0), and equivalence
+    either way (before: TOST p 0.0039, failing after Holm, against 6.9e-12)."""
     ones = dict.fromkeys(range(8), 1.0)
     tie = Paired.of(ones, ones, True, margin=0.01)
     near = Paired.of({**ones, 0: 0.999}, ones, True, margin=0.01)
-    assert tie.p == near.p == 1.0
-    assert tie.tost == pytest.approx(near.tost) == pytest.approx(2**-8)
-    assert tie.test == near.test
+    assert tie.test == near.test == PAIRED_T
+    assert tie.p == 1.0 and near.p == pytest.approx(2 * stats.t.sf(1, 7))  # t = −1
+    assert tie.tost == 0.0 and 0 < near.tost < 1e-10
+    # a constant difference is the t statistic's limit too: p = 0, and one seed moved
+    # keeps it far below any level
+    gap = Paired.of(dict.fromkeys(range(8), 0.9), dict.fromkeys(range(8), 0.6), True)
+    assert gap.p == 0.0 and paired_t_p([0.3 + 1e-4] + [0.3] * 7) < 1e-10
+
+
+@pytest.mark.parametrize(("model", "control", "expected"), [
+    (0.9, 0.9, "equivalent"),  # a tie below the ceiling
+    (0.9, 0.6, "win"),         # the same difference on every seed
+    (0.6, 0.9, "loss"),
+    (1.0, 1.0, "both solved"),  # the ceiling, and one seed moved off it
+])
+def test_labels_are_continuous_as_one_seed_moves_off_a_tie(model, control, expected):
+    """In a report of 30 tests at 8 seeds: the tie's label, and the same label as one seed
+    moves a little (a ceiling left by one seed is no longer a ceiling: equivalent)."""
+    rows = row("resnet", [control] * 8)
+    rows += row("m", [model] * 8)
+    for name in range(29):  # 29 more tests, each a clear win
+        rows += row(f"w{name}", BETTER8)
+    for moved in (0.0, 1e-3, 1e-6):
+        shifted = row("m", [model - moved] + [model] * 7)
+        rep = report([*rows[:8], *shifted, *rows[16:]])
+        assert rep.tests == (29 if expected == "both solved" and not moved else 30)
+        label = found(rep)["m", "resnet", "test"].label
+        assert label == (expected if not moved or expected != "both solved"
+                         else "equivalent"), moved
 
 
 def test_ceilings_read_both_solved_and_stay_outside_the_family():
@@ -286,7 +321,7 @@ def test_a_test_that_cannot_reach_the_level_does_not_enlarge_the_family():
 
 
 def test_the_report_shows_the_tost_with_its_90_percent_interval_and_raw_p():
-    noise = [0.002 * (-1) ** s * (1 + s % 3) for s in range(8)]
+    noise = [0.005 * (-1) ** s * (1 + s % 3) for s in range(8)]
     rows = row("resnet", BASE8) + row("same", [v + n for v, n in zip(BASE8, noise,
                                                                      strict=True)])
     rep = report(rows)
@@ -295,6 +330,7 @@ def test_the_report_shows_the_tost_with_its_90_percent_interval_and_raw_p():
     text = cells[head.index("TOST p → Holm (margin; 90% interval)")]
     low, high = c.paired.interval
     assert c.label == "equivalent" and -0.01 < low < high < 0.01
+    assert 0.001 < c.paired.tost < ALPHA  # shown to three decimals
     assert text.startswith(f"{c.paired.tost:.3f} → ") and "90% [" in text
 
 
@@ -326,20 +362,29 @@ def test_the_detectable_difference_follows_the_deciding_test_and_its_n():
     failing = [*row("gated", noisy[:7]), cell("gated", 7, None, "failed")]
     [c] = report(row("resnet", BASE8) + failing).comparisons
     assert c.paired.failed == (7,) and c.detectable is None
-    # four pairs can never reach the level: no detectable difference, and the text says so
+    # four pairs: the t-test's, at four
     [c] = report(row("resnet", BASE8[:4]) + row("gated", noisy[:4])).comparisons
-    assert c.detectable is None and "p cannot fall below 0.125" in render(report(
-        row("resnet", BASE8[:4]) + row("gated", noisy[:4])))
+    assert c.detectable == pytest.approx(detectable_difference(c.paired.sd, 4, ALPHA))
+    # three pairs and a failure: the signed ranks can never reach the level (2 / 2⁴), so
+    # the test stays out of the family, states nothing detectable, and the text says why
+    rep = report([*row("resnet", BASE8[:4]), *row("gated", noisy[:3]),
+                  cell("gated", 3, None, "failed")])
+    [c] = rep.comparisons
+    assert c.paired.floor == pytest.approx(0.125) and c.detectable is None
+    assert rep.tests == 0 and "p cannot fall below 0.125" in render(rep)
 
 
-def test_the_exact_test_floor_limits_a_report_and_the_verdict_says_so():
-    """At 8 seeds no p falls below 2 / 2⁸ = 0.0078, so Holm over 7 tests (0.055) can name
-    no win, however clear: the verdict says the seeds are too few, never "no difference"."""
+def test_eight_seeds_can_carry_wins_and_equivalences_after_holm_over_forty_tests():
+    """The t-test has no floor: at 8 seeds, 20 clear wins and 20 clear equivalences all
+    survive Holm over their families (an exact permutation test's p cannot fall below
+    2 / 2⁸ = 0.0078, nor its TOST below 2⁻⁸: none would)."""
+    noise = [0.001 * (-1) ** s * (1 + s % 3) for s in range(8)]
     rows = row("resnet", BASE8)
-    for name in "abcdefg":
-        rows += row(name, BETTER8)
+    for name in range(20):
+        rows += row(f"win{name}", BETTER8)
+        rows += row(f"same{name}", [v + n for v, n in zip(BASE8, noise, strict=True)])
     rep = report(rows)
-    assert rep.tests == 7 and {c.label for c in rep.comparisons} == {"inconclusive"}
-    assert all(c.p_adjusted == pytest.approx(7 * 2 / 2**8) for c in rep.comparisons)
-    assert "too few seeds to detect any difference at this report's level" in render(rep)
-    assert {c.label for c in report(rows[:8 * 7]).comparisons} == {"win"}  # 6 tests
+    assert rep.tests == 40
+    labels = {c.model: c.label for c in rep.comparisons}
+    assert {labels[f"win{i}"] for i in range(20)} == {"win"}
+    assert {labels[f"same{i}"] for i in range(20)} == {"equivalent"}

@@ -17,7 +17,7 @@ from typing import Any
 from .._task import make_task
 from ..experiment.store import RunResult
 from .run import Row, Run
-from .stats import ALPHA, Paired, detectable_difference, holm
+from .stats import ALPHA, PAIRED_T, Paired, detectable_difference, holm
 from .verdicts import (
     EQUIVALENT,
     INCONCLUSIVE,
@@ -68,9 +68,10 @@ class Comparison:
     ``paired`` is None where no test could be drawn (a gate closed, or a row missing);
     ``label`` is one of :data:`~.verdicts.LABELS`; ``p_adjusted`` and ``tost_adjusted`` are
     Holm-adjusted within the report (None for a test outside the family: a ceiling, too few
-    pairs, or a floor above the level); ``detectable`` is the smallest difference the
-    deciding test could have found over its n pairs (80% power, at the Bonferroni level of
-    the report's family; None where failures decide or the test cannot reach the level).
+    pairs, or a signed-rank test whose floor lies above the level); ``detectable`` is the
+    smallest difference the paired t-test could have found over its n pairs (80% power, at
+    the Bonferroni level of the report's family; None where failures decide: the signed
+    ranks have no scale to state one in).
     ``grid`` gives, for a tuned pair, whether the model does better at each grid value
     (True, False, or None for neither). ``note`` says what limits the verdict: a gate, an
     out-of-distribution comparison moved to the trained split, failed, non-finite, unpaired
@@ -139,15 +140,15 @@ def merge(run: Run, requests: Sequence[Request]) -> dict[Key, tuple[Request, tup
 
 
 def _in_family(c: Comparison) -> bool:
-    """Whether a drawn test can reach the level: enough pairs, no ceiling, a floor below."""
+    """Whether a drawn test can reach the level: enough pairs, no ceiling, and a floor
+    below the level (the t-test has none; the signed ranks over few seeds do)."""
     p = c.paired
     return p is not None and p.n >= MIN_PAIRS and not c.solved and p.floor < ALPHA
 
 
 def _tost_in_family(c: Comparison) -> bool:
     p = c.paired
-    return (p is not None and p.tost is not None and p.n >= MIN_PAIRS and not c.solved
-            and 0.5**p.n < ALPHA)
+    return p is not None and p.tost is not None and p.n >= MIN_PAIRS and not c.solved
 
 
 def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
@@ -173,9 +174,8 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
             out[key] = c
             continue
         p, t = adjusted.get(_unordered(c)), tost_adjusted.get(_unordered(c))
-        one_sided = c.paired.failed or c.paired.control_failed
-        detectable = (None if one_sided or c.paired.sd is None
-                      else detectable_difference(c.paired.sd, c.paired.n, alpha))
+        detectable = (detectable_difference(c.paired.sd, c.paired.n, alpha)
+                      if c.paired.test == PAIRED_T and c.paired.sd is not None else None)
         judged = label(c.paired, p, t, c.higher_is_better, c.solved)
         notes = [c.note] if c.note else []
         if judged == EQUIVALENT and (ahead := c.significant(p)) is not None:

@@ -45,7 +45,7 @@ from .expectations import Verdict, expectation_requests, judge_expectations
 from .probes import erases, load_probes
 from .regimes import regime_fractions
 from .run import Row, Run, in_tasks, load_run
-from .stats import ALPHA, POWER, SIGN_FLIP, Estimate, Paired
+from .stats import ALPHA, PAIRED_T, POWER, Estimate, Paired
 from .verdicts import FAILS, INCONCLUSIVE, MIN_PAIRS, SIZE_TOLERANCE, flagged
 
 
@@ -370,11 +370,12 @@ COMPARISON_NOTE = (
     "control per seed (same data and initial weights per seed), each row at its own grid "
     "value chosen on val. Δ: mean ± 95% CI over the seeds both finished; n: seeds both "
     "finished (of the seeds compared, where one failed: a seed one side did not finish, or "
-    "whose metric is not finite, counts as that side's worst outcome). p: the exact "
-    "sign-flip test of the mean difference (rank: on the signed ranks, where a seed failed), "
-    "then Holm-adjusted over every test of this report that could reach the level, a "
-    "mirrored pair counted once; the TOST p of equivalence at the task's margin, raw and "
-    "adjusted, with its 90% interval. win / "
+    "whose metric is not finite, counts as that side's worst outcome). p: the paired t-test "
+    "of the mean difference (t; differences that do not vary give p = 0, or 1 where they "
+    "are 0; rank: the exact signed-rank test, where a seed failed), then Holm-adjusted over "
+    "every test of this report that could reach the level, a mirrored pair counted once; "
+    "the paired-t TOST p of equivalence at the task's margin, raw and adjusted, with its "
+    "90% t interval. win / "
     f"loss: adjusted p < {ALPHA}, in the metric's better / worse direction (↑ higher, ↓ lower "
     f"is better); equivalent: otherwise, adjusted TOST p < {ALPHA} (the 90% interval inside "
     "the margin); both solved: both rows at the metric's best value on every seed, no test; "
@@ -397,7 +398,7 @@ EXPECTATION_NOTE = (
 
 
 def _test(paired: Paired) -> str:
-    return "sign flip" if paired.test == SIGN_FLIP else "rank"
+    return "t" if paired.test == PAIRED_T else "rank"
 
 
 def _n(p: Paired) -> str:
@@ -422,8 +423,6 @@ def _verdict(c: Comparison) -> str:
             seen = "; identical on every seed"
         elif p.n >= MIN_PAIRS and p.floor >= ALPHA:
             seen = f"; p cannot fall below {_p(p.floor)} at this n"
-        elif p.n >= MIN_PAIRS and p.sd and not (p.failed or p.control_failed):
-            seen = "; too few seeds to detect any difference at this report's level"
         else:
             seen = ""
         return f"inconclusive ({_n(p)}{seen})"

@@ -1,19 +1,20 @@
 """Statistics over seeds: confidence intervals, paired tests, multiplicity, equivalence.
 
 Every model of a task sees the same data and the same initial-weight stream for a given
-seed, so two models are compared *paired*, seed by seed (:class:`Paired`). One rule decides
-every test, ties and ceilings included: the exact sign-flip permutation test
-(:func:`sign_flip_p`). Under no difference each seed's difference is as likely to have
-either sign, so the observed statistic is ranked among its values over every sign pattern
-(all 2ⁿ up to :data:`EXACT_PAIRS` pairs, a fixed-seed Monte Carlo sample beyond). The
-difference test flips the mean difference (the signed ranks where a failed seed has only an
-order, :func:`signed_rank_p`); the equivalence test (TOST, :func:`tost_p`) flips the
-differences shifted by the margin, and its 90% interval (:func:`tost_interval`) is the
-same test inverted. The tests need no normality and no special case: identical
-differences are one more set of values. Their price is a floor: no p falls below 2 / 2ⁿ
-(:func:`p_floor`). Holm's adjustment (:func:`holm`) and the smallest difference a test
-could detect (:func:`detectable_difference`) complete the set; which test decides what, and
-how p-values become words, is the rule book's (:mod:`.verdicts`).
+seed, so two models are compared *paired*, seed by seed (:class:`Paired`). One parametric
+rule decides every test of the mean difference, ties and ceilings included: the paired
+t-test (:func:`paired_t_p`) for a difference, and the paired-t TOST (:func:`tost_p`, the two
+one-sided t-tests; equivalently its 90% t interval, :func:`tost_interval`, inside the
+margin) for equivalence. Both take the t statistic's limit where the differences do not
+vary, so a tie never switches the test: identical differences d give p = 0 for d ≠ 0 and
+p = 1 for d = 0, and a TOST p of 0 inside the margin and 1 outside, the values the tests
+approach as the spread shrinks to 0. A t-test has no floor: unlike an exact permutation
+test, its p can fall below any level at any n ≥ 2, which a family of tests over 8 seeds
+needs. Only where a seed failed, and so has an order but no value, does the exact
+signed-rank test decide (:func:`signed_rank_p`). Holm's adjustment (:func:`holm`) and the
+smallest difference a test could detect (:func:`detectable_difference`) complete the set;
+which test decides what, and how p-values become words, is the rule book's
+(:mod:`.verdicts`).
 """
 
 from __future__ import annotations
@@ -25,19 +26,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 #: Significance level of every verdict, after Holm's adjustment.
 ALPHA = 0.05
 #: Power at which :func:`detectable_difference` states the smallest detectable effect.
 POWER = 0.8
-#: Most pairs whose 2ⁿ sign patterns are enumerated; beyond, :data:`MONTE_CARLO` patterns.
-EXACT_PAIRS = 16
-#: Random sign patterns (fixed seed) drawn beyond :data:`EXACT_PAIRS`, the observed one
-#: added, so that a p is never 0.
-MONTE_CARLO = 2**14
-#: Simulated samples behind :func:`detectable_difference`.
-SIMULATIONS = 1000
 
 
 def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float | None]:
@@ -69,54 +63,69 @@ class Estimate:
         return cls(*mean_ci(kept), len(kept)) if kept else cls()
 
 
-@lru_cache(maxsize=64)
-def sign_patterns(n: int, limit: int = EXACT_PAIRS) -> np.ndarray:
-    """The sign patterns of ``n`` pairs, ``(patterns, n)`` of ±1: all 2ⁿ up to ``limit``
-    pairs, else the observed pattern (all +1) and :data:`MONTE_CARLO` random ones."""
-    if n <= limit:
-        grid = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
-    else:
-        drawn = np.random.default_rng(0).integers(0, 2, (MONTE_CARLO, n))
-        grid = np.vstack([np.zeros((1, n), dtype=int), drawn])
-    patterns = 1.0 - 2.0 * grid
-    patterns.setflags(write=False)
-    return patterns
+def _moments(values: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per row of ``values`` ``(R, n)`` (NaN: no value): count, mean, standard error, and
+    whether the row does not vary (then its mean is its one value, exactly)."""
+    kept = ~np.isnan(values)
+    n = kept.sum(axis=1)
+    low = np.where(kept, values, np.inf).min(axis=1, initial=np.inf)
+    high = np.where(kept, values, -np.inf).max(axis=1, initial=-np.inf)
+    mean = np.where(kept, values, 0.0).sum(axis=1) / np.maximum(n, 1)
+    squares = (np.where(kept, values - mean[:, None], 0.0) ** 2).sum(axis=1)
+    se = np.sqrt(squares / np.maximum(n - 1, 1) / np.maximum(n, 1))
+    flat = (low == high) | (se == 0)
+    return n, np.where(low == high, low, mean), np.where(flat, 1.0, se), flat
 
 
-def _at_least(flipped: np.ndarray, observed: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """``flipped ≥ observed`` up to rounding (a sum of the same terms in another order)."""
-    return flipped >= observed - 1e-9 * scale
+def paired_t_ps(differences: np.ndarray) -> np.ndarray:
+    """:func:`paired_t_p` per row of ``differences`` ``(R, n)``; NaN entries take no part,
+    and a row with fewer than 2 values has no test (NaN)."""
+    n, mean, se, flat = _moments(np.atleast_2d(np.asarray(differences, dtype=float)))
+    df = np.maximum(n - 1, 1)
+    p = np.where(flat, np.where(mean != 0, 0.0, 1.0), 2 * stats.t.sf(np.abs(mean / se), df))
+    return np.where(n >= 2, p, np.nan)
 
 
-def sign_flip_ps(values: np.ndarray, patterns: np.ndarray | None = None) -> np.ndarray:
-    """Two-sided sign-flip p of the mean of each row of ``values`` ``(R, n)``: the share of
-    sign patterns whose |sum| reaches the observed one. 1 for an empty or all-zero row."""
-    values = np.atleast_2d(np.asarray(values, dtype=float))
-    if values.shape[1] == 0:
-        return np.ones(len(values))
-    patterns = sign_patterns(values.shape[1]) if patterns is None else patterns
-    out = np.empty(len(values))
-    step = max(1, 2**20 // len(patterns))  # rows per block: a million products at once
-    for start in range(0, len(values), step):
-        block = values[start:start + step]
-        flipped = block @ patterns.T
-        np.abs(flipped, out=flipped)
-        observed = np.abs(block.sum(axis=1, keepdims=True))
-        scale = np.abs(block).sum(axis=1, keepdims=True)
-        out[start:start + step] = _at_least(flipped, observed, scale).mean(axis=1)
-    return out
+def paired_t_p(differences: Sequence[float]) -> float | None:
+    """Two-sided p of the paired t-test that the differences have mean 0 (the one-sample
+    t-test on the differences, ``scipy.stats.ttest_rel``); None below 2 pairs. Differences
+    that do not vary take the t statistic's limit: p = 0 where they are not 0, else 1."""
+    if len(differences) < 2:
+        return None
+    return float(paired_t_ps(np.array([differences], dtype=float).reshape(1, -1))[0])
 
 
-def sign_flip_p(values: Sequence[float]) -> float:
-    """Two-sided p of the exact sign-flip test that ``values`` (paired differences) have
-    mean 0; the same for ties, zeros and identical values (2 / 2ⁿ at best, never 0)."""
-    return float(sign_flip_ps(np.array([values], dtype=float).reshape(1, -1))[0])
+def tost_ps(differences: np.ndarray, margin: float) -> np.ndarray:
+    """:func:`tost_p` per row of ``differences`` ``(R, n)``; NaN entries take no part, and
+    a row with fewer than 2 values has no test (NaN)."""
+    n, mean, se, flat = _moments(np.atleast_2d(np.asarray(differences, dtype=float)))
+    df = np.maximum(n - 1, 1)
+    above = stats.t.sf((mean + margin) / se, df)  # H0: mean ≤ −margin
+    below = stats.t.cdf((mean - margin) / se, df)  # H0: mean ≥ margin
+    p = np.where(flat, np.where(np.abs(mean) < margin, 0.0, 1.0), np.maximum(above, below))
+    return np.where(n >= 2, p, np.nan)
 
 
-def p_floor(values: Sequence[float]) -> float:
-    """The smallest p :func:`sign_flip_p` can give over these magnitudes: where every value
-    has the same sign. A test whose floor is not below the level can never reject."""
-    return sign_flip_p([abs(v) for v in values])
+def tost_p(differences: Sequence[float], margin: float | None) -> float | None:
+    """p of the paired two one-sided t-tests that the mean difference lies inside
+    ``(−margin, margin)``: the larger of the one-sided t-tests against ``mean ≤ −margin``
+    and ``mean ≥ margin`` (None below 2 pairs or without a margin). Differences that do not
+    vary take the limit: 0 inside the margin, 1 on or outside it."""
+    if len(differences) < 2 or margin is None or margin <= 0:
+        return None
+    return float(tost_ps(np.array([differences], dtype=float).reshape(1, -1), margin)[0])
+
+
+def tost_interval(differences: Sequence[float],
+                  alpha: float = ALPHA) -> tuple[float, float] | None:
+    """The ``1 − 2·alpha`` t interval (90% at the default) of the mean difference that the
+    TOST inverts: :func:`tost_p` is below ``alpha`` exactly when it lies inside the margin.
+    A point where the differences do not vary; None below 2 pairs."""
+    if len(differences) < 2:
+        return None
+    n, mean, se, flat = _moments(np.array([differences], dtype=float).reshape(1, -1))
+    half = 0.0 if flat[0] else float(stats.t.ppf(1 - alpha, n[0] - 1) * se[0])
+    return float(mean[0]) - half, float(mean[0]) + half
 
 
 def signed_ranks(values: np.ndarray) -> np.ndarray:
@@ -131,63 +140,51 @@ def signed_ranks(values: np.ndarray) -> np.ndarray:
     return np.where(size == 0, 0.0, np.sign(values) * ranks)
 
 
+@lru_cache(maxsize=4096)
+def _rank_sum_counts(doubled: tuple[int, ...]) -> np.ndarray:
+    """How many of the 2ᵐ sign patterns of these doubled ranks (ties give halves) give
+    each doubled rank sum of the positives, counted exactly."""
+    counts = np.zeros(sum(doubled) + 1)
+    counts[0] = 1.0
+    for rank in doubled:
+        counts[rank:] = counts[rank:] + counts[:-rank].copy()
+    counts.setflags(write=False)
+    return counts
+
+
+def signed_rank_ps(values: np.ndarray) -> np.ndarray:
+    """:func:`signed_rank_p` per row of ``values`` ``(R, n)``, NaN where a row is all 0."""
+    out = np.full(len(ranks := signed_ranks(values)), np.nan)
+    for i, row in enumerate(ranks):
+        if not (nonzero := row[row != 0]).size:
+            continue
+        doubled = np.rint(2 * np.abs(nonzero)).astype(int)
+        counts = _rank_sum_counts(tuple(sorted(doubled.tolist())))
+        total = int(doubled.sum())
+        observed = abs(2 * int(doubled[nonzero > 0].sum()) - total)
+        extreme = np.abs(2 * np.arange(total + 1) - total) >= observed
+        out[i] = min(1.0, counts[extreme].sum() / 2.0 ** len(nonzero))
+    return out
+
+
 def signed_rank_p(differences: Sequence[float]) -> float | None:
-    """Two-sided p of the exact signed-rank test (None if every difference is 0): the
-    sign-flip test (:func:`sign_flip_p`) on the signed ranks, exact with ties and zeros,
-    for values that have an order but no size, such as a failed seed."""
-    if not np.any(differences):
-        return None
-    return sign_flip_p(signed_ranks(np.array([differences], dtype=float).reshape(1, -1))[0])
+    """Two-sided p of the exact signed-rank test (None if every difference is 0): the sum
+    of the signed ranks of ``|d|`` (ties averaged, zeros dropped) against its distribution
+    over every sign flip, counted exactly, ties and zeros included. Rank-based by
+    necessity: it decides where a seed failed, a value with an order (its side's worst
+    outcome) but no size a mean could use."""
+    return _none(signed_rank_ps(np.array([differences], dtype=float).reshape(1, -1))[0])
 
 
-def one_sided_ps(shifted: np.ndarray) -> np.ndarray:
-    """One-sided sign-flip p, per row of ``shifted`` ``(R, n)``, that its mean is ≤ 0,
-    against a mean above 0 (a zero entry takes no part)."""
-    shifted = np.atleast_2d(np.asarray(shifted, dtype=float))
-    patterns = sign_patterns(shifted.shape[1])
-    observed = shifted.sum(axis=1, keepdims=True)
-    scale = np.abs(shifted).sum(axis=1, keepdims=True)
-    return _at_least(shifted @ patterns.T, observed, scale).mean(axis=1)
+def signed_rank_floor(values: Sequence[float]) -> float:
+    """The smallest p :func:`signed_rank_p` can give over these magnitudes: where every
+    value has the same sign. A test whose floor is not below the level can never reject."""
+    p = signed_rank_p([abs(v) for v in values])
+    return 1.0 if p is None else p
 
 
-def tost_ps(differences: np.ndarray, margin: float) -> np.ndarray:
-    """:func:`tost_p` per row of ``differences`` ``(R, n)``; NaN entries take no part."""
-    d = np.atleast_2d(np.asarray(differences, dtype=float))
-    kept = ~np.isnan(d)
-    low = np.where(kept, d + margin, 0.0)
-    high = np.where(kept, margin - d, 0.0)
-    return np.maximum(one_sided_ps(low), one_sided_ps(high))
-
-
-def tost_p(differences: Sequence[float], margin: float | None) -> float | None:
-    """p of the two one-sided sign-flip tests that the mean difference lies inside
-    ``(−margin, margin)``: the larger of the tests of ``d + margin`` above 0 and of
-    ``margin − d`` above 0 (None without a pair or a margin). Identical differences are no
-    special case: a shared ceiling on n seeds gives 2⁻ⁿ. The test assumes, as every
-    sign-flip test does, differences spread symmetrically about their mean."""
-    if len(differences) == 0 or margin is None or margin <= 0:
-        return None
-    return float(tost_ps(np.array([differences], dtype=float).reshape(1, -1), margin)[0])
-
-
-def tost_interval(differences: Sequence[float],
-                  alpha: float = ALPHA) -> tuple[float, float] | None:
-    """The ``1 − 2·alpha`` interval (90% at the default) of the mean difference that the
-    TOST inverts: the means it does not reject. :func:`tost_p` is below ``alpha`` exactly
-    when this interval lies inside the margin. Its bounds are the k-th smallest and largest
-    means over the subsets a sign pattern flips, k = ⌊alpha · patterns⌋; unbounded where
-    k = 0 (too few pairs for the level). None without a pair."""
-    if len(differences) == 0:
-        return None
-    d = np.asarray(differences, dtype=float)
-    patterns = sign_patterns(len(d))
-    flipped = patterns < 0
-    sizes = flipped.sum(axis=1)
-    means = np.sort((flipped @ d)[sizes > 0] / sizes[sizes > 0])
-    k = math.floor(alpha * len(patterns))
-    if k == 0:
-        return -math.inf, math.inf
-    return float(means[k - 1]), float(means[-k])
+def _none(p: float | None) -> float | None:
+    return None if p is None or math.isnan(p) else float(p)
 
 
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
@@ -207,40 +204,21 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
-@lru_cache(maxsize=256)
-def _standard_detectable(n: int, alpha: float, power: float) -> float | None:
-    """The detectable mean difference of :func:`detectable_difference` in units of the
-    differences' deviation (the test is scale-free), by simulation with a fixed seed."""
-    if p_floor([1.0] * n) >= alpha:
-        return None
-    z = np.random.default_rng(0).standard_normal((SIMULATIONS, n))
-    # a Monte Carlo p (the observed pattern and 4,096 drawn) suffices to estimate power
-    patterns = sign_patterns(n, limit=12)[:4097]
-
-    def hits(shift: float) -> float:
-        return float((sign_flip_ps(z + shift, patterns) < alpha).mean())
-
-    high = 1.0
-    while hits(high) < power:
-        high *= 2
-        if high > 1e3:
-            return None
-    low = 0.0
-    for _ in range(12):  # finer than the simulation's own noise
-        middle = (low + high) / 2
-        low, high = (middle, high) if hits(middle) < power else (low, middle)
-    return high
-
-
 def detectable_difference(sd: float, n: int, alpha: float, power: float = POWER) -> float | None:
-    """The smallest mean difference the two-sided sign-flip test at level ``alpha`` detects
-    with probability ``power`` over ``n`` pairs whose differences are normal with deviation
-    ``sd``: what a test that found nothing could have found. None where the test cannot
-    reach ``alpha`` at this n at all (2 / 2ⁿ ≥ alpha)."""
+    """The smallest mean difference a two-sided paired t-test at level ``alpha`` detects
+    with probability ``power`` over ``n`` pairs whose differences have deviation ``sd``:
+    what a test that found nothing could have found. Solved exactly on the noncentral t
+    distribution; None below 2 pairs or where the differences do not vary."""
     if n < 2 or not sd > 0:
         return None
-    shift = _standard_detectable(n, alpha, power)
-    return None if shift is None else shift * sd
+    df, critical = n - 1, stats.t.ppf(1 - alpha / 2, n - 1)
+
+    def shortfall(shift: float) -> float:
+        below = np.nan_to_num(stats.nct.cdf(-critical, df, shift))  # ≈ 0 once shift is large
+        return float(stats.nct.sf(critical, df, shift) + below - power)
+
+    shift = optimize.brentq(shortfall, 0.0, 2 * (critical + 3))
+    return float(shift * sd / math.sqrt(n))
 
 
 @dataclass(frozen=True)
@@ -251,13 +229,13 @@ class Paired:
     either side did not finish (value None, or a non-finite metric) is never dropped: where
     one side failed, the pair counts as that side's worst outcome, ranked beyond every
     finished difference (``failed``: the seeds the model failed, ``control_failed``: the
-    control's; a seed both failed is a tie). The deciding p is the sign-flip test's
-    (:func:`sign_flip_p`): on the finished differences, or, with a one-sided failure, on
-    their signed ranks (:func:`signed_rank_p`). ``mean``, ``ci`` and ``sd`` describe the
-    finished pairs only; ``tost`` is the equivalence p at ``margin`` and ``interval`` its
-    90% interval (None with a one-sided failure: a row that fails is not equivalent to one
-    that does not). Seeds only one side ran are not compared, and listed (``only_model``,
-    ``only_control``).
+    control's; a seed both failed is a tie). The deciding p is the paired t-test's on the
+    finished differences (:func:`paired_t_p`), or, with a one-sided failure, the exact
+    signed-rank test's (:func:`signed_rank_p`), a failure having an order but no value.
+    ``mean``, ``ci`` and ``sd`` describe the finished pairs only; ``tost`` is the paired-t
+    equivalence p at ``margin`` and ``interval`` its 90% t interval (None with a one-sided
+    failure: a row that fails is not equivalent to one that does not). Seeds only one side
+    ran are not compared, and listed (``only_model``, ``only_control``).
     """
 
     seeds: tuple[int, ...]
@@ -276,7 +254,8 @@ class Paired:
     direction: float = 0.0
     #: The TOST's 90% interval of the mean difference.
     interval: tuple[float, float] | None = None
-    #: The smallest p the deciding test could give over these seeds (:func:`p_floor`).
+    #: The smallest p the deciding test could give over these seeds: 0 for the t-test,
+    #: :func:`signed_rank_floor` for the signed ranks.
     floor: float = 1.0
     only_model: tuple[int, ...] = ()
     only_control: tuple[int, ...] = ()
@@ -306,13 +285,14 @@ class Paired:
         both_failed = tuple(s for s, m, c in pairs if m is None and c is None)
         mean, ci = mean_ci(diffs) if diffs else (None, None)
         sd = statistics.stdev(diffs) if len(diffs) > 1 else None
-        p = sign_flip_p(deciding) if deciding else None
         one_sided = bool(failed or control_failed)
+        p = signed_rank_p(deciding) if one_sided else paired_t_p(deciding)
+        floor = signed_rank_floor(deciding) if one_sided else 0.0
         tost = None if one_sided or margin is None else tost_p(diffs, margin)
         interval = None if one_sided or margin is None else tost_interval(diffs)
         return cls(finished, tuple(diffs), mean, ci, sd, p, test, failed, control_failed,
                    both_failed, margin, tost, float(np.sign(sum(deciding))), interval,
-                   p_floor(deciding) if deciding else 1.0, *only, pairs)
+                   floor, *only, pairs)
 
     @property
     def n(self) -> int:
@@ -331,7 +311,7 @@ class Paired:
 
 
 #: The deciding tests, as :attr:`Paired.test` names them.
-SIGN_FLIP, SIGNED_RANK = "sign flip", "signed rank, failures last"
+PAIRED_T, SIGNED_RANK = "paired t", "signed rank, failures last"
 
 
 def failure_value(differences: Sequence[float], higher_is_better: bool) -> float:
@@ -343,14 +323,14 @@ def failure_value(differences: Sequence[float], higher_is_better: bool) -> float
 
 def decisive(pairs: Sequence[tuple[int, float | None, float | None]],
              higher_is_better: bool) -> tuple[list[float], str, list[float]]:
-    """The values the deciding test flips, its name and the finished differences, from
+    """The values the deciding test reads, its name and the finished differences, from
     ``(seed, model, control)`` pairs: the differences, or with a one-sided failure their
     signed ranks, each failure beyond every finished difference against its side."""
     diffs = [m - c for _, m, c in pairs if m is not None and c is not None]
     failed = sum(m is None and c is not None for _, m, c in pairs)
     control_failed = sum(c is None and m is not None for _, m, c in pairs)
     if not (failed or control_failed):
-        return diffs, SIGN_FLIP, diffs
+        return diffs, PAIRED_T, diffs
     against = failure_value(diffs, higher_is_better)
     ranked = [*diffs, *(against for _ in range(failed)),
               *(-against for _ in range(control_failed))]

@@ -16,20 +16,23 @@ expectation. It reads, in this order:
 4. An out-of-distribution comparison needs both rows to have solved the trained split on
    every seed (:func:`unsolved`, at the strictest ``requires`` asked); otherwise it is drawn
    on the trained split instead.
-5. The paired sign-flip test (:class:`~.stats.Paired`): a seed one side did not finish (or
-   whose metric is not finite) counts as that side's worst outcome. With fewer than
+5. The paired t-test of the mean difference (:class:`~.stats.Paired`), in its
+   zero-variance limit where the differences do not vary, so that ties never switch the
+   test; a seed one side did not finish (or whose metric is not finite) counts as that
+   side's worst outcome, and then the exact signed-rank test decides. With fewer than
    :data:`MIN_PAIRS` seeds both finished, **fails k/n** where a side failed, else
    **inconclusive**. **both solved**: both rows at the metric's best value
    (:data:`METRIC_BEST`) on every seed, a ceiling that says the task cannot tell them apart.
 6. Within a report every other drawn p-value is Holm-adjusted (:func:`~.stats.holm`), the
    equivalence p-values as a family of their own; a mirrored pair (a vs b, b vs a) is one
-   test, and a test whose floor (:func:`~.stats.p_floor`) cannot reach :data:`~.stats.ALPHA`
-   does not enlarge the family. **equivalent**: the adjusted TOST p at the task's margin
-   below ALPHA (the 90% interval inside the margin), a difference within the margin being
-   what the task counts as none (a significant but smaller one is named in the note);
-   **win** / **loss**: otherwise, the adjusted p below ALPHA, in the metric's better /
-   worse direction; **inconclusive** otherwise, with n and the smallest difference the test
-   could have detected. Never "tie": not significant is not equal.
+   test, and a signed-rank test whose floor (:func:`~.stats.signed_rank_floor`) cannot
+   reach :data:`~.stats.ALPHA` does not enlarge the family. **equivalent**: the adjusted
+   paired-t TOST p at the task's margin below ALPHA (the 90% t interval inside the
+   margin), a difference within the margin being what the task counts as none (a
+   significant but smaller one is named in the note); **win** / **loss**: otherwise, the
+   adjusted p below ALPHA, in the metric's better / worse direction; **inconclusive**
+   otherwise, with n and the smallest difference the test could have detected. Never
+   "tie": not significant is not equal.
 
 A tuned row's results are those of the grid value with the best mean val metric in its
 task's direction (:func:`chosen_value`), and every verdict says whether its direction holds
