@@ -39,7 +39,8 @@ from .stats import (
     Estimate,
     Paired,
     failure_value,
-    sign_flip_ps,
+    paired_t_ps,
+    signed_rank_ps,
     signed_ranks,
     tost_ps,
 )
@@ -97,8 +98,9 @@ def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: 
     failed seeds among them as the failures they are; at each knob value the deciding test
     (:func:`~.stats.decisive`) and the TOST are redrawn on the resampled seeds, each p
     scaled by the factor Holm applied to that value's test in the report, so a resample's
-    label follows the report's rule. A value without a test in the family never wins. None
-    with fewer than 2 seeds."""
+    label follows the report's rule (a seed drawn twice counting once towards the
+    :data:`~.verdicts.MIN_PAIRS` pairs a label needs). A value without a test in the family
+    never wins. None with fewer than 2 seeds."""
     seeds = sorted({s for _, c in points if c.paired for s, _, _ in c.paired.pairs})
     if len(seeds) < 2 or not points:
         return None
@@ -124,7 +126,7 @@ def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
     p = c.paired
     if p is None or p.p is None or c.p_adjusted is None or not len(draws):
         return np.zeros(len(draws), dtype=bool)
-    factor = c.p_adjusted / p.p
+    factor = _holm_factor(c.p_adjusted, p.p)
     found = {s: (m, ctl) for s, m, ctl in p.pairs}
     kind = np.full(len(seeds), _NOT_RUN)
     value = np.zeros(len(seeds))
@@ -139,19 +141,34 @@ def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
             else (_CONTROL_FAILED, -against) if ctl is None and m is not None
             else (_BOTH_FAILED, 0.0))
     kinds, values = kind[draws], value[draws]
-    one_sided = ((kinds == _FAILED) | (kinds == _CONTROL_FAILED)).any(axis=1, keepdims=True)
-    deciding = np.where(one_sided, signed_ranks(values), values)  # zeros drop out of both
-    total = deciding.sum(axis=1)
+    one_sided = ((kinds == _FAILED) | (kinds == _CONTROL_FAILED)).any(axis=1)
+    finished = np.where(kinds == _FINISHED, values, np.nan)
+    # the t-test on the finished pairs, the signed ranks where a side failed (a seed both
+    # failed, or not run, is a zero there: it drops out of the ranks and of the sum)
+    ps = np.full(len(draws), np.nan)
+    ps[~one_sided] = paired_t_ps(finished[~one_sided])
+    ps[one_sided] = signed_rank_ps(values[one_sided])
+    total = np.where(one_sided, signed_ranks(values).sum(axis=1), values.sum(axis=1))
     better = (total != 0) & ((total > 0) == higher_is_better)
-    enough = (kinds == _FINISHED).sum(axis=1) >= MIN_PAIRS
-    wins = enough & better & (sign_flip_ps(deciding) * factor < ALPHA)
-    if p.margin is not None and p.tost and c.tost_adjusted is not None and wins.any():
+    # a label needs MIN_PAIRS finished pairs: a seed drawn twice is one pair, not two
+    seen = np.sort(np.where(kinds == _FINISHED, draws, -1), axis=1)
+    distinct = ((seen[:, 1:] != seen[:, :-1]) & (seen[:, 1:] >= 0)).sum(axis=1) + (
+        seen[:, 0] >= 0)
+    enough = distinct >= MIN_PAIRS
+    wins = enough & better & (ps * factor < ALPHA)
+    if p.margin is not None and p.tost is not None and c.tost_adjusted is not None and (
+            wins.any()):
         # equivalence comes first, as in the report: a resample inside the margin is no win
-        finished = np.where(kinds == _FINISHED, values, np.nan)[wins]
-        inside = ~one_sided[wins, 0] & (tost_ps(finished, p.margin) * (
-            c.tost_adjusted / p.tost) < ALPHA)
+        inside = ~one_sided[wins] & (tost_ps(finished[wins], p.margin) * _holm_factor(
+            c.tost_adjusted, p.tost) < ALPHA)
         wins[np.flatnonzero(wins)[inside]] = False
     return wins
+
+
+def _holm_factor(adjusted: float, raw: float) -> float:
+    """The factor Holm applied to a p in the report. A raw p of 0 (differences that do not
+    vary) gives every resample a p of 0 too, which any factor leaves at 0: 1."""
+    return adjusted / raw if raw > 0 else 1.0
 
 
 @dataclass(frozen=True)
