@@ -39,7 +39,7 @@ def cells(label, values, **kwargs):
     return [cell(label, seed, v, **kwargs) for seed, v in enumerate(values)]
 
 
-#: Six seeds: the fewest at which the exact sign-flip test can reach p < 0.05 (2 / 2⁶).
+#: Six seeds: where a seed fails, the signed ranks that decide reach p < 0.05 (2 / 2⁶).
 WIN = [0.10, 0.12, 0.11, 0.13, 0.10, 0.12]      # an MSE well below LOSE on every seed
 LOSE = [0.50, 0.55, 0.52, 0.51, 0.56, 0.53]
 

@@ -173,7 +173,8 @@ def signed_rank_p(differences: Sequence[float]) -> float | None:
     over every sign flip, counted exactly, ties and zeros included. Rank-based by
     necessity: it decides where a seed failed, a value with an order (its side's worst
     outcome) but no size a mean could use."""
-    return _none(signed_rank_ps(np.array([differences], dtype=float).reshape(1, -1))[0])
+    p = signed_rank_ps(np.array([differences], dtype=float).reshape(1, -1))[0]
+    return None if math.isnan(p) else float(p)
 
 
 def signed_rank_floor(values: Sequence[float]) -> float:
@@ -181,10 +182,6 @@ def signed_rank_floor(values: Sequence[float]) -> float:
     value has the same sign. A test whose floor is not below the level can never reject."""
     p = signed_rank_p([abs(v) for v in values])
     return 1.0 if p is None else p
-
-
-def _none(p: float | None) -> float | None:
-    return None if p is None or math.isnan(p) else float(p)
 
 
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
