@@ -1,5 +1,6 @@
 """The crossover study: the paired difference across a task's knob, p*, and the gate use."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -8,7 +9,8 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.analysis import plots
-from ddl_dynamics.analysis.crossover import Setting, gate_use, sign_interval
+from ddl_dynamics.analysis.comparisons import Comparison
+from ddl_dynamics.analysis.crossover import Setting, crossover_point, gate_use, star_interval
 from ddl_dynamics.analysis.probes import probe_model, probe_path
 from ddl_dynamics.analysis.report import render
 from ddl_dynamics.analysis.run import load_run, run_of
@@ -16,21 +18,34 @@ from ddl_dynamics.analysis.stats import Paired
 from ddl_dynamics.experiment.store import model_path
 
 P = (0.0, 0.1, 0.5, 1.0)
-SEEDS = (0, 1, 2, 3)
+#: Eleven seeds of every model at every knob value.
+SEEDS = tuple(range(11))
 #: Test MSE of resnet per seed, and the offsets of each model from it per p (per seed).
-RESNET = (1.00, 1.10, 0.90, 1.05)
+RESNET = tuple(1.0 + 0.05 * ((3 * s) % 5 - 2) for s in SEEDS)
+JITTER = tuple(0.01 * ((7 * s) % 5 - 2) for s in SEEDS)
+
+
+def shifted(shift: float) -> tuple[float, ...]:
+    """``shift`` on every seed, give or take a little."""
+    return tuple(shift + j for j in JITTER)
+
+
+def alternating(size: float) -> tuple[float, ...]:
+    """Either side by ``size`` on alternate seeds: no difference."""
+    return tuple(size * (-1) ** s + j for s, j in zip(SEEDS, JITTER, strict=True))
+
+
 OFFSETS = {
     # worse at 0, a tie at 0.1 (the signs differ across seeds), better from 0.5 on
-    "ddl": {0.0: (0.2, 0.25, 0.22, 0.21), 0.1: (0.1, -0.1, 0.05, -0.06),
-            0.5: (-0.5, -0.45, -0.52, -0.48), 1.0: (-0.8, -0.85, -0.82, -0.79)},
+    "ddl": {0.0: shifted(0.2), 0.1: alternating(0.1), 0.5: shifted(-0.5), 1.0: shifted(-0.8)},
     # better at every p: the crossover lies at p = 0
-    "ddl-lin": {p: (-0.3, -0.31, -0.29, -0.3) for p in P},
+    "ddl-lin": {p: shifted(-0.3) for p in P},
     # better at 0.5 only: it does not stay there, so no crossover in range
-    "gated": {0.0: (0.0, 0.1, -0.1, 0.0), 0.1: (0.1, -0.1, 0.1, -0.1),
-              0.5: (-0.2, -0.21, -0.19, -0.2), 1.0: (0.1, -0.1, 0.0, 0.05)},
+    "gated": {0.0: alternating(0.1), 0.1: alternating(0.1), 0.5: shifted(-0.2),
+              1.0: alternating(0.1)},
     # worse than ddl wherever ddl wins
-    "ddl-write": {0.0: (0.2, 0.26, 0.2, 0.22), 0.1: (0.0, 0.1, -0.05, 0.02),
-                  0.5: (-0.1, -0.1, -0.12, -0.09), 1.0: (-0.2, -0.22, -0.19, -0.2)},
+    "ddl-write": {0.0: shifted(0.25), 0.1: alternating(0.05), 0.5: shifted(-0.1),
+                  1.0: shifted(-0.2)},
 }
 REFLECTION = dd.REGIMES.index("reflection")
 FAMILIES = {"resnet": ("resnet", {}), "ddl": ("ddl", {}), "ddl-write": ("ddl-write", {}),
@@ -93,9 +108,9 @@ def test_crossover_is_where_the_model_wins_from_on_after_adjustment(run_dir):
         assert ddl.star == 0.5
         assert [c.label for _, c in ddl.points] == ["loss", "inconclusive", "win", "win"]
         assert ddl.points[2][1].paired.mean == pytest.approx(np.mean(OFFSETS["ddl"][0.5]))
-        assert all(c.paired.total == 4 for _, c in ddl.points)
-        # at p = 0.1 two seeds of four favour ddl: the sign flips there on some resamples
-        assert ddl.interval == (0.1, 0.5)
+        assert all(c.paired.total == len(SEEDS) for _, c in ddl.points)
+        # every seed agrees at 0.5 and 1 and none can tip 0.1: p* stands on any resample
+        assert ddl.interval == (0.5, 0.5)
         assert found[f"event={event}", "ddl-lin", "resnet"].star == 0.0
         assert found[f"event={event}", "gated", "resnet"].star is None
         erase = found[f"event={event}", "ddl", "ddl-write"]
@@ -104,17 +119,44 @@ def test_crossover_is_where_the_model_wins_from_on_after_adjustment(run_dir):
         assert erase.points[-1][1].paired.differences == pytest.approx(tuple(diffs))
 
 
-def test_the_sign_interval_spans_the_knob_values_where_resampled_seeds_disagree():
-    def paired(diffs):
-        return Paired.of(dict(enumerate(diffs)), dict.fromkeys(range(len(diffs)), 0.0), False)
+def point(diffs, factor=1.0, failed=()):
+    """A judged MSE comparison whose model − control differences are ``diffs`` (the model
+    failing the seeds in ``failed``), its p scaled by ``factor`` as Holm would."""
+    model = {s: None if s in failed else d for s, d in enumerate(diffs)}
+    paired = Paired.of(model, dict.fromkeys(range(len(diffs)), 0.0), False)
+    return Comparison("t", "m", "c", "test", ("baseline",), "mse", False, "", paired,
+                      p_adjusted=min(1.0, paired.p * factor))
 
-    certain = [(0.0, paired([0.2, 0.3, 0.1, 0.2])), (1.0, paired([-0.2, -0.3, -0.1, -0.2]))]
-    assert sign_interval(certain, higher_is_better=False) == (1.0, 1.0)
-    # at 0.5 one seed of four goes the other way: some resamples favour the model there
-    split = [certain[0], (0.5, paired([-0.2, -0.3, 0.5, -0.2])), certain[1]]
-    assert sign_interval(split, higher_is_better=False) == (0.5, 1.0)
-    never = [(v, paired([0.1, 0.2, 0.1, 0.3])) for v in (0.0, 1.0)]
-    assert sign_interval(never, higher_is_better=False) == (np.inf, np.inf)
+
+def test_the_star_interval_resamples_the_verdict_that_defines_p_star():
+    worse, better = point([0.2, 0.3, 0.1, 0.2] * 2), point([-0.2, -0.3, -0.1, -0.2] * 2)
+    assert star_interval([(0.0, worse), (1.0, better)], higher_is_better=False) == (1.0, 1.0)
+    # the same agreement on 3 seeds is not significant (paired t p = 0.074): no p*, and no
+    # interval around one; a resample that draws a seed twice has fewer than 3 pairs, where
+    # its smaller spread alone would have pinned it at 1
+    three = [(0.0, point([0.2, 0.3, 0.1])), (1.0, point([-0.2, -0.3, -0.1]))]
+    assert star_interval(three, higher_is_better=False) == (np.inf, np.inf)
+    # a model that diverged on 6 of 8 seeds does not win on the 2 it finished, in any
+    # resample: the failed seeds are resampled with the others
+    diverged = point([-0.2] * 8, failed=range(2, 8))
+    assert star_interval([(0.0, worse), (1.0, diverged)], False) == (np.inf, np.inf)
+    # a Holm factor that takes the win away in the report takes it away in the resamples
+    noisy = [-0.05, -0.35, -0.15, -0.25, -0.1, -0.3, -0.2, -0.2]
+    assert point(noisy).p_adjusted < 0.05 < point(noisy, factor=100).p_adjusted
+    assert star_interval([(0.0, worse), (1.0, point(noisy))], False) == (1.0, 1.0)
+    assert star_interval([(0.0, worse), (1.0, point(noisy, factor=100))], False)[1] == np.inf
+
+
+def test_p_star_lies_inside_its_interval():
+    rng = np.random.default_rng(3)
+    values = (0.0, 0.25, 0.5, 1.0)
+    for _ in range(5):
+        points = [(v, point(list(0.3 - 0.6 * v + 0.3 * rng.standard_normal(10)))) for v in values]
+        points = [(v, dataclasses.replace(c, label="win" if c.p_adjusted < 0.05 and
+                                          c.paired.mean < 0 else "loss")) for v, c in points]
+        star = crossover_point(points)
+        low, high = star_interval(points, higher_is_better=False)
+        assert low <= (np.inf if star is None else star) <= high
 
 
 def test_the_report_has_a_crossover_table(run_dir):
@@ -127,9 +169,9 @@ def test_the_report_has_a_crossover_table(run_dir):
     assert "## Crossover" in md and "### switched: test mse ↓ against p" in md
     lines = [line for line in md.splitlines() if "| ddl − resnet |" in line]
     assert len(lines) == 2 and lines[0].startswith(
-        "| event=overwrite | ddl − resnet | p* = 0.5 | [0.1, 0.5] |")
-    assert "(loss (n = 4))" in lines[0] and "(inconclusive (n = 4; detectable" in lines[0]
-    assert lines[0].count("(win (n = 4))") == 2
+        "| event=overwrite | ddl − resnet | p* = 0.5 | [0.5, 0.5] |")
+    assert "(loss (n = 11))" in lines[0] and "(inconclusive (n = 11; detectable" in lines[0]
+    assert lines[0].count("(win (n = 11))") == 2
     assert any("| ddl-lin − resnet | p* = 0 |" in line for line in md.splitlines())
     assert any("| gated − resnet | none in range |" in line for line in md.splitlines())
     assert md.index("## Crossover") < md.index("## Results per task")
@@ -148,13 +190,16 @@ def test_one_setting_is_labelled_by_nothing_and_one_knob_value_makes_no_curve():
 def test_a_seed_one_side_did_not_run_is_left_out_and_one_it_failed_counts():
     rows = [r for r in hand_made(events=("reflect",)) if not (r.model == "ddl" and r.seed == 3)]
     (erase,) = [c for c in crossover_of(rows) if c.model == "ddl" and c.control == "ddl-write"]
-    assert all(c.paired.seeds == (0, 1, 2) and c.paired.total == 3 for _, c in erase.points)
+    rest = tuple(s for s in SEEDS if s != 3)
+    assert all(c.paired.seeds == rest and c.paired.total == len(rest) for _, c in erase.points)
+    assert all("seed(s) 3 only in ddl-write, not compared" in c.note for _, c in erase.points)
     rows = hand_made(events=("reflect",))
     for r in rows:
         if r.model == "ddl" and r.seed == 3:
             r.status = "diverged"
     (erase,) = [c for c in crossover_of(rows) if c.model == "ddl" and c.control == "ddl-write"]
-    assert all(c.paired.failed == (3,) and c.paired.total == 4 for _, c in erase.points)
+    assert all(c.paired.failed == (3,) and c.paired.total == len(SEEDS)
+               for _, c in erase.points)
 
 
 def test_a_control_trained_on_another_budget_gets_no_verdict_at_that_knob_value():

@@ -39,8 +39,9 @@ def cells(label, values, **kwargs):
     return [cell(label, seed, v, **kwargs) for seed, v in enumerate(values)]
 
 
-WIN = [0.10, 0.12, 0.11]      # an MSE well below LOSE on every seed
-LOSE = [0.50, 0.55, 0.52]
+#: Six seeds: where a seed fails, the signed ranks that decide reach p < 0.05 (2 / 2⁶).
+WIN = [0.10, 0.12, 0.11, 0.13, 0.10, 0.12]      # an MSE well below LOSE on every seed
+LOSE = [0.50, 0.55, 0.52, 0.51, 0.56, 0.53]
 
 
 def claim(model="ddl", relation="better", control="resnet", **kwargs):
@@ -52,8 +53,8 @@ def test_a_paired_significant_difference_confirms_or_contradicts():
     v = judge("t", claim(), rows, higher_is_better=False)
     assert v.verdict == CONFIRMED and (v.model, v.control) == ("ddl", "resnet")
     paired = v.comparison.paired
-    assert paired.n == 3 and paired.p < 0.05 and v.comparison.p_adjusted == paired.p
-    assert paired.mean == pytest.approx((sum(WIN) - sum(LOSE)) / 3)
+    assert paired.n == 6 and paired.p < 0.05 and v.comparison.p_adjusted == paired.p
+    assert paired.mean == pytest.approx((sum(WIN) - sum(LOSE)) / 6)
     assert judge("t", claim(relation="worse"), rows, False).verdict == CONTRADICTED
     # The direction is the metric's: on an accuracy the same numbers read the other way.
     assert judge("t", claim(), rows, higher_is_better=True).verdict == CONTRADICTED
@@ -70,18 +71,20 @@ def test_fewer_than_three_seeds_is_insufficient_evidence():
 
 def test_failed_seeds_count_against_their_model_and_the_verdict_says_so():
     rows = cells("ddl", WIN) + cells("resnet", LOSE)
-    rows[1].status, rows[2].status = "diverged", "capped"
+    for r, status in zip(rows[1:5], ("diverged", "capped", "failed", "diverged"), strict=True):
+        r.status = status
     v = judge("t", claim(), rows, False)
     paired = v.comparison.paired
-    assert v.verdict == INSUFFICIENT and (paired.n, paired.total) == (1, 3)
-    assert paired.failed == (1, 2) and paired.better(False) is False
-    assert "ddl fails 2/3 (seeds 1, 2 rank last)" in v.note
+    assert v.verdict == INSUFFICIENT and (paired.n, paired.total) == (2, 6)
+    assert v.comparison.label == "fails"
+    assert paired.failed == (1, 2, 3, 4) and paired.better(False) is False
+    assert "ddl fails 4/6 (seeds 1, 2, 3, 4 rank last)" in v.note
 
 
 def test_no_significant_difference_is_insufficient_evidence():
-    rows = cells("ddl", [0.1, 0.9, 0.5]) + cells("resnet", LOSE)
+    rows = cells("ddl", [0.1, 0.9, 0.5, 0.2, 0.8, 0.6]) + cells("resnet", LOSE)
     v = judge("t", claim(), rows, False)
-    assert v.verdict == INSUFFICIENT and v.note == "inconclusive, n = 3"
+    assert v.verdict == INSUFFICIENT and v.note == "inconclusive, n = 6"
 
 
 def test_a_control_trained_on_another_budget_is_insufficient_evidence():
@@ -99,7 +102,7 @@ def test_a_missing_control_is_insufficient_evidence():
 
 
 def test_an_analytic_bound_uses_the_one_sample_test():
-    floor = [1.07, 1.09, 1.08]
+    floor = [1.07, 1.09, 1.08, 1.07, 1.09, 1.08]
     v = judge("t", claim("node", "worse", 0.975), cells("node", floor), False)
     assert v.verdict == CONFIRMED and v.control is None
     assert v.comparison.paired.mean == pytest.approx(1.08 - 0.975)
@@ -110,12 +113,12 @@ def test_an_analytic_bound_uses_the_one_sample_test():
 LINEAR = {"tied": True, "context": "control"}
 
 
-def parity_rows(test_b2, long_b2, long_b1, test_b1=(1.0, 1.0, 1.0)):
+def parity_rows(test_b2, long_b2, long_b1, test_b1=(1.0,) * 6):
     rows = [cell("lin", s, t, family="ddl", long=x, beta_max=2.0, **LINEAR)
             for s, (t, x) in enumerate(zip(test_b2, long_b2, strict=True))]
     rows += [cell("lin-bmax1", s, t, family="ddl", long=x, beta_max=1.0, **LINEAR)
              for s, (t, x) in enumerate(zip(test_b1, long_b1, strict=True))]
-    return rows + cells("ddl", [1.0, 1.0, 1.0], family="ddl")  # the state-dependent stack
+    return rows + cells("ddl", [1.0] * 6, family="ddl")  # the state-dependent stack
 
 
 def parity_claim():
@@ -125,20 +128,22 @@ def parity_claim():
 
 
 def test_ood_claim_needs_both_rows_to_succeed_in_distribution():
-    long_b2, long_b1 = [0.99, 1.0, 0.98], [0.52, 0.50, 0.51]
-    solved = judge("parity", parity_claim(), parity_rows([1.0, 1.0, 0.99], long_b2, long_b1),
+    long_b2, long_b1 = [0.99, 1.0, 0.98, 0.99, 1.0, 0.97], [0.52, 0.50, 0.51, 0.5, 0.53, 0.5]
+    fitted = [1.0, 1.0, 0.99, 1.0, 0.98, 1.0]
+    solved = judge("parity", parity_claim(), parity_rows(fitted, long_b2, long_b1),
                    higher_is_better=True)
     assert solved.verdict == CONFIRMED and (solved.model, solved.control) == ("lin", "lin-bmax1")
     assert solved.comparison.split == "long"
     # One seed that did not learn the trained length: the extrapolation means nothing.
-    v = judge("parity", parity_claim(), parity_rows([1.0, 0.55, 0.99], long_b2, long_b1), True)
+    v = judge("parity", parity_claim(), parity_rows([1.0, 0.55, *fitted[2:]], long_b2, long_b1),
+              True)
     assert v.verdict == INSUFFICIENT and v.comparison.split == "test"
-    assert "long not judged: lin reached test ≥ 0.95 on 2 of 3 seeds" in v.note
+    assert "long not judged: lin reached test metric ≥ 0.95 on 5 of 6 seeds" in v.note
     # Nor when the control never fitted the trained length: that is a failure to fit.
     v = judge("parity", parity_claim(),
-              parity_rows([1.0, 1.0, 0.99], long_b2, long_b1, test_b1=[0.47, 0.44, 0.45]), True)
+              parity_rows(fitted, long_b2, long_b1, test_b1=[0.47, 0.44, 0.45] * 2), True)
     assert v.verdict == INSUFFICIENT
-    assert "lin-bmax1 reached test ≥ 0.95 on 0 of 3 seeds" in v.note
+    assert "lin-bmax1 reached test metric ≥ 0.95 on 0 of 6 seeds" in v.note
 
 
 def test_ood_claims_must_state_their_precondition():

@@ -173,12 +173,13 @@ def test_verdict_matrix_colours_each_mark():
                            "gated": ("equivalent", "+0.01 ± 0.01")},
              "parity": {"ddl": ("inconclusive", "+0.01 ± 0.3"),
                         "node": ("unequal budget", "no test"),
-                        "gated": ("unmatched size", "no test")}}
+                        "gated": ("unmatched size", "no test"),
+                        "ddl-lin": ("both solved", "+0 ± 0"), "ddl-write": ("fails", "—")}}
     fig = plots.verdict_matrix(cells)
     ax = fig.axes[0]
     drawn = {tuple(round(c, 3) for c in p.get_facecolor()[:3]) for p in ax.patches}
     expected = {tuple(round(c, 3) for c in to_rgb(color)) for color in plots.MARK_COLORS.values()}
-    assert drawn == expected and len(ax.patches) == 6  # (overwrite, node) stays blank
+    assert drawn == expected and len(ax.patches) == 8  # (overwrite, node) stays blank
     texts = {t.get_text() for t in ax.texts}
     assert "win\n-0.4 ± 0.1" in texts and "unequal budget\nno test" in texts
     hatched = [p for p in ax.patches if p.get_hatch()]

@@ -1,6 +1,6 @@
-"""Statistics over seeds, against scipy and first principles: intervals, the paired t-test,
-the exact sign and signed-rank tests, Holm, TOST, the detectable difference, and pairs
-with failed seeds."""
+"""Statistics over seeds, against scipy and first principles: intervals, the paired t-test
+and its zero-variance limit, the exact signed-rank test, Holm, the paired-t TOST and its
+interval, the detectable difference, and pairs with failed seeds."""
 
 import itertools
 
@@ -12,15 +12,19 @@ from scipy import stats
 
 from ddl_dynamics.analysis.stats import (
     ALPHA,
-    WILCOXON_MIN_PAIRS,
+    PAIRED_T,
+    SIGNED_RANK,
     Paired,
     detectable_difference,
     holm,
     mean_ci,
     paired_t_p,
-    sign_test_p,
+    paired_t_ps,
     signed_rank_p,
+    signed_rank_ps,
+    tost_interval,
     tost_p,
+    tost_ps,
 )
 
 values = st.floats(-1e3, 1e3, allow_nan=False)
@@ -48,24 +52,26 @@ def test_mean_ci_matches_scipy_t_interval(xs):
 
 
 @given(pairs)
-def test_paired_test_matches_scipy_ttest_rel(ps):
+def test_the_paired_test_is_scipys_paired_t_test(ps):
     model = dict(enumerate(a for a, _ in ps))
     control = dict(enumerate(b for _, b in ps))
     paired = Paired.of(model, control, higher_is_better=True)
-    expected = stats.ttest_rel(list(model.values()), list(control.values()))
-    assert paired.test == "paired t"
-    assert paired.p == pytest.approx(expected.pvalue, rel=1e-6, abs=1e-12)
-    low, high = expected.confidence_interval(0.95)
+    scipy_t = stats.ttest_rel(list(model.values()), list(control.values()))
+    assert paired.test == PAIRED_T and paired.floor == 0.0
+    assert paired.p == pytest.approx(scipy_t.pvalue, rel=1e-6, abs=1e-12)
+    low, high = scipy_t.confidence_interval(0.95)
     assert paired.mean == pytest.approx((low + high) / 2, rel=1e-9, abs=1e-9)
     assert paired.ci == pytest.approx((high - low) / 2, rel=1e-6, abs=1e-9)
-    # The interval and the test agree: the CI excludes 0 exactly when p < 0.05.
-    if abs(paired.p - ALPHA) > 1e-9:
-        assert (abs(paired.mean) > paired.ci) == (paired.p < ALPHA)
-    diffs = [a - b for a, b in ps]
-    if len(diffs) >= WILCOXON_MIN_PAIRS:
-        assert paired.wilcoxon == pytest.approx(stats.wilcoxon(diffs).pvalue, rel=1e-9)
-    else:
-        assert paired.wilcoxon is None
+
+
+def test_a_bound_is_tested_with_scipys_one_sample_t_test():
+    rng = np.random.default_rng(11)
+    for n in (3, 5, 8, 20):
+        values = 0.9 + 0.05 * rng.standard_normal(n)
+        paired = Paired.of(dict(enumerate(values)), 0.95, True)
+        assert paired.p == pytest.approx(stats.ttest_1samp(values, 0.95).pvalue, rel=1e-9)
+    rows = rng.standard_normal((50, 7)) + 0.3
+    assert paired_t_ps(rows) == pytest.approx(stats.ttest_1samp(rows, 0.0, axis=1).pvalue)
 
 
 @given(st.lists(st.floats(-10, 10, allow_nan=False).filter(lambda x: abs(x) > 1e-6),
@@ -80,15 +86,38 @@ def test_signed_rank_matches_scipys_exact_wilcoxon_without_ties(diffs):
                                    [-9, -9, 0.1, 0.2, 0.3]])
 def test_signed_rank_is_exact_with_ties_and_zeros(diffs):
     assert signed_rank_p(diffs) == pytest.approx(by_enumeration(diffs), rel=1e-12)
+    assert signed_rank_ps(np.array([diffs, np.negative(diffs)])) == pytest.approx(
+        [by_enumeration(diffs)] * 2, rel=1e-12)
 
 
-def test_identical_differences_get_the_exact_sign_test_never_p_zero():
-    assert paired_t_p([0.5, 0.5, 0.5]) is None  # the t statistic is undefined
-    assert sign_test_p([0.5] * 8) == pytest.approx(2 / 2**8)
-    assert sign_test_p([0.0, 0.0]) is None
+def test_differences_that_do_not_vary_take_the_t_statistics_limit():
+    assert paired_t_p([0.5] * 8) == 0.0 and paired_t_p([-1e-9] * 3) == 0.0  # |t| → ∞
+    assert paired_t_p([0.0] * 8) == 1.0  # no difference at all: nothing to reject
+    assert paired_t_p([0.5]) is None  # one pair: no test
     paired = Paired.of({s: 1.5 for s in range(3)}, {s: 1.0 for s in range(3)}, True)
-    assert paired.test == "exact sign test" and paired.p == pytest.approx(0.25)
-    assert paired.mean == 0.5 and paired.ci == 0.0
+    assert paired.test == PAIRED_T and paired.p == 0.0 and paired.floor == 0.0
+    assert paired.mean == 0.5 and paired.ci == 0.0 and paired.better(True) is True
+    assert tost_p([0.01] * 5, 0.05) == 0.0 and tost_p([0.0] * 5, 0.05) == 0.0  # inside
+    assert tost_p([0.1] * 5, 0.05) == 1.0 and tost_p([0.05] * 5, 0.05) == 1.0  # not inside
+    assert tost_interval([0.01] * 5) == (0.01, 0.01)
+
+
+@pytest.mark.parametrize("d", [0.0, 0.004, -0.3])
+def test_the_tests_are_continuous_as_one_seed_moves_off_a_tie(d):
+    """Every seed at difference ``d``, then one seed moved by less and less: the p-values
+    approach the limit the tie itself gets (the t statistic grows without bound where d ≠ 0;
+    the TOST's interval shrinks onto d inside the margin), so no tie switches a verdict."""
+    margin = 0.01
+    limit_p, limit_tost = paired_t_p([d] * 8), tost_p([d] * 8, margin)
+    for eps in (1e-3, 1e-5, 1e-7):
+        moved = [d + eps] + [d] * 7
+        tost = tost_p(moved, margin)
+        assert (tost < ALPHA) == (limit_tost < ALPHA) and abs(tost - limit_tost) < 0.02
+        if d:
+            assert paired_t_p(moved) < 1e-5 and limit_p == 0.0
+        else:  # one seed off 0: t = 1 whatever its size, far from significant, as the tie
+            assert paired_t_p(moved) == pytest.approx(2 * stats.t.sf(1, 7))
+            assert limit_p == 1.0
 
 
 def test_holm_adjusts_a_known_family_in_place():
@@ -99,27 +128,57 @@ def test_holm_adjusts_a_known_family_in_place():
     assert holm([]) == [] and holm([None]) == [None]
 
 
-def test_tost_is_the_larger_of_two_one_sided_t_tests():
-    diffs = [0.01, -0.02, 0.0, 0.015, -0.01, 0.005, 0.0, 0.01]
-    margin = 0.05
-    upper = stats.ttest_1samp(diffs, margin, alternative="less").pvalue
-    lower = stats.ttest_1samp(diffs, -margin, alternative="greater").pvalue
-    assert tost_p(diffs, margin) == pytest.approx(max(upper, lower), rel=1e-9)
-    assert tost_p(diffs, margin) < ALPHA
-    assert tost_p([d + 0.06 for d in diffs], margin) > 0.5  # outside the margin
-    assert tost_p([0.01] * 5, 0.05) == pytest.approx(2**-5)  # no spread, inside
-    assert tost_p([0.1] * 5, 0.05) == 1.0  # no spread, outside
-    assert tost_p([0.01], 0.05) is None
+def test_tost_is_the_larger_of_two_one_sided_scipy_t_tests():
+    rng = np.random.default_rng(5)
+    for n, margin in ((3, 0.05), (8, 0.01), (8, 0.05), (20, 0.02)):
+        for _ in range(20):
+            diffs = 0.02 * rng.standard_normal(n) + rng.uniform(-0.05, 0.05)
+            above = stats.ttest_1samp(diffs, -margin, alternative="greater").pvalue
+            below = stats.ttest_1samp(diffs, margin, alternative="less").pvalue
+            assert tost_p(diffs, margin) == pytest.approx(max(above, below), rel=1e-9)
+    rows = 0.01 * rng.standard_normal((30, 6))
+    rows[:, 5] = np.nan  # a seed a row does not have takes no part
+    expected = [tost_p(r[:5], 0.02) for r in rows]
+    assert tost_ps(rows, 0.02) == pytest.approx(expected)
+    assert tost_p([0.01], 0.05) is None and tost_p([0.01, 0.02], None) is None
 
 
-def test_the_detectable_difference_is_found_with_the_stated_power():
-    sd, n, alpha = 0.2, 8, ALPHA / 10
+@given(st.lists(st.floats(-0.05, 0.05, allow_nan=False), min_size=2, max_size=10),
+       st.floats(0.001, 0.05))
+def test_tost_passes_exactly_when_its_90_percent_interval_lies_inside_the_margin(diffs,
+                                                                                 margin):
+    low, high = tost_interval(diffs)
+    mean, sem = np.mean(diffs), stats.sem(diffs)
+    if sem > 0:
+        assert (low + high) / 2 == pytest.approx(mean, abs=1e-12)
+        assert high - low == pytest.approx(2 * stats.t.ppf(0.95, len(diffs) - 1) * sem,
+                                           rel=1e-6, abs=1e-15)
+    inside = -margin < low and high < margin
+    if min(abs(low + margin), abs(high - margin)) > 1e-9:  # away from a rounding tie
+        assert (tost_p(diffs, margin) < ALPHA) == inside
+
+
+@pytest.mark.parametrize("n", [5, 6, 8])
+def test_tost_keeps_its_level_at_the_margin(n):
+    """Normal differences centred on the margin's edge, or beyond it (the mean −0.015
+    against a 0.01 margin that a test of the median passed 6–17% of the time): equivalence
+    is a false claim there, and the paired-t TOST makes it at most ALPHA of the time."""
+    rng = np.random.default_rng(1)
+    for centre, sd in ((0.01, 0.02), (-0.01, 0.005), (-0.015, 0.01)):
+        draws = centre + sd * rng.standard_normal((20000, n))
+        rate = np.mean(tost_ps(draws, 0.01) < ALPHA)
+        assert rate <= ALPHA + 0.005
+
+
+def test_the_detectable_difference_is_found_by_the_t_test_with_the_stated_power():
+    sd, n, alpha = 0.2, 8, ALPHA
     effect = detectable_difference(sd, n, alpha)
-    critical = stats.t.ppf(1 - alpha / 2, n - 1)
-    shift = effect / (sd / np.sqrt(n))
-    power = stats.nct.sf(critical, n - 1, shift) + stats.nct.cdf(-critical, n - 1, shift)
-    assert power == pytest.approx(0.8, abs=1e-6)
+    draws = np.random.default_rng(7).normal(effect, sd, (20000, n))
+    assert np.mean(paired_t_ps(draws) < alpha) == pytest.approx(0.8, abs=0.01)
     assert detectable_difference(sd, 1, alpha) is None
+    assert detectable_difference(0.0, 8, alpha) is None  # no spread: nothing to state
+    # the t-test has no floor: a stricter level asks for a larger difference, never none
+    assert detectable_difference(sd, 8, ALPHA / 40) > effect
 
 
 def test_pairs_seeds_both_ran_and_tests_a_bound_with_one_sample():
@@ -136,7 +195,7 @@ def test_a_failed_seed_ranks_as_its_sides_worst_outcome():
     # accuracy: three seeds better by a little, two that did not finish
     model = {0: 0.6, 1: 0.62, 2: 0.61, 3: None, 4: None}
     paired = Paired.of(model, control, higher_is_better=True, margin=0.01)
-    assert paired.test == "signed rank, failures last" and paired.failed == (3, 4)
+    assert paired.test == SIGNED_RANK and paired.failed == (3, 4)
     assert paired.n == 3 and paired.total == 5 and paired.tost is None
     # the failures take the largest ranks, against the model
     assert paired.p == pytest.approx(by_enumeration([0.1, 0.12, 0.11, -1, -1]))
@@ -146,7 +205,7 @@ def test_a_failed_seed_ranks_as_its_sides_worst_outcome():
                                                     4: None}, True)
     assert theirs.control_failed == (1, 3, 4) and theirs.better(True) is True
     both = Paired.of({0: None, 1: 0.6, 2: 0.7}, {0: None, 1: 0.5, 2: 0.5}, True)
-    assert both.both_failed == (0,) and both.total == 3 and both.test == "paired t"
+    assert both.both_failed == (0,) and both.total == 3 and both.test == PAIRED_T
     # with MSE a failure is a large error: it still counts against the failing side
     mse = Paired.of({0: 0.1, 1: None, 2: None}, {0: 0.2, 1: 0.2, 2: 0.2}, False)
     assert mse.better(False) is False

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
+from ddl_dynamics.analysis.verdicts import seed_values
 from ddl_dynamics.experiment.config import COUNTED, FINISHED
 from ddl_dynamics.experiment.train import PEAK_MEMORY_MEASURES, _lr_factor, run_cells
 from ddl_dynamics.models.dopri5 import SolverCapped
@@ -105,7 +106,9 @@ def test_solver_cap_is_recorded_as_capped():
     assert r.metrics["steps"] == 0
 
 
-def test_a_cap_during_the_final_evaluation_makes_the_cell_capped(monkeypatch):
+def test_a_cap_on_the_test_data_fails_that_split_alone(monkeypatch):
+    """Test data must not steer the grid choice: the cell keeps its status and its val
+    metric, and only the test split reads as a failure."""
     c = cell(model="node", steps=2, eval_every=1, n_test=24, n_val=16)
     task, model = c.build()
     solve = type(model)._solve
@@ -118,8 +121,11 @@ def test_a_cap_during_the_final_evaluation_makes_the_cell_capped(monkeypatch):
     monkeypatch.setattr(type(model), "_solve", capped_on_test)
     r = dd.train(task, model, c.train, c.seed)
     assert r.metrics["steps"] == 2 and len(r.curve) == 2 and r.metrics["val"] is not None
-    assert r.status == "capped" and "final evaluation" in r.message
-    assert r.metrics["test"] is None and r.status not in COUNTED
+    assert r.status == "ok" and "final evaluation" in r.message
+    assert r.metrics["test"] is None and "max_num_steps" in r.metrics["capped"]["test"]
+    r.seed, r.config = 0, {}
+    assert seed_values([r], "test") == {0: None} and seed_values([r], "val") == {
+        0: r.metrics["val"]}
 
 
 def scaled_targets(task, split, factor, monkeypatch):

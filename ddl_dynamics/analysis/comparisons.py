@@ -4,8 +4,8 @@ Whatever asks for a comparison (each row's baseline, the experiment's ``[[compar
 task's expectation) hands a :class:`Request`; :func:`judge` turns the requests of one run
 into :class:`Comparison` s by the rule book (:mod:`.verdicts`): the gates first, then the
 paired test per request, then Holm's adjustment over every test the report draws (one
-test per distinct task, model, control and split, however many asked for it), then the
-labels.
+test per distinct task, unordered pair of rows and split, however many asked for it, and
+only tests that could reach the level), then the labels.
 """
 
 from __future__ import annotations
@@ -17,27 +17,37 @@ from typing import Any
 from .._task import make_task
 from ..experiment.store import RunResult
 from .run import Row, Run
-from .stats import ALPHA, Paired, detectable_difference, holm
+from .stats import ALPHA, PAIRED_T, Paired, detectable_difference, holm
 from .verdicts import (
+    EQUIVALENT,
     INCONCLUSIVE,
+    MIN_PAIRS,
     UNEQUAL_BUDGET,
+    UNEQUAL_TUNING,
     UNMATCHED_SIZE,
+    both_solved,
     budget_gap,
     flagged,
     grid_value,
     label,
+    non_finite,
     seed_values,
     size_gap,
+    strictest,
+    tuning_gap,
     unsolved,
 )
+
+Key = tuple[str, str, str | float, str]
 
 
 @dataclass(frozen=True)
 class Request:
     """One comparison asked for: row ``model`` against row ``control`` (a label) or an
     analytic bound (a number), on ``split`` of ``task``; ``requires`` (for a split other
-    than test) is the test metric both rows must reach first. ``kind`` says who asked:
-    ``"baseline"``, ``"declared"`` or ``"expectation"``."""
+    than test) is the test metric both rows must reach first, in the metric's direction
+    (accuracy ≥ requires, MSE ≤ requires). ``kind`` says who asked: ``"baseline"``,
+    ``"declared"`` or ``"expectation"``."""
 
     task: str
     model: str
@@ -47,7 +57,7 @@ class Request:
     requires: float | None = None
 
     @property
-    def key(self) -> tuple[str, str, str | float, str]:
+    def key(self) -> Key:
         return self.task, self.model, self.control, self.split
 
 
@@ -57,11 +67,15 @@ class Comparison:
 
     ``paired`` is None where no test could be drawn (a gate closed, or a row missing);
     ``label`` is one of :data:`~.verdicts.LABELS`; ``p_adjusted`` and ``tost_adjusted`` are
-    Holm-adjusted within the report; ``detectable`` is the smallest difference the test could
-    have found (80% power, at the Bonferroni level of the report's family). ``grid`` gives,
-    for a tuned pair, whether the model does better at each grid value (True, False, or None
-    for neither). ``note`` says what limits the verdict: a gate, an out-of-distribution
-    comparison moved to the trained split, failed or ⚑ seeds.
+    Holm-adjusted within the report (None for a test outside the family: a ceiling, too few
+    pairs, or a signed-rank test whose floor lies above the level); ``detectable`` is the
+    smallest difference the paired t-test could have found over its n pairs (80% power, at
+    the Bonferroni level of the report's family; None where failures decide: the signed
+    ranks have no scale to state one in).
+    ``grid`` gives, for a tuned pair, whether the model does better at each grid value
+    (True, False, or None for neither). ``note`` says what limits the verdict: a gate, an
+    out-of-distribution comparison moved to the trained split, failed, non-finite, unpaired
+    or ⚑ seeds.
     """
 
     task: str
@@ -82,10 +96,20 @@ class Comparison:
     note: str = ""
     #: The split asked for, where the comparison had to move to the trained one.
     asked_split: str = ""
+    #: Both rows at the metric's best value on every seed (a ceiling, no test).
+    solved: bool = False
 
     @property
     def control_text(self) -> str:
         return self.control if isinstance(self.control, str) else f"{self.control:.4g}"
+
+    def significant(self, p_adjusted: float | None = None) -> bool | None:
+        """Whether a significant difference (adjusted p below the level) favours the model;
+        None where there is none. ``p_adjusted`` defaults to the comparison's own."""
+        p = self.p_adjusted if p_adjusted is None else p_adjusted
+        if self.paired is None or p is None or p >= ALPHA:
+            return None
+        return self.paired.better(self.higher_is_better)
 
     @property
     def grid_holds(self) -> bool | None:
@@ -98,39 +122,75 @@ class Comparison:
         return None if overall is None else all(s == overall for s in signs)
 
 
-def judge(run: Run, requests: Sequence[Request]) -> dict[tuple[str, str, str | float, str],
-                                                        Comparison]:
-    """Every request judged (one per key, its kinds merged), Holm-adjusted together."""
-    merged: dict[tuple[str, str, str | float, str], Request] = {}
-    kinds: dict[tuple[str, str, str | float, str], list[str]] = {}
+def merge(run: Run, requests: Sequence[Request]) -> dict[Key, tuple[Request, tuple[str, ...]]]:
+    """One request per key, with every kind that asked for it and the strictest
+    ``requires`` any of them states (in the task's direction)."""
+    found: dict[Key, list[Request]] = {}
     for request in requests:
-        merged.setdefault(request.key, request)
-        kinds.setdefault(request.key, [])
-        if request.kind not in kinds[request.key]:
-            kinds[request.key].append(request.kind)
-    drafts = [_draw(run, request, tuple(kinds[key])) for key, request in merged.items()]
-    # a comparison moved to the trained split may duplicate one drawn there: test it once
-    tested: dict[tuple[Any, ...], int] = {}
-    for i, c in enumerate(drafts):
+        found.setdefault(request.key, []).append(request)
+    merged = {}
+    for key, asked in found.items():
+        rows = run.task_rows(asked[0].task)
+        higher = next(iter(rows.values())).higher_is_better if rows else True
+        thresholds = [r.requires for r in asked if r.requires is not None]
+        request = replace(asked[0], requires=strictest(thresholds, higher)
+                          if thresholds else None)
+        merged[key] = request, tuple(dict.fromkeys(r.kind for r in asked))
+    return merged
+
+
+def _in_family(c: Comparison) -> bool:
+    """Whether a drawn test can reach the level: enough pairs, no ceiling, and a floor
+    below the level (the t-test has none; the signed ranks over few seeds do)."""
+    p = c.paired
+    return p is not None and p.n >= MIN_PAIRS and not c.solved and p.floor < ALPHA
+
+
+def _tost_in_family(c: Comparison) -> bool:
+    p = c.paired
+    return p is not None and p.tost is not None and p.n >= MIN_PAIRS and not c.solved
+
+
+def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
+    """Every request judged (one per key, its kinds merged), Holm-adjusted together."""
+    merged = merge(run, requests)
+    drafts = {key: _draw(run, request, kinds) for key, (request, kinds) in merged.items()}
+    # one test per task, unordered pair and split: a mirrored request, or one moved to the
+    # trained split onto a pair drawn there, is the same test
+    tested: dict[tuple[Any, ...], Comparison] = {}
+    for c in drafts.values():
         if c.paired is not None:
-            tested.setdefault((c.task, c.model, c.control, c.split), i)
-    family = [drafts[i] for i in tested.values()]
-    adjusted = holm([c.paired.p for c in family])
-    tost_adjusted = holm([c.paired.tost for c in family])
-    alpha = ALPHA / max(1, sum(p is not None for p in adjusted))
-    final: dict[tuple[Any, ...], Comparison] = {}
-    for c, p, t in zip(family, adjusted, tost_adjusted, strict=True):
-        assert c.paired is not None
-        sd = c.paired.sd
-        final[c.task, c.model, c.control, c.split] = replace(
-            c, p_adjusted=p, tost_adjusted=t, label=label(c.paired, p, t, c.higher_is_better),
-            detectable=detectable_difference(sd, c.paired.n, alpha) if sd else None)
+            tested.setdefault(_unordered(c), c)
+    family = [c for c in tested.values() if _in_family(c)]
+    tost_family = [c for c in tested.values() if _tost_in_family(c)]
+    adjusted = dict(zip(map(_unordered, family), holm([c.paired.p for c in family]),
+                        strict=True))
+    tost_adjusted = dict(zip(map(_unordered, tost_family),
+                             holm([c.paired.tost for c in tost_family]), strict=True))
+    alpha = ALPHA / max(1, len(family))
     out = {}
-    for request, c in zip(merged.values(), drafts, strict=True):
-        done = final.get((c.task, c.model, c.control, c.split)) if c.paired else None
-        out[request.key] = c if done is None else replace(
-            done, kinds=c.kinds, asked_split=c.asked_split, note=c.note)
+    for key, c in drafts.items():
+        if c.paired is None:
+            out[key] = c
+            continue
+        p, t = adjusted.get(_unordered(c)), tost_adjusted.get(_unordered(c))
+        detectable = (detectable_difference(c.paired.sd, c.paired.n, alpha)
+                      if c.paired.test == PAIRED_T and c.paired.sd is not None else None)
+        judged = label(c.paired, p, t, c.higher_is_better, c.solved)
+        notes = [c.note] if c.note else []
+        if judged == EQUIVALENT and (ahead := c.significant(p)) is not None:
+            notes.append(f"{c.model} significantly {'better' if ahead else 'worse'}, by less "
+                         f"than the margin ±{c.paired.margin:.2g}")
+        out[key] = replace(c, p_adjusted=p, tost_adjusted=t, label=judged,
+                           detectable=detectable, note="; ".join(notes))
     return out
+
+
+def _unordered(c: Comparison) -> tuple[Any, ...]:
+    """A test's identity whichever row is the control."""
+    pair = frozenset((c.model, c.control)) if isinstance(c.control, str) else (c.model,
+                                                                              c.control)
+    return c.task, pair, c.split
 
 
 def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
@@ -138,10 +198,10 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
     rows = run.task_rows(request.task)
     model = rows.get(request.model)
     control = rows.get(request.control) if isinstance(request.control, str) else None
-    described = (model or control or next(iter(rows.values()))).described
-    higher = bool(described.get("higher_is_better", False))
+    some = model or control or next(iter(rows.values()))
+    higher, metric = some.higher_is_better, some.described.get("metric", "metric")
     base = Comparison(request.task, request.model, request.control, request.split, kinds,
-                      described.get("metric", "metric"), higher, INCONCLUSIVE)
+                      metric, higher, INCONCLUSIVE)
     missing = [label for label, row in ((request.model, model), (request.control, control))
                if isinstance(label, str) and row is None]
     if missing:
@@ -151,31 +211,34 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
     chosen = {"chosen": model.chosen_text(), "control_chosen": control.chosen_text()
               if control else ""}
     if control is not None:
-        for closed, gap in ((UNEQUAL_BUDGET, budget_gap), (UNMATCHED_SIZE, size_gap)):
+        for closed, gap in ((UNEQUAL_TUNING, tuning_gap), (UNEQUAL_BUDGET, budget_gap),
+                            (UNMATCHED_SIZE, size_gap)):
             if why := gap(*sides):
                 return replace(base, label=closed, note=why, **chosen)
     split, notes = request.split, []
     if split != "test" and request.requires is not None:
-        why = [w for rows_ in sides if (w := unsolved(rows_, request.requires, higher))]
+        why = [w for rows_ in sides if (w := unsolved(rows_, request.requires, higher, metric))]
         if why:
             split = "test"
             notes.append(f"{request.split} not judged: " + "; ".join(why) +
                          ", so the comparison stays on the trained split")
-    margin = _margin(model.selected[0], control, request.control)
-    paired = _paired(model, control, request.control, split, higher, margin, model.chosen,
-                     control.chosen if control else ())
-    notes += _failure_notes(model, control, paired)
+    ours = seed_values(model.selected, split)
+    theirs = seed_values(control.selected, split) if control else float(request.control)
+    paired = Paired.of(ours, theirs, higher, _margin(model, control, split))
+    notes += _failure_notes(model, control, paired, split)
     grid = _grid_signs(model, control, request.control, split, higher) if model.grid or (
         control and control.grid) else ()
     return replace(base, split=split, paired=paired, grid=grid, note="; ".join(notes),
-                   asked_split=request.split if split != request.split else "", **chosen)
+                   asked_split=request.split if split != request.split else "",
+                   solved=paired.total == paired.n and both_solved(ours, theirs, metric),
+                   **chosen)
 
 
 def _paired(model: Row, control: Row | None, bound: str | float, split: str, higher: bool,
-            margin: float | None, at: tuple[Any, ...], control_at: tuple[Any, ...]) -> Paired:
+            at: tuple[Any, ...], control_at: tuple[Any, ...]) -> Paired:
     ours = seed_values(model.at(at), split)
     theirs = seed_values(control.at(control_at), split) if control else float(bound)
-    return Paired.of(ours, theirs, higher, margin)
+    return Paired.of(ours, theirs, higher)
 
 
 def _grid_signs(model: Row, control: Row | None, bound: str | float, split: str,
@@ -190,26 +253,31 @@ def _grid_signs(model: Row, control: Row | None, bound: str | float, split: str,
         at = value if model.grid == tuned.grid else model.chosen
         control_at = (value if control and control.grid == tuned.grid
                       else control.chosen if control else ())
-        paired = _paired(model, control, bound, split, higher, None, at, control_at)
+        paired = _paired(model, control, bound, split, higher, at, control_at)
         text = ", ".join(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}"
                          for f, v in zip(tuned.grid, value, strict=True))
         signs.append((text, paired.better(higher)))
     return tuple(signs)
 
 
-def _margin(cell: RunResult, control: Row | None, bound: str | float) -> float | None:
-    """The equivalence margin the task states, at the control's mean (None against a bound:
-    a model is compared with a bound to beat it, not to equal it)."""
+def _margin(model: Row, control: Row | None, split: str) -> float | None:
+    """The equivalence margin the task states, on the compared split, at the smaller of the
+    two rows' means there (the same whichever row is the control; None against a bound: a
+    model is compared with a bound to beat it, not to equal it)."""
+    cell: RunResult = model.selected[0]
     if control is None or "task" not in cell.config:
         return None
-    values = [v for v in seed_values(control.selected).values() if v is not None]
-    if not values:
-        return None
+    means = []
+    for row in (model, control):
+        values = [v for v in seed_values(row.selected, split).values() if v is not None]
+        if not values:
+            return None
+        means.append(sum(values) / len(values))
     task = make_task(cell.config["task"], **cell.config.get("spec", {}))
-    return task.equivalence_margin(sum(values) / len(values))
+    return min(task.equivalence_margin(m) for m in means)
 
 
-def _failure_notes(model: Row, control: Row | None, paired: Paired) -> list[str]:
+def _failure_notes(model: Row, control: Row | None, paired: Paired, split: str) -> list[str]:
     notes = []
     for row, failed in ((model, paired.failed), (control, paired.control_failed)):
         if row is not None and failed:
@@ -217,6 +285,14 @@ def _failure_notes(model: Row, control: Row | None, paired: Paired) -> list[str]
                          f"{paired.total} (seeds {', '.join(map(str, failed))} rank last)")
     if paired.both_failed:
         notes.append(f"both fail seed(s) {', '.join(map(str, paired.both_failed))}")
+    for row in (model, control):
+        if row is not None and (seeds := non_finite(row.selected, split)):
+            notes.append(f"{row.label}: {split} not finite on seed(s) "
+                         f"{', '.join(map(str, seeds))}, counted as failures")
+    for row, only in ((model, paired.only_model), (control, paired.only_control)):
+        if row is not None and only:
+            notes.append(f"seed(s) {', '.join(map(str, only))} only in {row.label}, "
+                         "not compared")
     for row in (model, control):
         if row is not None and (seeds := flagged(row.selected)):
             notes.append(f"⚑ {row.label}: ODE reconstruction failed on seed(s) "

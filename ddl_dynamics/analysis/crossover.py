@@ -8,8 +8,8 @@ its baseline, or a declared comparison) is followed across the knob: at every kn
 its judged, Holm-adjusted label (:mod:`.verdicts`), with n. The crossover ``p*`` is the
 smallest knob value from which on the model wins at every larger value in the run; None
 when it does not win at the largest. Because it reads adjusted verdicts, one point that
-misses significance moves it; its bootstrap interval over seeds (:func:`sign_interval`)
-says how firmly the *sign* of the difference changes there.
+misses significance moves it; its bootstrap interval over seeds (:func:`star_interval`),
+failed seeds included, says how firmly p* itself stands.
 
 :func:`gate_use` asks whether the trained Delta stacks' gates follow the events: per knob
 value, the share of gates in each event's regime (projection for an overwrite, reflection
@@ -34,11 +34,20 @@ from ..models.operator import REGIMES, regime_index
 from .comparisons import Comparison
 from .probes import erases, load_probes
 from .run import Run
-from .stats import Estimate, Paired
-from .verdicts import WIN
+from .stats import (
+    ALPHA,
+    Estimate,
+    Paired,
+    failure_value,
+    paired_t_ps,
+    signed_rank_ps,
+    signed_ranks,
+    tost_ps,
+)
+from .verdicts import MIN_PAIRS, WIN
 
-#: Resamples of the seeds behind :func:`sign_interval`.
-BOOTSTRAP = 2000
+#: Resamples of the seeds behind :func:`star_interval`.
+BOOTSTRAP = 1000
 
 
 @dataclass(frozen=True)
@@ -65,8 +74,8 @@ class Crossover:
     points: tuple[tuple[float, Comparison], ...]
     #: ``p*`` (:func:`crossover_point`).
     star: float | None
-    #: The 95% bootstrap interval of the knob value from which on the mean difference
-    #: favours the model (:func:`sign_interval`); ``math.inf`` stands for "none in range".
+    #: The 95% bootstrap interval of ``p*`` over seeds (:func:`star_interval`);
+    #: ``math.inf`` stands for "none in range".
     interval: tuple[float, float] | None = None
 
 
@@ -81,33 +90,85 @@ def crossover_point(points: Sequence[tuple[float, Comparison]]) -> float | None:
     return star
 
 
-def sign_interval(points: Sequence[tuple[float, Paired]], higher_is_better: bool,
+def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: bool,
                   resamples: int = BOOTSTRAP) -> tuple[float, float] | None:
-    """A 95% percentile bootstrap interval, over seeds, of the smallest knob value from which
-    on the mean paired difference favours the model at every larger value (``math.inf``
-    where it does not at the largest). The seeds are resampled jointly across the knob (the
-    same seeds see every knob value); a point's mean is over the resampled seeds both rows
-    finished there. None with fewer than 2 seeds."""
-    seeds = sorted({s for _, p in points for s in p.seeds})
+    """A 95% percentile bootstrap interval, over seeds, of ``p*`` itself
+    (:func:`crossover_point`; ``math.inf`` where a resample wins nowhere from some value on).
+    The seeds are resampled jointly across the knob (the same seeds see every knob value),
+    failed seeds among them as the failures they are; at each knob value the deciding test
+    (:func:`~.stats.decisive`) and the TOST are redrawn on the resampled seeds, each p
+    scaled by the factor Holm applied to that value's test in the report, so a resample's
+    label follows the report's rule (a seed drawn twice counting once towards the
+    :data:`~.verdicts.MIN_PAIRS` pairs a label needs). A value without a test in the family
+    never wins. None with fewer than 2 seeds."""
+    seeds = sorted({s for _, c in points if c.paired for s, _, _ in c.paired.pairs})
     if len(seeds) < 2 or not points:
         return None
-    rng = np.random.default_rng(0)
-    index = {s: i for i, s in enumerate(seeds)}
-    counts = rng.multinomial(len(seeds), [1 / len(seeds)] * len(seeds), size=resamples)
-    favours = []
-    for _, paired in points:  # (resamples,) whether the resampled mean favours the model
-        columns = [index[s] for s in paired.seeds]
-        weights = counts[:, columns]
-        total = weights.sum(axis=1)
-        mean = (weights * np.array(paired.differences)).sum(axis=1) / np.maximum(total, 1)
-        good = mean > 0 if higher_is_better else mean < 0
-        favours.append(np.where(total > 0, good, False))
-    favours = np.array(favours)  # (points, resamples)
-    from_here = np.logical_and.accumulate(favours[::-1], axis=0)[::-1]  # favours from i on
-    values = np.array([v for v, _ in points], dtype=float)
-    stars = np.where(from_here.any(axis=0), values[from_here.argmax(axis=0)], math.inf)
+    draws = np.random.default_rng(0).integers(0, len(seeds), (resamples, len(seeds)))
+    stars = np.full(resamples, math.inf)
+    alive = np.ones(resamples, dtype=bool)  # won at every larger knob value so far
+    for value, c in reversed(points):  # from the largest down: a loss there settles p*
+        alive[alive] = _wins(c, seeds, draws[alive], higher_is_better)
+        stars[alive] = value
+        if not alive.any():
+            break
     low, high = np.percentile(stars, [2.5, 97.5], method="inverted_cdf")
     return float(low), float(high)
+
+
+#: A seed's outcome at one knob value, for :func:`_wins`.
+_FINISHED, _FAILED, _CONTROL_FAILED, _BOTH_FAILED, _NOT_RUN = range(5)
+
+
+def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
+          higher_is_better: bool) -> np.ndarray:
+    """Whether the comparison wins on each resample of ``seeds`` (``draws``: indices)."""
+    p = c.paired
+    if p is None or p.p is None or c.p_adjusted is None or not len(draws):
+        return np.zeros(len(draws), dtype=bool)
+    factor = _holm_factor(c.p_adjusted, p.p)
+    found = {s: (m, ctl) for s, m, ctl in p.pairs}
+    kind = np.full(len(seeds), _NOT_RUN)
+    value = np.zeros(len(seeds))
+    against = failure_value(p.differences, higher_is_better)
+    for i, s in enumerate(seeds):
+        if s not in found:
+            continue
+        m, ctl = found[s]
+        kind[i], value[i] = (
+            (_FINISHED, m - ctl) if m is not None and ctl is not None
+            else (_FAILED, against) if m is None and ctl is not None
+            else (_CONTROL_FAILED, -against) if ctl is None and m is not None
+            else (_BOTH_FAILED, 0.0))
+    kinds, values = kind[draws], value[draws]
+    one_sided = ((kinds == _FAILED) | (kinds == _CONTROL_FAILED)).any(axis=1)
+    finished = np.where(kinds == _FINISHED, values, np.nan)
+    # the t-test on the finished pairs, the signed ranks where a side failed (a seed both
+    # failed, or not run, is a zero there: it drops out of the ranks and of the sum)
+    ps = np.full(len(draws), np.nan)
+    ps[~one_sided] = paired_t_ps(finished[~one_sided])
+    ps[one_sided] = signed_rank_ps(values[one_sided])
+    total = np.where(one_sided, signed_ranks(values).sum(axis=1), values.sum(axis=1))
+    better = (total != 0) & ((total > 0) == higher_is_better)
+    # a label needs MIN_PAIRS finished pairs: a seed drawn twice is one pair, not two
+    seen = np.sort(np.where(kinds == _FINISHED, draws, -1), axis=1)
+    distinct = ((seen[:, 1:] != seen[:, :-1]) & (seen[:, 1:] >= 0)).sum(axis=1) + (
+        seen[:, 0] >= 0)
+    enough = distinct >= MIN_PAIRS
+    wins = enough & better & (ps * factor < ALPHA)
+    if p.margin is not None and p.tost is not None and c.tost_adjusted is not None and (
+            wins.any()):
+        # equivalence comes first, as in the report: a resample inside the margin is no win
+        inside = ~one_sided[wins] & (tost_ps(finished[wins], p.margin) * _holm_factor(
+            c.tost_adjusted, p.tost) < ALPHA)
+        wins[np.flatnonzero(wins)[inside]] = False
+    return wins
+
+
+def _holm_factor(adjusted: float, raw: float) -> float:
+    """The factor Holm applied to a p in the report. A raw p of 0 (differences that do not
+    vary) gives every resample a p of 0 too, which any factor leaves at 0: 1."""
+    return adjusted / raw if raw > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -180,10 +241,9 @@ def crossovers(run: Run, comparisons: Iterable[Comparison]) -> list[Crossover]:
     for (setting, model, control), points in curves.items():
         ordered = tuple(sorted(points, key=lambda point: point[0]))
         first = ordered[0][1]
-        drawn = [(v, c.paired) for v, c in ordered if c.paired is not None]
         out.append(Crossover(setting, model, control, first.metric, first.higher_is_better,
                              ordered, crossover_point(ordered),
-                             sign_interval(drawn, first.higher_is_better)))
+                             star_interval(ordered, first.higher_is_better)))
     return sorted(out, key=lambda c: (c.setting.family, c.setting.label, c.model, c.control))
 
 

@@ -6,7 +6,8 @@ becomes a comparison of the report (:class:`~.comparisons.Request`), drawn and a
 with all the others, and reads (:func:`~.verdicts.claim_verdict`)
 
 - ``confirmed``: the comparison's label is a win (claimed better) or a loss (worse);
-- ``contradicted``: the opposite label, or equivalence within the task's margin;
+- ``contradicted``: the opposite label, or equivalence within the task's margin (unless
+  the claimed side is significantly ahead, by less than the margin: insufficient);
 - ``insufficient evidence``: anything else — inconclusive, unequal budgets or sizes, a
   claim on an out-of-distribution split whose rows did not first solve the trained split,
   or a model or control that is not in the run. The note says which.
@@ -127,12 +128,13 @@ def judge_expectations(pending: list[tuple[str, Expectation, Request | str]],
                                     request))
             continue
         c = comparisons[request.key]
-        result = INSUFFICIENT if c.asked_split else claim_verdict(c.label, e.relation)
+        result = INSUFFICIENT if c.asked_split else claim_verdict(c.label, e.relation,
+                                                                  c.significant())
         note = c.note
         if c.label == EQUIVALENT:
             note = "; ".join(n for n in ("equivalent within the task's margin", note) if n)
         elif result == INSUFFICIENT and c.paired is not None and not c.asked_split:
-            note = "; ".join(n for n in (f"{c.label}, n = {c.paired.total}", note) if n)
+            note = "; ".join(n for n in (f"{c.label}, n = {c.paired.n}", note) if n)
         verdicts.append(Verdict(task, e, c.higher_is_better, request.model,
                                 request.control if isinstance(request.control, str) else None,
                                 c, result, note))

@@ -17,7 +17,17 @@ from matplotlib.patches import Patch, Rectangle
 
 from ..models.operator import REGIME_BOUNDS, REGIMES
 from .crossover import star_text
-from .verdicts import EQUIVALENT, INCONCLUSIVE, LOSS, UNEQUAL_BUDGET, UNMATCHED_SIZE, WIN
+from .verdicts import (
+    BOTH_SOLVED,
+    EQUIVALENT,
+    FAILS,
+    INCONCLUSIVE,
+    LOSS,
+    UNEQUAL_BUDGET,
+    UNEQUAL_TUNING,
+    UNMATCHED_SIZE,
+    WIN,
+)
 
 #: Okabe–Ito palette (colour-blind safe), then two from Tol's muted set for larger sweeps.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -281,11 +291,13 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
     return fig
 
 
-#: Cell colour of each verdict label (Okabe–Ito green, vermillion and blue); the labels
-#: where no test was drawn (unequal budget, unmatched size) are white and hatched.
+#: Cell colour of each verdict label (Okabe–Ito green, vermillion, blue, sky blue and
+#: orange); the labels where no test was drawn (unequal tuning or budget, unmatched size)
+#: are white and hatched.
 MARK_COLORS = {WIN: "#009E73", LOSS: "#D55E00", EQUIVALENT: "#0072B2", INCONCLUSIVE: "#DDDDDD",
+               BOTH_SOLVED: "#56B4E9", FAILS: "#E69F00", UNEQUAL_TUNING: "#FFFFFF",
                UNEQUAL_BUDGET: "#FFFFFF", UNMATCHED_SIZE: "#FFFFFF"}
-NO_VERDICT = (UNEQUAL_BUDGET, UNMATCHED_SIZE)
+NO_VERDICT = (UNEQUAL_TUNING, UNEQUAL_BUDGET, UNMATCHED_SIZE)
 
 
 @styled

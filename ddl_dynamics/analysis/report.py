@@ -45,8 +45,8 @@ from .probes import erases, load_probes
 from .regimes import regime_fractions
 from .results import load_results, results_csv
 from .run import Row, Run, in_tasks, load_run
-from .stats import ALPHA, POWER, Estimate, Paired
-from .verdicts import EQUIVALENT, LOSS, MIN_PAIRS, SIZE_TOLERANCE, WIN, flagged
+from .stats import ALPHA, PAIRED_T, POWER, Estimate, Paired
+from .verdicts import EQUIVALENT, FAILS, INCONCLUSIVE, LOSS, MIN_PAIRS, SIZE_TOLERANCE, WIN, flagged
 from .wording import counts, counts_text, difference, sentence
 
 
@@ -185,8 +185,8 @@ def build_report(run: Run | str | Path) -> Report:
     higher = {task: next(iter(run.task_rows(task).values())).higher_is_better
               for task in run.tasks}
     comparisons = [judged[r.key] for r in requests]
-    drawn = {(c.task, c.model, c.control, c.split) for c in judged.values()
-             if c.p_adjusted is not None}
+    drawn = {(c.task, frozenset((c.model, c.control_text)), c.split)  # a mirror is one test
+             for c in judged.values() if c.p_adjusted is not None}
     name = run.experiment.get("name") or run.run_dir.name
     return Report(name, str(run.run_dir), run.experiment, comparisons,
                   judge_expectations(pending, judged, higher),
@@ -377,16 +377,21 @@ def _md_escape(text: str) -> str:
 COMPARISON_NOTE = (
     "Each row against its baseline, and each comparison the experiment declares: model − "
     "control per seed (same data and initial weights per seed), each row at its own grid "
-    "value chosen on val. Δ: mean ± 95% CI over the seeds both finished; n: seeds compared, "
-    "failures included, a seed one side did not finish counting as that side's worst "
-    "outcome. p: the paired t-test (sign: the exact sign test, where the differences do not "
-    "vary; rank: the exact signed-rank test, where a seed failed), then Holm-adjusted over "
-    "every test of this report, as the TOST p of equivalence at the task's margin. win / "
+    "value chosen on val. Δ: mean ± 95% CI over the seeds both finished; n: seeds both "
+    "finished (of the seeds compared, where one failed: a seed one side did not finish, or "
+    "whose metric is not finite, counts as that side's worst outcome). p: the paired t-test "
+    "of the mean difference (t; differences that do not vary give p = 0, or 1 where they "
+    "are 0; rank: the exact signed-rank test, where a seed failed), then Holm-adjusted over "
+    "every test of this report that could reach the level, a mirrored pair counted once; "
+    "the paired-t TOST p of equivalence at the task's margin, raw and adjusted, with its "
+    "90% t interval. win / "
     f"loss: adjusted p < {ALPHA}, in the metric's better / worse direction (↑ higher, ↓ lower "
-    f"is better); equivalent: adjusted TOST p < {ALPHA}, the difference within the margin "
-    "(which a significant but smaller difference also is); inconclusive: neither, or fewer "
-    f"than {MIN_PAIRS} seeds, with the smallest difference the test could have detected "
-    f"({POWER:.0%} power, at the Bonferroni level); not significant is never equal. "
+    f"is better); equivalent: otherwise, adjusted TOST p < {ALPHA} (the 90% interval inside "
+    "the margin); both solved: both rows at the metric's best value on every seed, no test; "
+    f"fails k/n: fewer than {MIN_PAIRS} seeds both finished because a side failed; "
+    f"inconclusive: neither, or fewer than {MIN_PAIRS} seeds, with the smallest difference "
+    f"the test could have detected ({POWER:.0%} power, at the Bonferroni level); not "
+    "significant is never equal. unequal tuning: the rows searched different grids; "
     "unequal budget: the training configs differ beyond seed and tuned fields, or a seed "
     f"stopped early; unmatched size: parameter counts more than {SIZE_TOLERANCE:.0%} apart: "
     "no test. At every grid value: whether the model's side of the difference holds with "
@@ -402,22 +407,46 @@ EXPECTATION_NOTE = (
 
 
 def _test(paired: Paired) -> str:
-    return {"paired t": "t", "exact sign test": "sign"}.get(paired.test, "rank")
+    return "t" if paired.test == PAIRED_T else "rank"
+
+
+def _n(p: Paired) -> str:
+    """``n = 8``: the pairs both rows finished, ``n = 3 of 5`` where seeds failed."""
+    return f"n = {p.n}" if p.n == p.total else f"n = {p.n} of {p.total}"
 
 
 def _verdict(c: Comparison) -> str:
     """The label, with n and what an inconclusive test could have detected."""
-    if c.paired is None:
+    p = c.paired
+    if p is None:
         return c.label
-    if c.label == "inconclusive":
+    if c.label == FAILS:
+        sides = [f"{row} {FAILS} {len(failed) + len(p.both_failed)}/{p.total}"
+                 for row, failed in ((c.model, p.failed), (c.control_text, p.control_failed))
+                 if failed or p.both_failed]
+        return "; ".join(sides)
+    if c.label == INCONCLUSIVE:
         if c.detectable is not None:
             seen = f"; detectable ±{_num(c.detectable, 2)}"
-        elif c.paired.differences and not any(c.paired.differences):
-            seen = "; identical on every seed"  # a shared ceiling, not a test of equality
+        elif p.differences and not any(p.differences) and p.n == p.total:
+            seen = "; identical on every seed"
+        elif p.n >= MIN_PAIRS and p.floor >= ALPHA:
+            seen = f"; p cannot fall below {_p(p.floor)} at this n"
         else:
             seen = ""
-        return f"inconclusive (n = {c.paired.total}{seen})"
-    return f"{c.label} (n = {c.paired.total})"
+        return f"inconclusive ({_n(p)}{seen})"
+    return f"{c.label} ({_n(p)})"
+
+
+def _tost(c: Comparison) -> str:
+    """The TOST's raw p, its Holm-adjusted p, the margin and the 90% interval."""
+    p = c.paired
+    if p is None or p.margin is None or p.tost is None:
+        return "—"
+    low, high = p.interval or (None, None)
+    return (f"{_p(p.tost)} → {_p(c.tost_adjusted)} (±{_num(p.margin, 2)}; 90% "
+            f"[{_num(low, 2) if low is not None and math.isfinite(low) else '−∞'}, "
+            f"{_num(high, 2) if high is not None and math.isfinite(high) else '∞'}])")
 
 
 def _grid(c: Comparison) -> str:
@@ -437,7 +466,8 @@ def _grid(c: Comparison) -> str:
 def comparison_cells(report: Report) -> tuple[list[str], list[list[str]]]:
     """One row per comparison: the paired difference, its tests and its label."""
     head = ["task", "model", "control", "chosen", "Δ (model − control)", "p", "p Holm",
-            "TOST p Holm (margin)", "verdict", "at every grid value", "note"]
+            "TOST p → Holm (margin; 90% interval)", "verdict", "at every grid value",
+            "note"]
     rows = []
     for c in report.comparisons:
         p = c.paired
@@ -449,8 +479,7 @@ def comparison_cells(report: Report) -> tuple[list[str], list[list[str]]]:
             "—" if p is None else signed(p),
             "—" if p is None or p.p is None else f"{_p(p.p)} ({_test(p)})",
             _p(c.p_adjusted),
-            "—" if p is None or p.margin is None
-            else f"{_p(c.tost_adjusted)} (±{_num(p.margin, 2)})",
+            _tost(c),
             _verdict(c), _grid(c), c.note or "—"])
     return head, rows
 
@@ -495,7 +524,7 @@ def expectation_cells(report: Report) -> tuple[list[str], list[list[str]]]:
         p = v.comparison.paired if v.comparison else None
         matched = " / ".join(label for label in (v.model, v.control) if label) or "—"
         rows.append([f"{v.task} ({_direction(v.higher_is_better)})", v.claim,
-                     v.expectation.reason, matched, "—" if p is None else str(p.total),
+                     v.expectation.reason, matched, "—" if p is None else _n(p),
                      "—" if p is None else signed(p),
                      "—" if v.comparison is None else _p(v.comparison.p_adjusted),
                      v.verdict, v.note or "—"])

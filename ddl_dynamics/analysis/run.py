@@ -23,6 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from .._task import make_task
 from ..experiment.config import DEFAULT_BASELINE, ComparisonSpec
 from ..experiment.store import Progress, RunResult, open_run
 from .verdicts import chosen_value, grid_value
@@ -49,7 +50,7 @@ class Row:
     @cached_property
     def chosen(self) -> tuple[Any, ...]:
         """The grid value the row is reported at (``()`` when it is not tuned)."""
-        return chosen_value(self.cells, list(self.grid))
+        return chosen_value(self.cells, list(self.grid), self.higher_is_better)
 
     def at(self, value: tuple[Any, ...]) -> list[RunResult]:
         """The cells at one grid value, by seed."""
@@ -77,8 +78,13 @@ class Row:
         return next((c.metrics for c in self.cells
                      if {"metric", "higher_is_better"} & set(c.metrics)), {})
 
-    @property
+    @cached_property
     def higher_is_better(self) -> bool:
+        """The task's direction: from its resolved config where a cell stored it, else as
+        any cell states it (a failed cell states nothing)."""
+        config = self.cells[0].config
+        if "task" in config:
+            return make_task(config["task"], **config.get("spec", {})).higher_is_better
         return bool(self.described.get("higher_is_better", False))
 
 

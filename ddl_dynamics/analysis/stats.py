@@ -1,12 +1,20 @@
 """Statistics over seeds: confidence intervals, paired tests, multiplicity, equivalence.
 
 Every model of a task sees the same data and the same initial-weight stream for a given
-seed, so two models are compared *paired*, seed by seed (:class:`Paired`). The tests are
-small pure functions, checked against scipy: the paired t-test, the exact sign test, an
-exact signed-rank test that lets a failed seed rank as its pair's worst outcome, the two
-one-sided tests of equivalence (TOST), Holm's adjustment for the number of tests drawn, and
-the smallest difference a test could have detected. Which test decides what, and how
-p-values become words, is the rule book's (:mod:`.verdicts`).
+seed, so two models are compared *paired*, seed by seed (:class:`Paired`). One parametric
+rule decides every test of the mean difference, ties and ceilings included: the paired
+t-test (:func:`paired_t_p`) for a difference, and the paired-t TOST (:func:`tost_p`, the two
+one-sided t-tests; equivalently its 90% t interval, :func:`tost_interval`, inside the
+margin) for equivalence. Both take the t statistic's limit where the differences do not
+vary, so a tie never switches the test: identical differences d give p = 0 for d ≠ 0 and
+p = 1 for d = 0, and a TOST p of 0 inside the margin and 1 outside, the values the tests
+approach as the spread shrinks to 0. A t-test has no floor: unlike an exact permutation
+test, its p can fall below any level at any n ≥ 2, which a family of tests over 8 seeds
+needs. Only where a seed failed, and so has an order but no value, does the exact
+signed-rank test decide (:func:`signed_rank_p`). Holm's adjustment (:func:`holm`) and the
+smallest difference a test could detect (:func:`detectable_difference`) complete the set;
+which test decides what, and how p-values become words, is the rule book's
+(:mod:`.verdicts`).
 """
 
 from __future__ import annotations
@@ -15,15 +23,13 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import optimize, stats
 
 #: Significance level of every verdict, after Holm's adjustment.
 ALPHA = 0.05
-#: Fewest pairs for the Wilcoxon signed-rank p shown beside the t-test: its exact two-sided
-#: p cannot fall below 2 / 2ⁿ, which first drops under ALPHA at n = 6.
-WILCOXON_MIN_PAIRS = 6
 #: Power at which :func:`detectable_difference` states the smallest detectable effect.
 POWER = 0.8
 
@@ -37,6 +43,11 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, f
     return mean, float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1)) * sem
 
 
+def finite(value: object) -> bool:
+    """Whether a metric is a finite number (None, NaN and ∞ are not)."""
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A figure over seeds: mean, 95% CI half-width (None for n = 1), seeds used."""
@@ -48,76 +59,139 @@ class Estimate:
     @classmethod
     def of(cls, values: Sequence[float | None]) -> Estimate:
         """Over the finite values among ``values`` (None, NaN and ∞ are left out)."""
-        finite = [v for v in values if isinstance(v, int | float) and math.isfinite(v)]
-        return cls(*mean_ci(finite), len(finite)) if finite else cls()
+        kept = [float(v) for v in values if finite(v)]
+        return cls(*mean_ci(kept), len(kept)) if kept else cls()
+
+
+def _moments(values: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per row of ``values`` ``(R, n)`` (NaN: no value): count, mean, standard error, and
+    whether the row does not vary (then its mean is its one value, exactly)."""
+    kept = ~np.isnan(values)
+    n = kept.sum(axis=1)
+    low = np.where(kept, values, np.inf).min(axis=1, initial=np.inf)
+    high = np.where(kept, values, -np.inf).max(axis=1, initial=-np.inf)
+    mean = np.where(kept, values, 0.0).sum(axis=1) / np.maximum(n, 1)
+    squares = (np.where(kept, values - mean[:, None], 0.0) ** 2).sum(axis=1)
+    se = np.sqrt(squares / np.maximum(n - 1, 1) / np.maximum(n, 1))
+    flat = (low == high) | (se == 0)
+    return n, np.where(low == high, low, mean), np.where(flat, 1.0, se), flat
+
+
+def paired_t_ps(differences: np.ndarray) -> np.ndarray:
+    """:func:`paired_t_p` per row of ``differences`` ``(R, n)``; NaN entries take no part,
+    and a row with fewer than 2 values has no test (NaN)."""
+    n, mean, se, flat = _moments(np.atleast_2d(np.asarray(differences, dtype=float)))
+    df = np.maximum(n - 1, 1)
+    p = np.where(flat, np.where(mean != 0, 0.0, 1.0), 2 * stats.t.sf(np.abs(mean / se), df))
+    return np.where(n >= 2, p, np.nan)
 
 
 def paired_t_p(differences: Sequence[float]) -> float | None:
-    """Two-sided p of the paired t-test on per-seed differences (``scipy.stats.ttest_rel``);
-    None below 2 pairs or when the differences do not vary (the t statistic is then
-    undefined: :func:`sign_test_p` decides)."""
-    if len(differences) < 2 or (sd := statistics.stdev(differences)) == 0:
+    """Two-sided p of the paired t-test that the differences have mean 0 (the one-sample
+    t-test on the differences, ``scipy.stats.ttest_rel``); None below 2 pairs. Differences
+    that do not vary take the t statistic's limit: p = 0 where they are not 0, else 1."""
+    if len(differences) < 2:
         return None
-    t = statistics.fmean(differences) / (sd / math.sqrt(len(differences)))
-    return float(2 * stats.t.sf(abs(t), len(differences) - 1))
+    return float(paired_t_ps(np.array([differences], dtype=float).reshape(1, -1))[0])
 
 
-def sign_test_p(differences: Sequence[float]) -> float | None:
-    """Two-sided p of the exact sign test on the non-zero differences (None if all are 0):
-    what identical differences on n seeds show, 2 / 2ⁿ at best, never 0."""
-    nonzero = [d for d in differences if d]
-    if not nonzero:
+def tost_ps(differences: np.ndarray, margin: float) -> np.ndarray:
+    """:func:`tost_p` per row of ``differences`` ``(R, n)``; NaN entries take no part, and
+    a row with fewer than 2 values has no test (NaN)."""
+    n, mean, se, flat = _moments(np.atleast_2d(np.asarray(differences, dtype=float)))
+    df = np.maximum(n - 1, 1)
+    above = stats.t.sf((mean + margin) / se, df)  # H0: mean ≤ −margin
+    below = stats.t.cdf((mean - margin) / se, df)  # H0: mean ≥ margin
+    p = np.where(flat, np.where(np.abs(mean) < margin, 0.0, 1.0), np.maximum(above, below))
+    return np.where(n >= 2, p, np.nan)
+
+
+def tost_p(differences: Sequence[float], margin: float | None) -> float | None:
+    """p of the paired two one-sided t-tests that the mean difference lies inside
+    ``(−margin, margin)``: the larger of the one-sided t-tests against ``mean ≤ −margin``
+    and ``mean ≥ margin`` (None below 2 pairs or without a margin). Differences that do not
+    vary take the limit: 0 inside the margin, 1 on or outside it."""
+    if len(differences) < 2 or margin is None or margin <= 0:
         return None
-    return float(stats.binomtest(sum(d > 0 for d in nonzero), len(nonzero)).pvalue)
+    return float(tost_ps(np.array([differences], dtype=float).reshape(1, -1), margin)[0])
 
 
-def signed_rank_sum(differences: Sequence[float]) -> float:
-    """The sum of the signed ranks of ``|d|`` (ties averaged, zeros dropped)."""
-    nonzero = np.array([d for d in differences if d], dtype=float)
-    return float((np.sign(nonzero) * stats.rankdata(np.abs(nonzero))).sum()) if len(
-        nonzero) else 0.0
-
-
-def signed_rank_p(differences: Sequence[float]) -> float | None:
-    """Two-sided p of the exact signed-rank test: the sum of the signed ranks of ``|d|``
-    (ties averaged, zeros dropped) against its distribution over every sign flip, counted
-    exactly. Exact with ties, unlike the normal approximation, so seeds that all failed
-    the same way are handled."""
-    nonzero = [d for d in differences if d]
-    if not nonzero:
+def tost_interval(differences: Sequence[float],
+                  alpha: float = ALPHA) -> tuple[float, float] | None:
+    """The ``1 − 2·alpha`` t interval (90% at the default) of the mean difference that the
+    TOST inverts: :func:`tost_p` is below ``alpha`` exactly when it lies inside the margin.
+    A point where the differences do not vary; None below 2 pairs."""
+    if len(differences) < 2:
         return None
-    doubled = np.rint(2 * stats.rankdata(np.abs(nonzero))).astype(int)  # ties give halves
-    total = int(doubled.sum())
-    counts = np.zeros(total + 1)  # sign flips by the doubled rank sum of the positives
+    n, mean, se, flat = _moments(np.array([differences], dtype=float).reshape(1, -1))
+    half = 0.0 if flat[0] else float(stats.t.ppf(1 - alpha, n[0] - 1) * se[0])
+    return float(mean[0]) - half, float(mean[0]) + half
+
+
+def signed_ranks(values: np.ndarray) -> np.ndarray:
+    """Each row's values replaced by their signed ranks of ``|value|`` (ties averaged,
+    zeros ranked 0 and left out of the ranking)."""
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    if values.shape[1] == 0:
+        return values
+    size = np.abs(values)
+    zeros = (size == 0).sum(axis=1, keepdims=True)
+    ranks = stats.rankdata(size, axis=1) - zeros  # zeros rank first: shift them out
+    return np.where(size == 0, 0.0, np.sign(values) * ranks)
+
+
+@lru_cache(maxsize=4096)
+def _rank_sum_counts(doubled: tuple[int, ...]) -> np.ndarray:
+    """How many of the 2ᵐ sign patterns of these doubled ranks (ties give halves) give
+    each doubled rank sum of the positives, counted exactly."""
+    counts = np.zeros(sum(doubled) + 1)
     counts[0] = 1.0
     for rank in doubled:
         counts[rank:] = counts[rank:] + counts[:-rank].copy()
-    observed = abs(2 * sum(r for r, d in zip(doubled, nonzero, strict=True) if d > 0) - total)
-    extreme = np.abs(2 * np.arange(total + 1) - total) >= observed
-    return float(min(1.0, counts[extreme].sum() / 2.0 ** len(nonzero)))
+    counts.setflags(write=False)
+    return counts
 
 
-def tost_p(differences: Sequence[float], margin: float) -> float | None:
-    """p of the paired two one-sided tests that the mean difference lies inside
-    ``(−margin, margin)``: the larger of the two one-sided t-test p-values (None below 2
-    pairs). Differences that do not vary are inside with the exact sign test's p, 2⁻ⁿ, when
-    every one lies within the margin, else outside (p = 1)."""
-    n = len(differences)
-    if n < 2 or margin <= 0:
-        return None
-    sd = statistics.stdev(differences)
-    if sd == 0:
-        return 0.5**n if abs(differences[0]) < margin else 1.0
-    mean, se = statistics.fmean(differences), sd / math.sqrt(n)
-    above = stats.t.sf((mean + margin) / se, n - 1)  # H0: mean ≤ −margin
-    below = stats.t.cdf((mean - margin) / se, n - 1)  # H0: mean ≥ margin
-    return float(max(above, below))
+def signed_rank_ps(values: np.ndarray) -> np.ndarray:
+    """:func:`signed_rank_p` per row of ``values`` ``(R, n)``, NaN where a row is all 0."""
+    out = np.full(len(ranks := signed_ranks(values)), np.nan)
+    for i, row in enumerate(ranks):
+        if not (nonzero := row[row != 0]).size:
+            continue
+        doubled = np.rint(2 * np.abs(nonzero)).astype(int)
+        counts = _rank_sum_counts(tuple(sorted(doubled.tolist())))
+        total = int(doubled.sum())
+        observed = abs(2 * int(doubled[nonzero > 0].sum()) - total)
+        extreme = np.abs(2 * np.arange(total + 1) - total) >= observed
+        out[i] = min(1.0, counts[extreme].sum() / 2.0 ** len(nonzero))
+    return out
+
+
+def signed_rank_p(differences: Sequence[float]) -> float | None:
+    """Two-sided p of the exact signed-rank test (None if every difference is 0): the sum
+    of the signed ranks of ``|d|`` (ties averaged, zeros dropped) against its distribution
+    over every sign flip, counted exactly, ties and zeros included. Rank-based by
+    necessity: it decides where a seed failed, a value with an order (its side's worst
+    outcome) but no size a mean could use."""
+    p = signed_rank_ps(np.array([differences], dtype=float).reshape(1, -1))[0]
+    return None if math.isnan(p) else float(p)
+
+
+def signed_rank_floor(values: Sequence[float]) -> float:
+    """The smallest p :func:`signed_rank_p` can give over these magnitudes: where every
+    value has the same sign. A test whose floor is not below the level can never reject."""
+    p = signed_rank_p([abs(v) for v in values])
+    return 1.0 if p is None else p
 
 
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     """Holm's step-down adjustment of a family of p-values (None: no test, left out and
     left None), in their order: the smallest is multiplied by the family's size, the next by
-    one less, and so on, each at least the one before and at most 1."""
+    one less, and so on, each at least the one before and at most 1. A NaN is a bug
+    upstream, never a p: it is refused."""
+    if any(p is not None and not (isinstance(p, int | float) and 0 <= p <= 1)
+           for p in pvalues):
+        raise ValueError(f"holm needs p-values in [0, 1] or None, got {list(pvalues)}")
     drawn = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
     adjusted: list[float | None] = [None] * len(pvalues)
     running = 0.0
@@ -129,10 +203,10 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
 
 def detectable_difference(sd: float, n: int, alpha: float, power: float = POWER) -> float | None:
     """The smallest mean difference a two-sided paired t-test at level ``alpha`` detects
-    with probability ``power`` over ``n`` pairs whose differences have deviation ``sd``
-    (None below 2 pairs): what a test that found nothing could have found. Solved exactly
-    on the noncentral t distribution."""
-    if n < 2:
+    with probability ``power`` over ``n`` pairs whose differences have deviation ``sd``:
+    what a test that found nothing could have found. Solved exactly on the noncentral t
+    distribution; None below 2 pairs or where the differences do not vary."""
+    if n < 2 or not sd > 0:
         return None
     df, critical = n - 1, stats.t.ppf(1 - alpha / 2, n - 1)
 
@@ -149,14 +223,16 @@ class Paired:
     """``model − control`` seed by seed, failures included.
 
     The control is another model's per-seed values or a constant (an analytic bound). A seed
-    either side did not finish (value None) is never dropped: where one side failed, the
-    pair counts as that side's worst outcome, ranked beyond every finished difference
-    (``failed``: the seeds the model failed, ``control_failed``: the control's; a seed both
-    failed is a tie). The deciding p is then the exact signed-rank test's; with no one-sided
-    failure it is the paired t-test's over the finished pairs, or the exact sign test's where
-    their differences do not vary. ``mean``, ``ci`` and ``sd`` describe the finished pairs
-    only; ``tost`` is the equivalence p at ``margin`` (None with a one-sided failure: a row
-    that fails is not equivalent to one that does not).
+    either side did not finish (value None, or a non-finite metric) is never dropped: where
+    one side failed, the pair counts as that side's worst outcome, ranked beyond every
+    finished difference (``failed``: the seeds the model failed, ``control_failed``: the
+    control's; a seed both failed is a tie). The deciding p is the paired t-test's on the
+    finished differences (:func:`paired_t_p`), or, with a one-sided failure, the exact
+    signed-rank test's (:func:`signed_rank_p`), a failure having an order but no value.
+    ``mean``, ``ci`` and ``sd`` describe the finished pairs only; ``tost`` is the paired-t
+    equivalence p at ``margin`` and ``interval`` its 90% t interval (None with a one-sided
+    failure: a row that fails is not equivalent to one that does not). Seeds only one side
+    ran are not compared, and listed (``only_model``, ``only_control``).
     """
 
     seeds: tuple[int, ...]
@@ -166,7 +242,6 @@ class Paired:
     sd: float | None
     p: float | None
     test: str
-    wilcoxon: float | None
     failed: tuple[int, ...] = ()
     control_failed: tuple[int, ...] = ()
     both_failed: tuple[int, ...] = ()
@@ -174,6 +249,15 @@ class Paired:
     tost: float | None = None
     #: The sign of the deciding test's statistic: > 0 where the model's values are higher.
     direction: float = 0.0
+    #: The TOST's 90% interval of the mean difference.
+    interval: tuple[float, float] | None = None
+    #: The smallest p the deciding test could give over these seeds: 0 for the t-test,
+    #: :func:`signed_rank_floor` for the signed ranks.
+    floor: float = 1.0
+    only_model: tuple[int, ...] = ()
+    only_control: tuple[int, ...] = ()
+    #: Every seed both sides ran: ``(seed, model value, control value)``, None for a failure.
+    pairs: tuple[tuple[int, float | None, float | None], ...] = ()
 
     @classmethod
     def of(cls, model: Mapping[int, float | None], control: Mapping[int, float | None] | float,
@@ -183,32 +267,29 @@ class Paired:
         if isinstance(control, Mapping):
             both = sorted(set(model) & set(control))
             sides = {s: (model[s], control[s]) for s in both}
+            only = (tuple(sorted(set(model) - set(control))),
+                    tuple(sorted(set(control) - set(model))))
         else:
             sides = {s: (v, float(control)) for s, v in sorted(model.items())}
-        finished = {s: m - c for s, (m, c) in sides.items() if m is not None and c is not None}
-        failed = tuple(s for s, (m, c) in sides.items() if m is None and c is not None)
-        control_failed = tuple(s for s, (m, c) in sides.items() if c is None and m is not None)
-        both_failed = tuple(s for s, (m, c) in sides.items() if m is None and c is None)
-        diffs = tuple(finished.values())
+            only = ((), ())
+        sides = {s: tuple(float(v) if finite(v) else None for v in pair)
+                 for s, pair in sides.items()}
+        pairs = tuple((s, m, c) for s, (m, c) in sides.items())
+        deciding, test, diffs = decisive(pairs, higher_is_better)
+        finished = tuple(s for s, m, c in pairs if m is not None and c is not None)
+        failed = tuple(s for s, m, c in pairs if m is None and c is not None)
+        control_failed = tuple(s for s, m, c in pairs if c is None and m is not None)
+        both_failed = tuple(s for s, m, c in pairs if m is None and c is None)
         mean, ci = mean_ci(diffs) if diffs else (None, None)
         sd = statistics.stdev(diffs) if len(diffs) > 1 else None
-        if failed or control_failed:
-            # the worst outcome of the failing side: beyond every finished difference
-            worst = 1 + 2 * max((abs(d) for d in diffs), default=1.0)
-            against = -worst if higher_is_better else worst  # bad for the model
-            ranked = [*diffs, *(against for _ in failed), *(-against for _ in control_failed)]
-            p, test = signed_rank_p(ranked), "signed rank, failures last"
-            direction = signed_rank_sum(ranked)
-        elif sd == 0:
-            p, test, direction = sign_test_p(diffs), "exact sign test", mean or 0.0
-        else:
-            p, test, direction = paired_t_p(diffs), "paired t", mean or 0.0
-        wilcoxon = (float(stats.wilcoxon(diffs).pvalue)
-                    if test == "paired t" and len(diffs) >= WILCOXON_MIN_PAIRS else None)
-        tost = (tost_p(diffs, margin) if margin is not None and not (failed or control_failed)
-                else None)
-        return cls(tuple(finished), diffs, mean, ci, sd, p, test, wilcoxon, failed,
-                   control_failed, both_failed, margin, tost, float(np.sign(direction)))
+        one_sided = bool(failed or control_failed)
+        p = signed_rank_p(deciding) if one_sided else paired_t_p(deciding)
+        floor = signed_rank_floor(deciding) if one_sided else 0.0
+        tost = None if one_sided or margin is None else tost_p(diffs, margin)
+        interval = None if one_sided or margin is None else tost_interval(diffs)
+        return cls(finished, tuple(diffs), mean, ci, sd, p, test, failed, control_failed,
+                   both_failed, margin, tost, float(np.sign(sum(deciding))), interval,
+                   floor, *only, pairs)
 
     @property
     def n(self) -> int:
@@ -224,3 +305,30 @@ class Paired:
         """Whether the deciding test's statistic favours the model (a failure counting
         against its side), None when it favours neither."""
         return None if not self.direction else (self.direction > 0) == higher_is_better
+
+
+#: The deciding tests, as :attr:`Paired.test` names them.
+PAIRED_T, SIGNED_RANK = "paired t", "signed rank, failures last"
+
+
+def failure_value(differences: Sequence[float], higher_is_better: bool) -> float:
+    """The difference a seed the model failed counts as: beyond every finished difference,
+    on the bad side for the model (the control's failure counts as its negative)."""
+    worst = 1 + 2 * max((abs(d) for d in differences), default=1.0)
+    return -worst if higher_is_better else worst
+
+
+def decisive(pairs: Sequence[tuple[int, float | None, float | None]],
+             higher_is_better: bool) -> tuple[list[float], str, list[float]]:
+    """The values the deciding test reads, its name and the finished differences, from
+    ``(seed, model, control)`` pairs: the differences, or with a one-sided failure their
+    signed ranks, each failure beyond every finished difference against its side."""
+    diffs = [m - c for _, m, c in pairs if m is not None and c is not None]
+    failed = sum(m is None and c is not None for _, m, c in pairs)
+    control_failed = sum(c is None and m is not None for _, m, c in pairs)
+    if not (failed or control_failed):
+        return diffs, PAIRED_T, diffs
+    against = failure_value(diffs, higher_is_better)
+    ranked = [*diffs, *(against for _ in range(failed)),
+              *(-against for _ in range(control_failed))]
+    return list(signed_ranks(np.array([ranked]))[0]), SIGNED_RANK, diffs

@@ -4,53 +4,77 @@ A *comparison* is one row against a control on one task and split: its baseline,
 comparison the experiment declares, a contrast the suite always draws, or a task's stated
 expectation. It reads, in this order:
 
-1. **unequal budget** (:func:`budget_gap`): the two rows' resolved training configs differ
-   in more than seed, device and the tuned fields, or a finished cell trained fewer steps
-   than its budget (an early stop): no test is drawn.
-2. **unmatched size** (:func:`size_gap`): parameter counts more than
-   :data:`SIZE_TOLERANCE` apart: no test is drawn.
-3. An out-of-distribution comparison needs both rows to have solved the trained split on
-   every seed (:func:`unsolved`); otherwise it is drawn on the trained split instead.
-4. The paired test (:class:`~.stats.Paired`): a seed one side did not finish counts as that
-   side's worst outcome; with fewer than :data:`MIN_PAIRS` seeds, **inconclusive**.
-5. Within a report every drawn p-value is Holm-adjusted (:func:`~.stats.holm`), the
-   equivalence p-values as a family of their own. **equivalent**: the adjusted TOST p at the
-   task's margin is below :data:`~.stats.ALPHA`, a difference within the margin being what
-   the task counts as none (so a significant but smaller difference also reads
-   equivalent); **win** / **loss**: otherwise, the adjusted p below ALPHA, in the metric's
-   better / worse direction; **inconclusive** otherwise, with n and the smallest difference
-   the test could have detected. Never "tie": not significant is not equal.
+1. **unequal tuning** (:func:`tuning_gap`): the two rows searched different grids (or one
+   searched and the other did not). Val and test score the same trained network, so the
+   best of several rates carries a winner's curse a fixed rate does not: no test is drawn.
+2. **unequal budget** (:func:`budget_gap`): the two rows' resolved training configs differ
+   in more than seed, device, the tuned fields and the fields that do not change training
+   (``eval_every``, ``max_seconds``; ``bf16`` on the CPU, which ignores it), or a finished
+   cell trained fewer steps than its budget (an early stop): no test is drawn.
+3. **unmatched size** (:func:`size_gap`): parameter counts more than
+   :data:`SIZE_TOLERANCE` apart, of the smaller: no test is drawn.
+4. An out-of-distribution comparison needs both rows to have solved the trained split on
+   every seed (:func:`unsolved`, at the strictest ``requires`` asked); otherwise it is drawn
+   on the trained split instead.
+5. The paired t-test of the mean difference (:class:`~.stats.Paired`), in its
+   zero-variance limit where the differences do not vary, so that ties never switch the
+   test; a seed one side did not finish (or whose metric is not finite) counts as that
+   side's worst outcome, and then the exact signed-rank test decides. With fewer than
+   :data:`MIN_PAIRS` seeds both finished, **fails k/n** where a side failed, else
+   **inconclusive**. **both solved**: both rows at the metric's best value
+   (:data:`METRIC_BEST`) on every seed, a ceiling that says the task cannot tell them apart.
+6. Within a report every other drawn p-value is Holm-adjusted (:func:`~.stats.holm`), the
+   equivalence p-values as a family of their own; a mirrored pair (a vs b, b vs a) is one
+   test, and a signed-rank test whose floor (:func:`~.stats.signed_rank_floor`) cannot
+   reach :data:`~.stats.ALPHA` does not enlarge the family. **equivalent**: the adjusted
+   paired-t TOST p at the task's margin below ALPHA (the 90% t interval inside the
+   margin), a difference within the margin being what the task counts as none (a
+   significant but smaller one is named in the note); **win** / **loss**: otherwise, the
+   adjusted p below ALPHA, in the metric's better / worse direction; **inconclusive**
+   otherwise, with n and the smallest difference the test could have detected. Never
+   "tie": not significant is not equal.
 
-A tuned row's results are those of the grid value with the best mean val metric
-(:func:`chosen_value`), and every verdict says whether its direction holds at every grid
-value. A task's expectation is confirmed by the matching label, contradicted by the
-opposite one or by equivalence (:func:`claim_verdict`). An ODE seed whose reconstruction
-check failed (⚑) counts with its measured value, which its model computed whatever the
-solver did, and every verdict that involves one names it.
+A tuned row's results are those of the grid value with the best mean val metric in its
+task's direction (:func:`chosen_value`), and every verdict says whether its direction holds
+at every grid value. A task's expectation is confirmed by the matching label, contradicted
+by the opposite one or by equivalence without a significant difference its way
+(:func:`claim_verdict`). An ODE seed whose
+reconstruction check failed (⚑) counts with its measured value, which its model computed
+whatever the solver did, and every verdict that involves one names it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..experiment.config import COUNTED
 from ..experiment.store import RunResult
-from .stats import ALPHA, Paired
+from .stats import ALPHA, Paired, finite
 
 WIN, LOSS, EQUIVALENT, INCONCLUSIVE = "win", "loss", "equivalent", "inconclusive"
+#: Both rows at the metric's best value on every seed: no test, outside the family.
+BOTH_SOLVED = "both solved"
+#: Fewer than :data:`MIN_PAIRS` seeds both finished because a side failed: "fails k/n".
+FAILS = "fails"
 UNEQUAL_BUDGET, UNMATCHED_SIZE = "unequal budget", "unmatched size"
+#: The two rows searched different grids (or only one searched): no test.
+UNEQUAL_TUNING = "unequal tuning"
 #: Every label a comparison can carry; the first four are drawn from a test.
-LABELS = (WIN, LOSS, EQUIVALENT, INCONCLUSIVE, UNEQUAL_BUDGET, UNMATCHED_SIZE)
+LABELS = (WIN, LOSS, EQUIVALENT, INCONCLUSIVE, BOTH_SOLVED, FAILS, UNEQUAL_TUNING,
+          UNEQUAL_BUDGET, UNMATCHED_SIZE)
 CONFIRMED, CONTRADICTED, INSUFFICIENT = "confirmed", "contradicted", "insufficient evidence"
-#: Fewest seeds a verdict rests on: below it, inconclusive whatever the p-value.
+#: Fewest seeds both rows finished that any label but "fails k/n" rests on.
 MIN_PAIRS = 3
 #: Largest relative difference in parameter count between two compared rows.
 SIZE_TOLERANCE = 0.10
-#: Training fields that never make budgets unequal: who trains (seed, device) and the
-#: solver cap, which is the ODE model's own option (``max_steps``) where it applies.
-_NOT_BUDGET = ("device", "ode_max_steps")
+#: The best value of each metric: a row there on every seed has solved the task.
+METRIC_BEST = {"accuracy": 1.0, "mse": 0.0}
+#: Training fields that never make budgets unequal: who trains (device) and what only
+#: watches training (how often val is scored, the safety net in seconds).
+_NOT_BUDGET = ("device", "eval_every", "max_seconds")
 
 
 def grid_value(row: RunResult, fields: Sequence[str]) -> tuple[Any, ...]:
@@ -59,37 +83,79 @@ def grid_value(row: RunResult, fields: Sequence[str]) -> tuple[Any, ...]:
     return tuple(train.get(f) for f in fields)
 
 
-def chosen_value(cells: Sequence[RunResult], fields: Sequence[str]) -> tuple[Any, ...]:
-    """The grid value a tuned row is reported at: the one whose seeds finished most often,
-    then the best mean val metric over them (the first in grid order on a tie). Test data
-    plays no part."""
-    by_value: dict[tuple[Any, ...], list[RunResult]] = {}
+def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],
+                 higher_is_better: bool) -> tuple[Any, ...]:
+    """The grid value a tuned row is reported at: the one whose seeds finished with a
+    finite val metric most often, then the best mean val metric over them in the task's
+    direction (the first in grid order on a tie). Test and out-of-distribution data play no
+    part."""
+    by_value: dict[tuple[Any, ...], list[float]] = {}
     for cell in cells:
-        by_value.setdefault(grid_value(cell, fields), []).append(cell)
+        found = by_value.setdefault(grid_value(cell, fields), [])
+        if cell.status in COUNTED and finite(value := cell.metrics.get("val")):
+            found.append(float(value))
 
     def merit(value: tuple[Any, ...]) -> tuple[int, float]:
-        vals = [c.metrics.get("val") for c in by_value[value] if c.status in COUNTED]
-        vals = [v for v in vals if isinstance(v, int | float)]
+        vals = by_value[value]
         if not vals:
-            return 0, float("-inf")
+            return 0, -math.inf
         mean = sum(vals) / len(vals)
-        higher = bool(by_value[value][0].metrics.get("higher_is_better", False))
-        return len(vals), mean if higher else -mean
+        return len(vals), mean if higher_is_better else -mean
 
     return max(by_value, key=merit)
+
+
+def _value_text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _grid(rows: Sequence[RunResult]) -> dict[str, list[Any]]:
+    return rows[0].config.get("tune", {}) if rows else {}
+
+
+def tuning_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
+    """Why two rows were not tuned alike (``"ddl searched lr=0.001/0.01; resnet none"``), or
+    empty where both searched the same grid, or neither searched."""
+    grids = [_grid(rows) for rows in (model, control)]
+    if json.dumps(grids[0], sort_keys=True) == json.dumps(grids[1], sort_keys=True):
+        return ""
+
+    def text(rows: Sequence[RunResult], grid: dict[str, list[Any]]) -> str:
+        searched = "; ".join(f + "=" + "/".join(map(_value_text, values))
+                             for f, values in sorted(grid.items()))
+        return f"{rows[0].model} searched {searched}" if grid else f"{rows[0].model} none"
+
+    return "; ".join(text(rows, grid) for rows, grid in zip((model, control), grids,
+                                                              strict=True))
+
+
+def _ode(rows: Sequence[RunResult]) -> bool:
+    """Whether a row's model solves an ODE (its cells report the solver's test NFE)."""
+    return any("nfe_test" in r.metrics for r in rows)
+
+
+def _budget(r: RunResult, exempt: set[str]) -> dict[str, Any]:
+    """A cell's training fields that set its budget: ``bf16`` counts only on CUDA."""
+    train = r.config.get("train", {})
+    on_cpu = str(train.get("device", "cpu")).startswith("cpu")
+    return {name: value for name, value in train.items()
+            if name not in exempt and name not in _NOT_BUDGET
+            and not (name == "bf16" and on_cpu)}
 
 
 def budget_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     """Why two rows' cells cannot be compared (``"ddl lr=0.03; resnet lr=0.003"``), or
     empty where every cell of both trained on the same budget: the whole training config
-    but seed, device and the fields either row tunes, and, for every finished cell, all the
-    steps it was given (an early stop is a smaller budget)."""
-    tuned = {f for r in (*model, *control) for f in r.config.get("tune", {})}
+    but seed, device, the fields both rows tune and those that only watch training, and,
+    for every finished cell, all the steps it was given (an early stop is a smaller
+    budget). The solver cap ``ode_max_steps`` counts between two ODE rows, where it
+    applies."""
+    tuned = set(_grid(model)) & set(_grid(control))
+    exempt = tuned | ({"ode_max_steps"} if not (_ode(model) and _ode(control)) else set())
     settings: dict[str, dict[str, set[str]]] = {}
     for r in (*model, *control):
-        for name, value in r.config.get("train", {}).items():
-            if name not in tuned and name not in _NOT_BUDGET:
-                settings.setdefault(r.model, {}).setdefault(name, set()).add(json.dumps(value))
+        for name, value in _budget(r, exempt).items():
+            settings.setdefault(r.model, {}).setdefault(name, set()).add(json.dumps(value))
     names = sorted({n for s in settings.values() for n in s})
     differ = [n for n in names
               if len(set().union(*(s.get(n, {"null"}) for s in settings.values()))) > 1]
@@ -111,33 +177,57 @@ def budget_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
 def size_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     """Why two rows are not of a size (``"ddl has 18,916 parameters, node 2,628: more than
     10% apart"``), or empty where their parameter counts lie within
-    :data:`SIZE_TOLERANCE` of the control's."""
+    :data:`SIZE_TOLERANCE` of the smaller, whichever row is the control."""
     counts = [max((r.params for r in rows if r.params), default=None) for rows in (model,
                                                                                control)]
-    if None in counts or abs(counts[0] - counts[1]) <= SIZE_TOLERANCE * counts[1]:
+    if None in counts or abs(counts[0] - counts[1]) <= SIZE_TOLERANCE * min(counts):
         return ""
     return (f"{model[0].model} has {counts[0]:,} parameters, {control[0].model} "
             f"{counts[1]:,}: more than {SIZE_TOLERANCE:.0%} apart")
 
 
-def unsolved(rows: Sequence[RunResult], requires: float, higher_is_better: bool) -> str:
-    """Why a row has not solved its trained split (``"ddl-lin-bmax1 reached test ≥ 0.99 on
-    0 of 8 seeds"``), or empty where every seed reached ``requires``: an extrapolation is
-    judged only between rows that first fit what they were trained on."""
-    values = [r.metrics.get("test") if r.status in COUNTED else None for r in rows]
-    solved = sum(isinstance(v, int | float) and (v >= requires if higher_is_better
-                                                 else v <= requires) for v in values)
+def requirement(metric: str, requires: float, higher_is_better: bool) -> str:
+    """A ``requires`` threshold in its metric's own terms: ``"test accuracy ≥ 0.99"``."""
+    return f"test {metric} {'≥' if higher_is_better else '≤'} {requires:.4g}"
+
+
+def strictest(thresholds: Sequence[float], higher_is_better: bool) -> float:
+    """The hardest of several ``requires`` thresholds on one metric."""
+    return max(thresholds) if higher_is_better else min(thresholds)
+
+
+def unsolved(rows: Sequence[RunResult], requires: float, higher_is_better: bool,
+             metric: str = "metric") -> str:
+    """Why a row has not solved its trained split (``"ddl-lin-bmax1 reached test accuracy
+    ≥ 0.99 on 0 of 8 seeds"``), or empty where every seed reached ``requires``: an
+    extrapolation is judged only between rows that first fit what they were trained on."""
+    values = list(seed_values(rows, "test").values())
+    solved = sum(v is not None and (v >= requires if higher_is_better else v <= requires)
+                 for v in values)
     if values and solved == len(values):
         return ""
-    sign = "≥" if higher_is_better else "≤"
-    return f"{rows[0].model} reached test {sign} {requires:.4g} on {solved} of {len(values)} seeds"
+    return (f"{rows[0].model} reached {requirement(metric, requires, higher_is_better)} "
+            f"on {solved} of {len(values)} seeds")
+
+
+def both_solved(model: dict[int, float | None], control: dict[int, float | None] | float,
+                metric: str) -> bool:
+    """Whether both sides sit at the metric's best value on every seed compared (a ceiling:
+    at least :data:`MIN_PAIRS` seeds, none failed)."""
+    best = METRIC_BEST.get(metric)
+    theirs = control if isinstance(control, dict) else dict.fromkeys(model, control)
+    seeds = set(model) & set(theirs)
+    return (best is not None and len(seeds) >= MIN_PAIRS
+            and all(model[s] == best and theirs[s] == best for s in seeds))
 
 
 def label(paired: Paired, p_adjusted: float | None, tost_adjusted: float | None,
-          higher_is_better: bool) -> str:
-    """The label of a drawn test (rule 5 above)."""
-    if paired.total < MIN_PAIRS:
-        return INCONCLUSIVE
+          higher_is_better: bool, solved: bool = False) -> str:
+    """The label of a drawn test (rules 5 and 6 above)."""
+    if paired.n < MIN_PAIRS:
+        return FAILS if paired.total > paired.n else INCONCLUSIVE
+    if solved:
+        return BOTH_SOLVED
     if tost_adjusted is not None and tost_adjusted < ALPHA:
         return EQUIVALENT
     better = paired.better(higher_is_better)
@@ -146,29 +236,46 @@ def label(paired: Paired, p_adjusted: float | None, tost_adjusted: float | None,
     return INCONCLUSIVE
 
 
-def claim_verdict(label_: str, relation: str) -> str:
+def claim_verdict(label_: str, relation: str, significant: bool | None = None) -> str:
     """A task's claim (``relation``: ``"better"`` or ``"worse"``) judged by the label of
-    its comparison: the matching label confirms it, the opposite one or equivalence
-    contradicts it, anything else leaves it open."""
+    its comparison: the matching label confirms it, the opposite one contradicts it, and
+    so does equivalence, unless the difference test found the claimed side significantly
+    ahead (``significant``: whether a significant difference favours the model, None where
+    none is), by less than the margin: that leaves it open, as does anything else (a
+    shared ceiling included)."""
     if label_ in (WIN, LOSS):
         return CONFIRMED if (label_ == WIN) == (relation == "better") else CONTRADICTED
-    return CONTRADICTED if label_ == EQUIVALENT else INSUFFICIENT
+    if label_ == EQUIVALENT:
+        return INSUFFICIENT if significant == (relation == "better") else CONTRADICTED
+    return INSUFFICIENT
+
+
+def _value(r: RunResult, split: str) -> object:
+    return (r.metrics.get(split) if split in ("train", "val", "test")
+            else r.metrics.get("ood", {}).get(split))
 
 
 def seed_values(rows: Sequence[RunResult], split: str = "test") -> dict[int, float | None]:
-    """Seed → metric on ``split``, or None for a seed that did not finish (a failure, never
+    """Seed → metric on ``split``, or None for a seed that did not finish, whose metric
+    there is not finite, or whose model hit the solver cap scoring it (a failure, never
     dropped); a finished seed without a value there (a split its model cannot run) is left
     out."""
     found: dict[int, float | None] = {}
     for r in rows:
-        if r.status not in COUNTED:
+        value = _value(r, split)
+        if r.status not in COUNTED or split in r.metrics.get("capped", {}):
             found[r.seed] = None
-            continue
-        value = (r.metrics.get(split) if split in ("train", "val", "test")
-                 else r.metrics.get("ood", {}).get(split))
-        if isinstance(value, int | float):
-            found[r.seed] = float(value)
+        elif finite(value):
+            found[r.seed] = float(value)  # type: ignore[arg-type]
+        elif isinstance(value, int | float):
+            found[r.seed] = None
     return found
+
+
+def non_finite(rows: Sequence[RunResult], split: str = "test") -> tuple[int, ...]:
+    """The finished seeds whose metric on ``split`` is NaN or ∞, counted as failures."""
+    return tuple(sorted(r.seed for r in rows if r.status in COUNTED
+                        and isinstance(v := _value(r, split), int | float) and not finite(v)))
 
 
 def flagged(rows: Sequence[RunResult]) -> tuple[int, ...]:
