@@ -18,12 +18,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .verdicts import (
+    BOTH_SOLVED,
     EQUIVALENT,
+    FAILS,
     INCONCLUSIVE,
     LABELS,
     LOSS,
     MIN_PAIRS,
     UNEQUAL_BUDGET,
+    UNEQUAL_TUNING,
     UNMATCHED_SIZE,
     WIN,
 )
@@ -47,6 +50,14 @@ MEANINGS: dict[str, tuple[str, str]] = {
     INCONCLUSIVE: ("neither a difference nor equivalence is shown, or fewer seeds than a "
                    "test needs; not significant is never equal",
                    f"{NO_DIFFERENCE} (detectable ±x), and no word of effect"),
+    BOTH_SOLVED: ("both rows reached the metric's best value on every seed: a ceiling, kept "
+                  "out of the adjusted family; no test can tell them apart there",
+                  "both solved (a ceiling, no test)"),
+    FAILS: ("fewer than 3 seeds finished on both sides because a row failed: the failures "
+            "are the result", "fails k/n, naming the row that failed"),
+    UNEQUAL_TUNING: ("the two rows searched different grids (or only one searched): a tuned "
+                     "row carries a winner's curse against a fixed one, so no test is drawn",
+                     "not tested: the tuning differs"),
     UNEQUAL_BUDGET: ("the two rows trained on different budgets: no test is drawn",
                      "not tested: the budgets differ"),
     UNMATCHED_SIZE: ("the two rows' parameter counts are too far apart: no test is drawn",
@@ -119,6 +130,17 @@ def sentence(comparison: Any) -> str:
         else:
             seen = "no detectable size: the differences do not vary"
         return f"{subject(c)}: {NO_DIFFERENCE} ({seen}; {delta})."
+    if label == BOTH_SOLVED:
+        return (f"{subject(c)}: {BOTH_SOLVED}, both rows at the metric's best value on every "
+                f"seed (a ceiling, no test; n = {_n(paired)}).")
+    if label == FAILS:
+        failed = {side: len(paired.get(key) or ()) + len(paired.get("both_failed") or ())
+                  for side, key in ((c["model"], "failed"), (c["control"], "control_failed"))}
+        sides = ", ".join(f"`{side}` {FAILS} {k}/{_n(paired)}"
+                          for side, k in failed.items() if k)
+        return f"{subject(c)}: {sides}; too few finished pairs for a test."
+    if label == UNEQUAL_TUNING:
+        return f"{subject(c)}: not tested, the tuning differs."
     if label == UNEQUAL_BUDGET:
         return f"{subject(c)}: not tested, the budgets differ."
     if label == UNMATCHED_SIZE:
