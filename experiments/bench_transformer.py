@@ -84,8 +84,9 @@ def revision_models(rev: str) -> tuple[ModuleType, ModuleType]:
 
 def folded_step(models: ModuleType, folding: ModuleType, cls: str, options: dict[str, Any],
                 depth: int, hops: int, members: int = 24, batch: int = 32
-                ) -> tuple[Callable[[], None], int]:
-    """The trainer's step of ``members`` seeds of ``cls`` folded, and its FLOPs."""
+                ) -> tuple[Callable[[], None], int, torch.Tensor]:
+    """The trainer's step of ``members`` seeds of ``cls`` folded, its FLOPs, and the members'
+    losses before it."""
     task = make_task("var-chain", hops=hops)
     built = []
     for seed in range(members):
@@ -104,24 +105,28 @@ def folded_step(models: ModuleType, folding: ModuleType, cls: str, options: dict
         losses.tolist()
         descend(folded, optimizer, losses, training, cfgs, 0)
 
+    with torch.no_grad():
+        first = member_losses(folded.module, task, data, predict, members)
     with FlopCounterMode(display=False) as counter:
         step()
-    return step, counter.get_total_flops()
+    return step, counter.get_total_flops(), first
 
 
 def bench_folded(against: str, repeats: int) -> list[dict[str, Any]]:
-    """Each row's folded step on this tree and on ``against``, interleaved."""
+    """Each row's folded step on this tree and on ``against``, interleaved, once their losses
+    on the same weights and batches are found equal to float32 rounding."""
     old_models, old_folding = revision_models(against)
     rows = []
     with timing(1, "cpu") as (clock, sync):
         rate = matmul_rate(clock)
         for depth, hops in SIZES:
-            calls, flops = {}, {}
+            calls, flops, losses = {}, {}, {}
             for label, (cls, options) in ROWS.items():
                 for tree, models, folding in (("new", transformer, ensemble),
                                               ("old", old_models, old_folding)):
-                    calls[label, tree], flops[label, tree] = folded_step(
+                    calls[label, tree], flops[label, tree], losses[tree] = folded_step(
                         models, folding, cls, options, depth, hops)
+                torch.testing.assert_close(losses["new"], losses["old"], rtol=1e-5, atol=1e-6)
             seconds = median_times(calls, repeats, clock, sync, warmup=2)
             for label in ROWS:
                 new, old = seconds[label, "new"], seconds[label, "old"]
