@@ -442,6 +442,10 @@ def test_rotary_turns_each_pair_by_its_tokens_angle():
     torch.testing.assert_close(rotary(x, 100.0), want)
     assert rope_tables(T, 8, 100.0, x.device, x.dtype) is rope_tables(T, 8, 100.0, x.device,
                                                                        x.dtype)
+    m = model("transformer", qk_norm=True)
+    with torch.inference_mode():  # a length first seen in inference mode still trains
+        m(tokens(length=T + 5))
+    m(tokens(length=T + 5)).sum().backward()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -136,11 +136,14 @@ def rope_tables(length: int, head_dim: int, base: float, device: torch.device,
                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """RoPE's ``cos`` and signed ``sin`` per token and coordinate, ``(T, head_dim)`` each, such
     that :func:`rotary` is ``x · cos + swap(x) · sin``; built once per length and kept, since a
-    training step would otherwise rebuild them in every attention layer."""
-    freq = base ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angle = torch.arange(length, device=device, dtype=torch.float32)[:, None] * freq
-    cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)  # (T, hd/2)
-    return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
+    training step would otherwise rebuild them in every attention layer. Never inference
+    tensors, which a later training step could not save for its backward."""
+    with torch.inference_mode(False):
+        freq = base ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32)
+                        / head_dim)
+        angle = torch.arange(length, device=device, dtype=torch.float32)[:, None] * freq
+        cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)  # (T, hd/2)
+        return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
 
 
 def _swap_halves(x: Tensor) -> Tensor:
