@@ -28,7 +28,7 @@ TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks",
                                  builtins=("ddl_dynamics.tasks",))
 
 Loss = Literal["mse", "bce", "ce"]
-Metric = Literal["mse", "accuracy"]
+Metric = Literal["mse", "accuracy", "bpc"]
 #: The ``"long"`` OOD split runs this many times the training depth (length extrapolation).
 LONG_FACTOR = 4
 #: The splits drawn from the training distribution; OOD splits follow them.
@@ -446,10 +446,11 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> N
         loss = task.loss(data.targets.clone(), data.targets) if task.loss_name == "mse" else None
         if loss is not None and loss.item() != 0.0:
             raise TaskCheckError(f"{name}: loss of a perfect prediction != 0")
-        if task.kind == "sequence":
-            perfect = F.one_hot(data.targets.clamp(min=0), task.out_dim).float()
-            if task.metric(perfect, data.targets) != 1.0:
-                raise TaskCheckError(f"{name}: metric of a perfect prediction != 1")
+        if task.kind == "sequence":  # sure logits: accuracy 1, or (bits per char) 0
+            perfect = 100 * F.one_hot(data.targets.clamp(min=0), task.out_dim).float()
+            best = 1.0 if task.higher_is_better else 0.0
+            if abs(task.metric(perfect, data.targets) - best) >= 1e-6:
+                raise TaskCheckError(f"{name}: metric of a perfect prediction != {best}")
         else:
             task.metric(torch.zeros_like(data.targets), data.targets)
     for split in IN_DISTRIBUTION[1:]:

@@ -1,23 +1,151 @@
-"""Benchmark: training tokens/s of the Transformer variants relative to ``transformer``.
+"""Benchmark: training tokens/s of the Transformer variants relative to ``transformer``, and the
+folded training step of the Transformer studies against an earlier revision of the model.
 
 The target of the suite: d_v = 1 at ≥ 0.95× and d_v = 4 (CC) at ≥ 0.85× of the additive
 baseline at the same width; the paper reports 0.88× and 0.77× on an H200. Prints one table
 per width, every ratio measured within one call (see
-``ddl_dynamics.experiment.bench.bench_transformer`` for what is timed and how); with
-``--json PATH``, writes the rows.
+``ddl_dynamics.experiment.bench.bench_transformer`` for what is timed and how), with each
+step's achieved GFLOP/s beside the machine's rate on a 256³ matmul timed in the same run.
+
+``--folded``: the trainer's step (forward, each member's loss, backward, per-member AdamW)
+of 24 members folded at the studies' sizes (width 32, 2 heads, the released block; depth 2
+on var-chain hops = 2, T = 6; depth 4 on hops = 4, T = 10), on this tree's models and on the
+models of ``--against`` (a git revision, read with ``git show`` into a private module, never
+registered), the two interleaved in one process (:func:`median_times`). With ``--json
+PATH``, writes the rows.
 
     python experiments/bench_transformer.py [--widths 64,256] [--length 64] [--batch 32]
+    python experiments/bench_transformer.py --folded [--against 89a60bc]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-from ddl_dynamics.experiment.bench import bench_transformer, format_transformer_table, machine_load
+from ddl_dynamics import make_task
+from ddl_dynamics.experiment.bench import (
+    bench_transformer,
+    format_transformer_table,
+    machine_load,
+    matmul_rate,
+    median_times,
+    timing,
+)
+from ddl_dynamics.experiment.config import TrainConfig
+from ddl_dynamics.experiment.train import (
+    descend,
+    fold_data,
+    make_optimizer,
+    member_losses,
+    predictor,
+)
+from ddl_dynamics.models import base, ensemble, transformer
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The released block's options of the Transformer studies (transformer.toml).
+STUDY = {"width": 32, "heads": 2, "qk_norm": True, "norm_eps": 1e-5, "compressor_init": "random"}
+#: (depth, var-chain hops) of the studies: 2 blocks at hops = 2 (T = 6), 4 at hops = 4 (T = 10).
+SIZES = ((2, 2), (4, 4))
+ROWS = {"transformer": ("Transformer", {}), "ddl-dv1": ("DeltaTransformer", {}),
+        "ddl-dv4": ("DeltaTransformer", {"value_channels": 4})}
+
+
+def revision_models(rev: str) -> tuple[ModuleType, ModuleType]:
+    """The model and ensemble modules of git revision ``rev``, loaded under private names (its
+    ``register_model`` calls do nothing, so the registry keeps this tree's families)."""
+    modules = []
+    for name in ("transformer", "ensemble"):
+        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:ddl_dynamics/models/"
+                                 f"{name}.py"], check=True, capture_output=True, text=True).stdout
+        private = f"ddl_dynamics.models._{name}_at_{rev}"
+        source = source.replace("from .transformer import", f"from ._transformer_at_{rev} import")
+        spec = importlib.util.spec_from_loader(private, loader=None)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[private] = module
+        register, base.register_model = base.register_model, lambda _: (lambda cls: cls)
+        try:
+            exec(compile(source, f"{rev}:{name}.py", "exec"), module.__dict__)
+        finally:
+            base.register_model = register
+        modules.append(module)
+    return modules[0], modules[1]
+
+
+def folded_step(models: ModuleType, folding: ModuleType, cls: str, options: dict[str, Any],
+                depth: int, hops: int, members: int = 24, batch: int = 32
+                ) -> tuple[Callable[[], None], int, torch.Tensor]:
+    """The trainer's step of ``members`` seeds of ``cls`` folded, its FLOPs, and the members'
+    losses before it."""
+    task = make_task("var-chain", hops=hops)
+    built = []
+    for seed in range(members):
+        torch.manual_seed(seed)
+        built.append(getattr(models, cls)(in_dim=task.in_dim, out_dim=task.out_dim, depth=depth,
+                                          **STUDY, **options))
+    folded = folding.fold(built)
+    assert folded is not None and folded.size == members, "the models must fold"
+    data = fold_data([task.sample(batch, seed, "train") for seed in range(members)])
+    optimizer, predict = make_optimizer(folded.module), predictor(task, bf16=False)
+    training = torch.ones(members, dtype=torch.bool)
+    cfgs = [TrainConfig(batch_size=batch, lr=1e-3)] * members
+
+    def step() -> None:
+        losses = member_losses(folded.module, task, data, predict, members)
+        losses.tolist()
+        descend(folded, optimizer, losses, training, cfgs, 0)
+
+    with torch.no_grad():
+        first = member_losses(folded.module, task, data, predict, members)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return step, counter.get_total_flops(), first
+
+
+def bench_folded(against: str, repeats: int) -> list[dict[str, Any]]:
+    """Each row's folded step on this tree and on ``against``, interleaved, once their losses
+    on the same weights and batches are found equal to float32 rounding."""
+    old_models, old_folding = revision_models(against)
+    rows = []
+    with timing(1, "cpu") as (clock, sync):
+        rate = matmul_rate(clock)
+        for depth, hops in SIZES:
+            calls, flops, losses = {}, {}, {}
+            for label, (cls, options) in ROWS.items():
+                for tree, models, folding in (("new", transformer, ensemble),
+                                              ("old", old_models, old_folding)):
+                    calls[label, tree], flops[label, tree], losses[tree] = folded_step(
+                        models, folding, cls, options, depth, hops)
+                torch.testing.assert_close(losses["new"], losses["old"], rtol=1e-5, atol=1e-6)
+            seconds = median_times(calls, repeats, clock, sync, warmup=2)
+            for label in ROWS:
+                new, old = seconds[label, "new"], seconds[label, "old"]
+                rows.append({"row": label, "depth": depth, "hops": hops, "members": 24,
+                             "old_ms": 1e3 * old, "new_ms": 1e3 * new, "x_old": old / new,
+                             "gflop": flops[label, "new"] / 1e9,
+                             "gflop_per_s": flops[label, "new"] / new / 1e9,
+                             "matmul_gflop_per_s": rate})
+    return rows
+
+
+def format_folded_table(rows: list[dict[str, Any]], against: str) -> str:
+    lines = [f"{'row':<12} {'depth':>5} {'hops':>4} {against + ' ms':>12} {'now ms':>8} "
+             f"{'speed-up':>8} {'GFLOP':>6} {'GFLOP/s':>7} {'of matmul':>9}"]
+    for r in rows:
+        lines.append(f"{r['row']:<12} {r['depth']:>5} {r['hops']:>4} {r['old_ms']:>12.1f} "
+                     f"{r['new_ms']:>8.1f} {r['x_old']:>8.2f} {r['gflop']:>6.2f} "
+                     f"{r['gflop_per_s']:>7.1f} {r['gflop_per_s'] / r['matmul_gflop_per_s']:>9.0%}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -31,16 +159,27 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--folded", action="store_true",
+                        help="the studies' folded step, against --against, instead")
+    parser.add_argument("--against", default="89a60bc",
+                        help="git revision whose models --folded compares with")
     args = parser.parse_args()
-    print(f"torch={torch.__version__} load={machine_load()} depth={args.depth} "
-          f"batch={args.batch} length={args.length} threads={args.threads} device={args.device}")
-    rows = []
-    for width in (int(w) for w in args.widths.split(",")):
-        found = bench_transformer(width=width, depth=args.depth, length=args.length,
-                                  batch=args.batch, steps=args.steps, repeats=args.repeats,
-                                  threads=args.threads, device=args.device)
-        print(f"\nwidth {width}\n{format_transformer_table(found)}")
-        rows += found
+    print(f"torch={torch.__version__} load={machine_load()}")
+    if args.folded:
+        rows = bench_folded(args.against, args.repeats)
+        print(f"folded step, 24 members, one thread, matmul 256³: "
+              f"{rows[0]['matmul_gflop_per_s']:.0f} GFLOP/s\n"
+              f"{format_folded_table(rows, args.against)}")
+    else:
+        print(f"depth={args.depth} batch={args.batch} length={args.length} "
+              f"threads={args.threads} device={args.device}")
+        rows = []
+        for width in (int(w) for w in args.widths.split(",")):
+            found = bench_transformer(width=width, depth=args.depth, length=args.length,
+                                      batch=args.batch, steps=args.steps, repeats=args.repeats,
+                                      threads=args.threads, device=args.device)
+            print(f"\nwidth {width}\n{format_transformer_table(found)}")
+            rows += found
     print(f"load={machine_load()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

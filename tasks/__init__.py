@@ -1,6 +1,7 @@
 """Built-in tasks, one file per family; importing this package registers them all."""
 
 from . import (
+    char_lm,
     depth_recall,
     mqar,
     nested_spheres,
@@ -15,6 +16,7 @@ from . import (
 )
 
 __all__ = [
+    "char_lm",
     "depth_recall",
     "mqar",
     "nested_spheres",

@@ -24,6 +24,7 @@ from ddl_dynamics.models.transformer import (
     _ConvExpansion,
     _TokenCompressor,
     causal_conv,
+    rope_tables,
     rotary,
 )
 
@@ -428,3 +429,94 @@ def test_the_quick_transformer_study_is_the_study_at_fewer_steps():
         assert dataclasses.replace(a.train, steps=b.train.steps,
                                    eval_every=b.train.eval_every) == b.train
         assert a.train.steps == 4 * b.train.steps
+
+
+def test_rotary_turns_each_pair_by_its_tokens_angle():
+    """RoPE by hand: the pair (x_i, x_{i + hd/2}) of token t turned by t · base^(−2i/hd); the
+    tables are built once per length and kept."""
+    x = torch.randn(2, 3, T, 8)
+    angle = torch.arange(T)[:, None] * 100.0 ** (-torch.arange(0, 8, 2) / 8)
+    x1, x2 = x.chunk(2, dim=-1)
+    want = torch.cat([x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()],
+                     dim=-1)
+    torch.testing.assert_close(rotary(x, 100.0), want)
+    assert rope_tables(T, 8, 100.0, x.device, x.dtype) is rope_tables(T, 8, 100.0, x.device,
+                                                                       x.dtype)
+    m = model("transformer", qk_norm=True)
+    with torch.inference_mode():  # a length first seen in inference mode still trains
+        m(tokens(length=T + 5))
+    m(tokens(length=T + 5)).sum().backward()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name, options", [("transformer", {}),
+                                           ("ddl-transformer", {"value_channels": 4})])
+def test_cuda_folded_step_in_bf16_autocast_follows_the_cpu_in_float32(name, options):
+    """The studies' folded step on CUDA under bfloat16 autocast: the same function as on the
+    CPU in float32, to bf16's rounding, with finite gradients everywhere."""
+    from ddl_dynamics.models.ensemble import fold
+
+    members = [model(name, seed=s, qk_norm=True, norm_eps=1e-5, **options) for s in range(3)]
+    x = tokens(batch=6)
+    want = fold(members).module(x)
+    folded = fold(members).module.cuda()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = folded(x.cuda())
+    got.float().square().mean().backward()
+    assert (got.float().cpu() - want).abs().mean() < 0.05 * want.abs().mean()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in folded.parameters())
+
+
+def cells_of(name: str) -> dict[str, dict[str, torch.nn.Module]]:
+    """Every (task setting, row) of a study's first seed, built on the meta device."""
+    built: dict[str, dict[str, torch.nn.Module]] = {}
+    for cell in expand_cells(study(name), seeds=[0]):
+        task = make_task(cell.task, **cell.spec)
+        with torch.device("meta"):
+            built.setdefault(cell.task_label, {})[cell.label] = make_model(
+                cell.model, in_dim=task.in_dim, out_dim=task.out_dim, **cell.config)
+    return built
+
+
+def assert_matched_and_compared(name: str, rows: set[str]) -> None:
+    config = study(name)
+    assert len(config.seeds) == 8 and config.baseline == "transformer"
+    built = cells_of(name)
+    for task, models in built.items():
+        assert set(models) == rows, task
+        base = count_parameters(models["transformer"])
+        for label, m in models.items():
+            assert abs(count_parameters(m) / base - 1) < 0.01, (task, label)
+    assert all({c.model, c.control} <= rows for c in config.comparisons)
+
+
+def test_the_depth_study_sweeps_hops_at_four_blocks_and_width_at_the_hardest():
+    rows = {"transformer", "ddl-dv1", "ddl-write-dv1", "ddl-dv4", "additive-dv4"}
+    assert_matched_and_compared("transformer-depth", rows)
+    config = study("transformer-depth")
+    assert {(c.model, c.control) for c in config.comparisons} == {
+        ("ddl-dv1", "ddl-write-dv1"), ("ddl-dv4", "additive-dv4")}
+    settings = {(c.task_label, c.config["width"], c.config["depth"], c.spec["hops"],
+                 c.spec.get("reassign", False)) for c in expand_cells(config, seeds=[0])}
+    assert {s[2] for s in settings} == {4}
+    assert {s[3] for s in settings if s[1] == 32 and not s[4]} == {1, 2, 3, 4}
+    for width in (16, 32, 64):  # plain recall and the hardest hops, with and without reassign
+        assert {(s[3], s[4]) for s in settings if s[1] == width} >= {
+            (1, False), (4, False), (4, True)}
+
+
+def test_the_language_model_study_tunes_four_rows_on_the_char_lm():
+    assert_matched_and_compared("charlm", {"transformer", "ddl-dv1", "ddl-dv4", "ddl-write-dv4"})
+    config = study("charlm")
+    cells = expand_cells(config, seeds=[0])
+    assert {c.task for c in cells} == {"char-lm"} and len(config.tune_defaults["lr"]) >= 3
+    assert {(c.model, c.control) for c in config.comparisons} == {("ddl-dv4", "ddl-write-dv4")}
+    dv4 = next(c for c in cells if c.label == "ddl-dv4")
+    assert dv4.config["value_channels"] == 4 and dv4.config.get("expansion") in (None, "conv")
+
+
+def test_the_gpu_study_runs_eight_blocks_at_width_256_in_bf16_on_cuda():
+    cells = expand_cells(study("transformer-gpu"), seeds=[0])
+    assert {(c.config["width"], c.config["depth"]) for c in cells} == {(256, 8)}
+    assert all(c.train.device == "cuda" and c.train.bf16 for c in cells)
+    assert max(c.spec["hops"] for c in cells) == 8

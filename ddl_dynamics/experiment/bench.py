@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
 
 from .._task import Task, TaskData, make_task
 from ..models.base import MODELS, join, list_models, make_model
@@ -262,29 +263,45 @@ def bench_transformer(
     the variants' calls interleaved within every repeat and timed as in
     :func:`bench_operator`. Returns one row per variant: its model and options, parameter
     count, ms per step, training tokens/s and ``x_transformer``, the ratio of its tokens/s
-    to the first variant's. Only ratios measured in one call are comparable.
+    to the first variant's, and ``gflop_per_s`` (FLOPs counted on one call) beside
+    ``matmul_gflop_per_s``, :func:`matmul_rate` in the same run. Only ratios measured in one
+    call are comparable.
     """
     gen = torch.Generator().manual_seed(0)
     tokens, targets = (torch.randint(0, vocab, (batch, length), generator=gen).to(device)
                        for _ in range(2))
-    calls, params = {}, {}
+    calls, params, flops = {}, {}, {}
     for label, (name, options) in variants.items():
         torch.manual_seed(0)
         model = make_model(name, in_dim=vocab, out_dim=vocab, width=width, depth=depth,
                            **options).to(device)
         params[label] = count_parameters(model)
         calls[label] = _training_steps(model, tokens, targets, steps)
+        with FlopCounterMode(display=False) as counter:
+            calls[label]()
+        flops[label] = counter.get_total_flops()
     with timing(threads, device) as (clock, sync):
         seconds = median_times(calls, repeats, clock, sync, warmup=1)
+        rate = matmul_rate(clock, sync, device)
     first = next(iter(seconds.values()))
     return [
         {"variant": label, "model": name, "options": options, "width": width, "depth": depth,
          "batch": batch, "length": length, "params": params[label],
          "ms_per_step": 1e3 * seconds[label] / steps,
          "tokens_per_s": batch * length * steps / seconds[label],
-         "x_transformer": first / seconds[label]}
+         "x_transformer": first / seconds[label],
+         "gflop_per_s": flops[label] / seconds[label] / 1e9, "matmul_gflop_per_s": rate}
         for label, (name, options) in variants.items()
     ]
+
+
+def matmul_rate(clock: Callable[[], float], sync: Callable[[], None] = lambda: None,
+                device: str = "cpu", size: int = 256, repeats: int = 20) -> float:
+    """GFLOP/s of a ``size``³ float32 matmul on ``device`` (median): what the machine's
+    arithmetic gives in the same run, against which a step's achieved rate reads."""
+    a, b = (torch.randn(size, size, device=device) for _ in range(2))
+    seconds = median_times({"matmul": lambda: a @ b}, repeats, clock, sync)["matmul"]
+    return 2 * size**3 / seconds / 1e9
 
 
 def _training_steps(model: torch.nn.Module, tokens: Tensor, targets: Tensor,
@@ -304,10 +321,12 @@ def _training_steps(model: torch.nn.Module, tokens: Tensor, targets: Tensor,
 
 def format_transformer_table(rows: list[dict[str, Any]]) -> str:
     """The rows of :func:`bench_transformer` as a plain-text table."""
-    lines = [f"{'variant':<20} {'params':>10} {'ms/step':>8} {'tokens/s':>9} {'×transformer':>12}"]
+    lines = [f"{'variant':<20} {'params':>10} {'ms/step':>8} {'tokens/s':>9} {'×transformer':>12} "
+             f"{'GFLOP/s':>7} {'matmul 256³':>11}"]
     for r in rows:
         lines.append(f"{r['variant']:<20} {r['params']:>10,} {r['ms_per_step']:>8.1f} "
-                     f"{r['tokens_per_s']:>9.0f} {r['x_transformer']:>12.2f}")
+                     f"{r['tokens_per_s']:>9.0f} {r['x_transformer']:>12.2f} "
+                     f"{r['gflop_per_s']:>7.1f} {r['matmul_gflop_per_s']:>11.1f}")
     return "\n".join(lines)
 
 

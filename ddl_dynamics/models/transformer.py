@@ -37,6 +37,7 @@ Every parameter sits in a layer that :mod:`.ensemble` can fold (``nn.Linear``,
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -130,15 +131,31 @@ class FloatLinear(nn.Linear):
             return F.linear(x.to(dtype), self.weight.to(dtype), bias)
 
 
+@functools.lru_cache(maxsize=64)
+def rope_tables(length: int, head_dim: int, base: float, device: torch.device,
+                dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """RoPE's ``cos`` and signed ``sin`` per token and coordinate, ``(T, head_dim)`` each, such
+    that :func:`rotary` is ``x · cos + swap(x) · sin``; built once per length and kept, since a
+    training step would otherwise rebuild them in every attention layer. Never inference
+    tensors, which a later training step could not save for its backward."""
+    with torch.inference_mode(False):
+        freq = base ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32)
+                        / head_dim)
+        angle = torch.arange(length, device=device, dtype=torch.float32)[:, None] * freq
+        cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)  # (T, hd/2)
+        return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
+
+
+def _swap_halves(x: Tensor) -> Tensor:
+    """``(x_{hd/2…}, x_{…hd/2})``: each coordinate's partner under RoPE, in its place."""
+    return x.roll(x.shape[-1] // 2, dims=-1)
+
+
 def rotary(x: Tensor, base: float) -> Tensor:
     """RoPE on ``(B, H, T, head_dim)``: rotate the pairs ``(x_i, x_{i + hd/2})`` of token ``t``
     by the angle ``t · base^(−2i/hd)``, so that ``qᵀk`` depends on relative positions only."""
-    T, hd = x.shape[-2], x.shape[-1]
-    freq = base ** (-torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
-    angle = torch.arange(T, device=x.device, dtype=torch.float32)[:, None] * freq  # (T, hd/2)
-    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    cos, sin = rope_tables(x.shape[-2], x.shape[-1], base, x.device, x.dtype)
+    return x * cos + _swap_halves(x) * sin
 
 
 def _count_cpu_attention_flops() -> None:
@@ -179,14 +196,29 @@ class _Attention(nn.Module):
 
     def heads_of(self, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries and keys (rotated, normalised with ``qk_norm``) and values of ``c``, each
-        ``(B, H, T, hd)``."""
+        ``(B, H, T, hd)``.
+
+        Queries and keys are rotated together, in the projection's own layout, and with
+        ``qk_norm`` normalised before the rotation (which keeps norms) and their gains folded
+        into RoPE's tables: a handful of passes over them where one per head tensor and op
+        would take several times as many."""
         B, T, _ = c.shape
         qkv = self.qkv(c).view(B, T, 3, self.heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        q, k = rotary(q, self.rope_base), rotary(k, self.rope_base)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return q, k, v
+        cos, sin = rope_tables(T, self.head_dim, self.rope_base, c.device, qkv.dtype)
+        cos, sin = cos[:, None, None], sin[:, None, None]  # (T, 1, 1, hd): against (B, T, 2, H, hd)
+        qk = qkv[:, :, :2]
+        if self.q_norm is None:
+            qk = qk * cos + _swap_halves(qk) * sin
+        else:
+            qk = F.rms_norm(qk, (self.head_dim,), eps=self.q_norm.eps)
+            gains = torch.stack([self.q_norm.weight, self.k_norm.weight], dim=-2).unsqueeze(-2)
+            if gains.dim() == 4:  # a folded ensemble: one (2, 1, hd) pair of gains per member
+                from .ensemble import members_first  # (it imports this module's leaves)
+
+                qk, gains = members_first(gains, qk)
+            qk = (qk * (gains * cos) + _swap_halves(qk) * (gains * sin)).flatten(0, -5)
+        q, k = qk.unbind(2)
+        return q.transpose(1, 2), k.transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
 
     def forward(self, c: Tensor) -> Tensor:
         B, T, _ = c.shape
@@ -275,7 +307,18 @@ class _ChannelCompressor(nn.Module):
         self.mix = Scale(_compressor_weight((width, value_channels), width, init))
 
     def forward(self, X: Tensor) -> Tensor:
-        return self.mix(X).sum(-1)
+        """One matmul against the block-diagonal ``(d·d_v, d)`` form of the mixing weights (a
+        batched one in a folded ensemble, whose ``mix`` holds one ``(d, d_v)`` per member):
+        cheaper, forward and backward, than a product and a sum over the d_v channels. In
+        the state's dtype (promoted with the weights'), autocast or not, as that product."""
+        weight = self.mix.weight
+        d, d_v = weight.shape[-2:]
+        dtype = torch.promote_types(X.dtype, weight.dtype)
+        eye = torch.eye(d, dtype=dtype, device=weight.device)
+        blocks = (weight.to(dtype).unsqueeze(-1) * eye[:, None]).flatten(-3, -2)  # (…, d·d_v, d)
+        rows = X.to(dtype).reshape(*weight.shape[:-2], -1, d * d_v)
+        with torch.autocast(X.device.type, enabled=False):
+            return (rows @ blocks).view(X.shape[:-1])
 
 
 class _TokenCompressor(nn.Module):
