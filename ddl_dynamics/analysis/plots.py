@@ -83,12 +83,12 @@ def clipped_error(mean: Sequence[float] | float, half: Sequence[float] | float,
 
 
 def _short(value: float, _: object = None) -> str:
-    """A tick label of at most two significant digits: ``1.5e12``, ``0.001``, ``50``."""
-    text = f"{value:.2g}"
-    if "e" in text:
-        mantissa, exponent = text.split("e")
-        text = f"{mantissa}e{int(exponent)}"
-    return text
+    """A tick label of at most two significant digits, the shorter of plain and exponent
+    form: ``1.5e12``, ``1e-4``, ``0.03``, ``50``."""
+    plain = f"{value:.2g}"
+    mantissa, exponent = f"{value:.1e}".split("e")
+    power = f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+    return plain if "e" not in plain and len(plain) <= len(power) else power
 
 
 #: Tick multiples of a decade on a log axis, the sparsest first.
@@ -460,8 +460,9 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
         ax.set(title=task, xlabel=f"test {metric[task]}")
         if log:
             log_axis(ax, "x", finite)
-    fig.suptitle("filled: mean over finished seeds with 95% CI (none for one seed); "
-                 "hollow: each seed", fontsize=8)
+    fig.suptitle("filled: mean over finished seeds with 95% CI (none for one seed), cut at "
+                 "the metric's range (on a log axis, at half the lowest point); hollow: each "
+                 "seed", fontsize=8)
     fig.tight_layout()
     return fig
 
