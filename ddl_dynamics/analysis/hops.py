@@ -78,8 +78,8 @@ def auditable(row: RunResult) -> Task | None:
     if not erases(row) or "task" not in row.config:
         return None
     task = make_task(row.config["task"], **row.config.get("spec", {}))
-    return task if task.kind == "sequence" and task.knob and hasattr(task, "hop_positions") \
-        else None
+    hops = task.kind == "sequence" and task.knob and hasattr(task, "hop_positions")
+    return task if hops else None
 
 
 def hop_audit(run: Run) -> list[HopAudit]:

@@ -247,7 +247,7 @@ def probe_consistency(points: Mapping[str, tuple[np.ndarray, ...]]) -> Figure:
         points: task → (``|1 − β|``, measured ratios, ``|e_pre|`` relative to
             ``|kᵀX| + |v|``, ``‖k̃‖``), flat arrays.
     """
-    fig, axes = _grid(len(points), width=3.0, height=3.4)
+    fig, axes = _grid(len(points), width=3.0, height=3.3)
     for ax, (title, (expected, measured, relative, key)) in zip(axes, points.items(),
                                                                 strict=True):
         ok = np.isfinite(measured)
@@ -261,8 +261,9 @@ def probe_consistency(points: Mapping[str, tuple[np.ndarray, ...]]) -> Figure:
         off = np.abs(measured - expected)
         ax.set_title(f"{title}\nmax deviation {_largest(off, clear)}\n"
                      f"grey ({apart.sum()} of {ok.sum()}): {_largest(off, apart)}", fontsize=8)
-        ax.set(xlabel="|1 − β|", ylabel="|e_post| / |e_pre|")
-        ax.set_aspect("equal", adjustable="box")
+        top = max(top, float(np.nanmax(measured[ok], initial=0))) * 1.03
+        ax.set(xlabel="|1 − β|", ylabel="|e_post| / |e_pre|", xlim=(-0.03, top),
+               ylim=(-0.03, top))  # the panel near square: the diagonal at 45°
     fig.suptitle("probe against operator (not evidence about training): expected on the "
                  "diagonal, e_post = (1 − β) e_pre for a unit direction k.\nGrey, where it "
                  f"may leave it: |e_pre| < {ROUNDING_SCALE:g} (|kᵀX| + |v|), little left to "
