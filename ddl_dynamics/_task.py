@@ -221,6 +221,9 @@ class Task(ABC):
     metric_name: ClassVar[Metric] = "mse"
     #: ``"final"``: targets are ``(n, out_dim)``; ``"trajectory"``: ``(n, steps, out_dim)``.
     supervise: ClassVar[Literal["final", "trajectory"]] = "final"
+    #: The names of the state's coordinates (``("q", "p")`` for a phase plane), for figure
+    #: axes; None: ``x1``, ``x2``, ….
+    state_names: ClassVar[tuple[str, ...] | None] = None
     ood_splits: ClassVar[tuple[str, ...]] = ()
     #: Model-config defaults the task needs (e.g. an identity encoder for 1-D flows).
     model_defaults: ClassVar[Mapping[str, Any]] = {}

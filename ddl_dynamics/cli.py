@@ -273,8 +273,9 @@ def _plot(args: argparse.Namespace) -> int:
     if not paths:
         print(f"ddl-dyn: no figures of kind {args.kind!r}: nothing in {args.run_dir} to draw",
               file=sys.stderr)
-        return 1
-    return 0
+    for kind, reason in paths.skipped.items():
+        print(f"ddl-dyn: nothing to draw for {kind}: {reason}", file=sys.stderr)
+    return 0 if paths else 1
 
 
 # --- published results: publish a run, regenerate the docs from them, check a rerun

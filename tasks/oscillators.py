@@ -47,6 +47,7 @@ class PhaseFlow(Task):
 
     supervise: ClassVar = "trajectory"
     ood_splits: ClassVar = ("long",)
+    state_names: ClassVar = ("q", "p")
     param_ranges: ClassVar[Mapping[str, tuple[float, float]]] = {}
     #: Initial states: uniform angle, radius ``‖(q0, p0)‖`` uniform in this range.
     radius: ClassVar[tuple[float, float]] = (0.5, 1.0)

@@ -11,14 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 
 import ddl_dynamics as dd
 from ddl_dynamics.analysis import plots
-from ddl_dynamics.analysis.figures import FIGURE_KINDS
+from ddl_dynamics.analysis.figures import FIGURE_KINDS, make_figures
 from ddl_dynamics.analysis.probes import probe_model
 from ddl_dynamics.analysis.regimes import contraction, depth_determinant, regime_fractions
 from ddl_dynamics.analysis.report import render
+from ddl_dynamics.analysis.run import load_run
 from ddl_dynamics.cli import main
 from ddl_dynamics.models.operator import gate_logit
 
@@ -307,3 +309,191 @@ def test_a_plot_killed_while_probing_leaves_a_run_the_html_report_takes(dotted_r
     assert report.returncode == 0, report.stderr
     assert (run / "report.html").read_text().count('alt="regime_atlas_ddl-b0.') == 2
     assert len(list(probes.glob("*.npz"))) == 4
+
+
+# --- Figures that do not mislead: inspected as Figure objects, not as pixels.
+
+
+def _drawn(fig):
+    """Lay the figure out as it would be saved (text extents need a renderer)."""
+    FigureCanvasAgg(fig).draw()
+    return fig.canvas.get_renderer()
+
+
+def _overlap(boxes) -> bool:
+    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def _legend_colors(fig) -> dict[str, tuple]:
+    """Model label → colour, from every legend of a figure (the figure's and its axes')."""
+    found = {}
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]:
+        for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=True):
+            found[text.get_text()] = to_rgb(handle.get_color())
+    return found
+
+
+def test_an_nfe_row_evaluated_once_shows_as_a_marker_on_an_axis_from_step_0():
+    curves = {"sign-flip": {"node": [np.array([[50.0, 56.0]]), np.array([[50.0, 62.0]])],
+                            "anode": [np.array([[50.0, 80.0]])]}}
+    fig = plots.nfe_curves(curves)
+    ax = fig.axes[0]
+    points = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert len(points) == 2 and all(len(line.get_xdata()) == 1 for line in points)
+    low, high = ax.get_xlim()
+    assert low <= 0 and high >= 50 and high < 60
+
+
+def test_training_curves_have_one_legend_outside_the_axes_with_every_entry_drawn():
+    steps = np.arange(0, 301, 100.0)
+    curves = {"overwrite": {"resnet": [np.c_[steps, [1.0, 0.5, 0.4, 0.3]]],
+                            "ddl": [np.c_[steps, [1.0, 0.1, 0.01, 0.002]]]},
+              "sign-flip": {"node": [np.array([[50.0, 1.08]])],  # evaluated once
+                            "anode": [np.c_[steps, [np.nan] * 4]]}}  # nothing finite
+    metric = {"overwrite": "mse", "sign-flip": "mse"}
+    fig = plots.training_curves(curves, metric)
+    renderer = _drawn(fig)
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    legend = fig.legends[0]
+    assert sorted(t.get_text() for t in legend.get_texts()) == ["ddl", "node", "resnet"]
+    box = legend.get_window_extent(renderer)
+    assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
+    (node,) = [line for line in fig.axes[1].get_lines() if line.get_marker() == "o"]
+    assert list(node.get_xdata()) == [50.0]
+    assert "not drawn: anode on sign-flip" in legend.get_title().get_text()
+
+
+def test_flops_and_log_ticks_do_not_overlap():
+    flops = np.linspace(1.1e12, 3.4e12, 20)  # less than a decade: matplotlib labels minors
+    curves = {"overwrite": {m: [np.c_[flops * f, np.geomspace(1, 1e-3, 20) * f]]
+                            for m, f in (("resnet", 1.0), ("ddl", 1.3))}}
+    fig = plots.training_curves(curves, {"overwrite": "mse"}, x="FLOPs")
+    renderer = _drawn(fig)
+    ax = fig.axes[0]
+    labels = [t for t in [*ax.get_xticklabels(), *ax.get_xticklabels(minor=True)]
+              if t.get_text() and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+    assert len(labels) >= 2
+    assert not _overlap([t.get_window_extent(renderer) for t in labels])
+
+
+def test_compare_ticks_do_not_overlap_and_intervals_stay_in_the_metric_range():
+    names = ["resnet", "ddl", "ddl-write", "ddl-bmax1", "resnet-tied", "ddl-tied",
+             "ddl-tied-bmax1", "ddl-lin", "ddl-lin-bmax1", "node", "anode"]
+    mse = {m: (0.01 * (i + 1), 0.05, [0.001 * (i + 1), 0.02 * (i + 1)])
+           for i, m in enumerate(names)}
+    acc = {m: (0.98, 0.05, [0.95, 1.0]) for m in names}
+    fig = plots.comparison({"overwrite": mse, "parity": acc},
+                           {"overwrite": "mse", "parity": "accuracy"})
+    renderer = _drawn(fig)
+    for ax in fig.axes:
+        labels = [t for t in [*ax.get_xticklabels(), *ax.get_yticklabels()] if t.get_text()]
+        assert not _overlap([t.get_window_extent(renderer) for t in labels])
+    mse_ax, acc_ax = fig.axes
+    assert mse_ax.get_xscale() == "log"
+    for ax, (low, high) in ((mse_ax, (0.0, np.inf)), (acc_ax, (0.0, 1.0))):
+        ends = np.concatenate([c.lines[2][0].get_segments() for c in ax.containers])
+        values = ends[..., 0]  # the intervals run along x
+        assert values.min() > low and values.max() <= high
+        assert values.min() >= ax.get_xlim()[0]  # inside the axis
+
+
+def test_hop_gate_shares_are_clipped_to_0_and_1():
+    curves = {"projecting where it hops": ([1.0, 2.0], [0.95, 0.05], [0.2, 0.2]),
+              "projecting elsewhere": ([1.0, 2.0], [0.5, 0.5], [0.1, 0.1]),
+              "hops its attention looked at": ([1.0, 2.0], [1.0, 0.9], [0.3, 0.3])}
+    fig = plots.hop_gates({"var-chain": (curves, {1.0: [0.9, 1.0], 2.0: [1.0, 1.1]})},
+                          "ddl-transformer", "hops")
+    left = fig.axes[0]
+    ends = np.concatenate([c.lines[2][0].get_segments() for c in left.containers])[..., 1]
+    assert ends.min() >= 0.0 and ends.max() <= 1.0
+    assert all("ddl-transformer" in ax.get_title() and "var-chain" in ax.get_title()
+               for ax in fig.axes)
+
+
+def test_gate_figures_name_the_model_and_the_task():
+    rng = np.random.default_rng(0)
+    pooled = {"overwrite": rng.uniform(0.9, 1.1, (64, 4)), "parity": rng.uniform(0, 2, (64, 4))}
+    atlas = plots.regime_atlas({t: regime_fractions(b) for t, b in pooled.items()}, "ddl-tied")
+    hist = plots.beta_histograms(pooled, "ddl-tied")
+    for fig in (atlas, hist):
+        titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+        assert {"overwrite", "parity"} <= {t.split(" on ")[-1] for t in titles}
+        assert all("ddl-tied" in t for t in titles)
+    det = plots.determinant_plot({t: depth_determinant(b) for t, b in pooled.items()}, "ddl-tied")
+    (ax,) = det.axes
+    assert "ddl-tied" in ax.get_title()
+    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["overwrite", "parity"]
+
+
+def test_the_beta_histogram_colour_scale_shows_a_rare_bin():
+    beta = np.r_[np.full(980, 1.0), np.full(20, 2.0 - 1e-3)][:, None]  # 98% project, 2% reflect
+    fig = plots.beta_histograms({"parity": beta}, "ddl")
+    image = fig.axes[0].get_images()[0]
+    assert image.norm(0.98) > 0.95 and image.norm(0.02) > 0.3  # linear would give 0.02
+
+
+def test_the_probe_check_says_what_it_expects_and_sets_known_deviations_apart():
+    expected = np.array([0.0, 0.5, 1.0, 0.5, 0.2])
+    measured = np.array([0.0, 0.5, 1.0, 0.6, 0.25])
+    relative = np.array([0.5, 0.5, 0.5, 1e-6, 0.5])  # the fourth: little left to erase
+    key = np.array([1.0, 1.0, 1.0, 1.0, 5e-5])  # the fifth: a key too short to be unit
+    fig = plots.probe_consistency({"parity": (expected, measured, relative, key)})
+    title = fig.axes[0].get_title()
+    assert "max deviation 0.0e+00" in title and "(2 of 5): 1.0e-01" in title
+    text = fig._suptitle.get_text()
+    assert "by construction" not in text and "expected on the diagonal" in text
+    assert "rounding" in text and "unit vector" in text
+
+
+def test_phase_portrait_axes_are_named_by_the_task():
+    assert dd.make_task("oscillator").state_names == ("q", "p")
+    assert dd.make_task("parity").state_names is None
+    panel = {"ddl": (np.zeros((1, 4, 2)), np.zeros((1, 4, 2)))}
+    named = plots.phase_portraits(panel, "oscillator", 4, ("q", "p")).axes[0]
+    plain = plots.phase_portraits(panel, "switched", 4).axes[0]
+    assert (named.get_xlabel(), named.get_ylabel()) == ("q", "p")
+    assert (plain.get_xlabel(), plain.get_ylabel()) == ("x1", "x2")
+    assert "ddl" in named.get_title() and "oscillator" in named.get_title()
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The figures a figure group draws, by file stem, instead of written files."""
+    figures = {}
+
+    def capture(fig, stem):
+        figures[Path(stem).name] = fig
+        return [Path(f"{stem}.png")]
+
+    monkeypatch.setattr(plots, "save_figure", capture)
+    return figures
+
+
+def test_a_model_keeps_its_colour_in_every_figure_of_a_run(tiny_run, captured):
+    make_figures(tiny_run, ("curves", "compare", "trajectories"), progress=False)
+    run_colors = {m: to_rgb(c) for m, c in plots.row_colors(
+        label for _, label in load_run(tiny_run).rows).items()}
+    seen = {name: _legend_colors(fig) for name, fig in captured.items() if name != "verdicts"}
+    assert {"curves_step", "curves_flops", "nfe", "state_norms"} <= set(seen)
+    assert "node" in seen["nfe"] and len(seen["curves_step"]) == 4
+    for colors in seen.values():
+        for model, color in colors.items():
+            assert color == run_colors[model]
+    compare = captured["compare"].axes[0]
+    for label, bar in zip(compare.get_yticklabels(), compare.containers, strict=True):
+        assert to_rgb(bar.lines[0].get_color()) == run_colors[label.get_text()]
+
+
+def test_trajectories_of_a_run_are_labelled_by_their_task(tiny_run, captured):
+    make_figures(tiny_run, ("trajectories",), progress=False)
+    for ax in captured["trajectories_oscillator"].axes:
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("q", "p")
+        assert ax.get_title().endswith(" on oscillator")
+
+
+def test_plot_says_why_it_has_nothing_to_draw(tiny_run, capsys):
+    assert main(["plot", "hops", str(tiny_run)]) == 1
+    err = capsys.readouterr().err
+    assert "nothing to draw for hops: no Delta Transformer row" in err and "var-chain" in err
+    drawn = make_figures(tiny_run, ("hops", "compare"), progress=False)
+    assert drawn and set(drawn.skipped) == {"hops"}

@@ -1,23 +1,26 @@
 """From a run folder to figures, drawn from the results store and the cached probes only.
 
 Every figure group is drawn from one :class:`~.run.Run` and its :class:`~.report.Report`,
-read once; each row appears at its chosen grid value, as in the report.
+read once; each row appears at its chosen grid value, as in the report, and in one colour
+in every figure of the run (:func:`~.plots.row_colors` of its labels). A group with
+nothing to draw says why (:class:`NothingToDraw`, collected in :attr:`Figures.skipped`).
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from .._registry import first_paragraph
+from .._task import make_task
 from . import plots
 from .crossover import curve, gate_use
-from .hops import hop_audit
+from .hops import auditable, hop_audit
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
 from .report import Report, build_report, signed
@@ -29,6 +32,22 @@ FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover", "ho
 _PROBED = {"regimes", "trajectories", "crossover", "hops"}
 #: Run folders whose figures are drawn elsewhere for now (:func:`drawn_where_possible`).
 _ELSEWHERE: dict[Path, Path] = {}
+
+
+class NothingToDraw(Exception):
+    """A figure group has nothing in the run to draw; the message says why."""
+
+
+class Figures(list[Path]):
+    """The files drawn, and for each figure group that drew none, why (``skipped``)."""
+
+    def __init__(self, paths: Iterable[Path] = (), skipped: Mapping[str, str] | None = None):
+        super().__init__(paths)
+        self.skipped: dict[str, str] = dict(skipped or {})
+
+
+#: Model label → colour, one for the whole run.
+Colors = Mapping[str, str]
 
 
 def figure_dir(run_dir: str | Path) -> Path:
@@ -62,40 +81,49 @@ def drawn_where_possible(run_dir: str | Path) -> Iterator[None]:
             del _ELSEWHERE[key]
 
 
-def regime_figures(run: Run, report: Report) -> list[Path]:
+def regime_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     """Regime atlas and β histograms per Delta-stack label, the probe-consistency check,
     the depth determinants."""
     betas: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
-    checks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    checks: dict[str, list[tuple[np.ndarray, ...]]] = defaultdict(list)
     for row, arrays in load_probes(run):
         if not erases(row):
             continue
         betas[row.model][row.task].append(arrays["beta"])
         ratio = contraction(arrays["e_pre"], arrays["e_post"])
-        checks[row.task].append((np.abs(1 - arrays["beta"]).ravel(), ratio.ravel()))
+        scale = (np.linalg.norm(arrays["readout"], axis=-1) + np.linalg.norm(arrays["v"], axis=-1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            relative = np.linalg.norm(arrays["e_pre"], axis=-1) / scale
+        checks[row.task].append((np.abs(1 - arrays["beta"]).ravel(), ratio.ravel(),
+                                 relative.ravel(), arrays["k_raw_norm"].ravel()))
+    if not betas:
+        raise NothingToDraw("no probed Delta stack with the erase term (ddl, "
+                            "ddl-transformer) among the run's finished rows")
     out: list[Path] = []
     out_dir = figure_dir(run.run_dir)
     for label, by_task in sorted(betas.items()):
         pooled = {task: np.concatenate(b) for task, b in sorted(by_task.items())}
         fractions = {task: regime_fractions(b) for task, b in pooled.items()}
-        out += plots.save_figure(plots.regime_atlas(fractions), out_dir / f"regime_atlas_{label}")
-        out += plots.save_figure(plots.beta_histograms(pooled), out_dir / f"beta_hist_{label}")
+        out += plots.save_figure(plots.regime_atlas(fractions, label),
+                                 out_dir / f"regime_atlas_{label}")
+        out += plots.save_figure(plots.beta_histograms(pooled, label),
+                                 out_dir / f"beta_hist_{label}")
         dets = {task: depth_determinant(b) for task, b in pooled.items()}
-        out += plots.save_figure(plots.determinant_plot(dets), out_dir / f"determinant_{label}")
-    if checks:
-        points = {
-            task: (np.concatenate([e for e, _ in pairs]), np.concatenate([m for _, m in pairs]))
-            for task, pairs in sorted(checks.items())
-        }
-        out += plots.save_figure(plots.probe_consistency(points), out_dir / "probe_consistency")
+        out += plots.save_figure(plots.determinant_plot(dets, label),
+                                 out_dir / f"determinant_{label}")
+    points = {task: tuple(np.concatenate(parts) for parts in zip(*found, strict=True))
+              for task, found in sorted(checks.items())}
+    out += plots.save_figure(plots.probe_consistency(points), out_dir / "probe_consistency")
     return out
 
 
-def trajectory_figures(run: Run, report: Report, samples: int = 3) -> list[Path]:
+def trajectory_figures(run: Run, report: Report, colors: Colors, samples: int = 3) -> list[Path]:
     """Phase portraits against the truth (tasks with a 2-D ground-truth trajectory, on the
-    longest split each model ran) and, for every task, the hidden-state norm over depth."""
+    longest split each model ran, axes named by the task) and, for every task, the
+    hidden-state norm over depth."""
     portraits: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = defaultdict(dict)
     train_steps: dict[str, int] = {}
+    names: dict[str, tuple[str, ...] | None] = {}
     norms: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
     for row, arrays in load_probes(run):  # ordered by seed: keep each model's first seed
         if row.model in norms[row.task] or "test_states" not in arrays:  # sequence models
@@ -108,18 +136,24 @@ def trajectory_figures(run: Run, report: Report, samples: int = 3) -> list[Path]
         truth = arrays[f"{split}_truth"][:samples, 1:]
         portraits[row.task][row.model] = (arrays[f"{split}_pred"][:samples], truth)
         train_steps[row.task] = arrays["test_pred"].shape[1]
+        if row.task not in names:
+            names[row.task] = make_task(row.config["task"], **row.config["spec"]).state_names
+    norms = {task: by_model for task, by_model in norms.items() if by_model}
+    if not norms:
+        raise NothingToDraw("no probed model with a hidden-state trajectory (the vector "
+                            "tasks' depth models) among the run's finished rows")
     out: list[Path] = []
     out_dir = figure_dir(run.run_dir)
     for task, panels in sorted(portraits.items()):
-        fig = plots.phase_portraits(dict(sorted(panels.items())), train_steps[task])
+        fig = plots.phase_portraits(dict(sorted(panels.items())), task, train_steps[task],
+                                    names[task])
         out += plots.save_figure(fig, out_dir / f"trajectories_{task}")
-    if norms:
-        fig = plots.depth_profiles(dict(sorted(norms.items())), "mean ‖hidden state‖")
-        out += plots.save_figure(fig, out_dir / "state_norms")
+    fig = plots.depth_profiles(dict(sorted(norms.items())), "mean ‖hidden state‖", colors)
+    out += plots.save_figure(fig, out_dir / "state_norms")
     return out
 
 
-def curve_figures(run: Run, report: Report) -> list[Path]:
+def curve_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     """Val metric against step and against training FLOPs (seed bands), and ODE NFE."""
     metric = {t.task: t.metric for t in report.tables}
     by_step: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
@@ -133,18 +167,19 @@ def curve_figures(run: Run, report: Report) -> list[Path]:
         by_flops[row.task][row.model].append(curve[:, [3, 2]])
         if curve.shape[1] > 4 and np.isfinite(curve[:, 4]).any():
             nfe[row.task][row.model].append(curve[:, [0, 4]])
-    out: list[Path] = []
+    if not by_step:
+        raise NothingToDraw("no finished cell with stored weights and a training curve")
     out_dir = figure_dir(run.run_dir)
-    if by_step:
-        out += plots.save_figure(plots.training_curves(by_step, metric), out_dir / "curves_step")
-        out += plots.save_figure(plots.training_curves(by_flops, metric, x="FLOPs"),
-                                 out_dir / "curves_flops")
+    out = plots.save_figure(plots.training_curves(by_step, metric, colors=colors),
+                            out_dir / "curves_step")
+    out += plots.save_figure(plots.training_curves(by_flops, metric, x="FLOPs", colors=colors),
+                             out_dir / "curves_flops")
     if nfe:
-        out += plots.save_figure(plots.nfe_curves(nfe), out_dir / "nfe")
+        out += plots.save_figure(plots.nfe_curves(nfe, colors), out_dir / "nfe")
     return out
 
 
-def compare_figures(run: Run, report: Report) -> list[Path]:
+def compare_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     """The verdict matrix (each model against its baseline) and, per task, every model's
     test metric per seed with the mean and 95% CI, from the report."""
     out: list[Path] = []
@@ -168,14 +203,18 @@ def compare_figures(run: Run, report: Report) -> list[Path]:
     }
     if tables:
         metric = {t.task: t.metric for t in report.tables}
-        out += plots.save_figure(plots.comparison(tables, metric),
+        out += plots.save_figure(plots.comparison(tables, metric, colors),
                                  figure_dir(run.run_dir) / "compare")
+    if not out:
+        raise NothingToDraw("no finished cell with a test metric")
     return out
 
 
-def crossover_figures(run: Run, report: Report) -> list[Path]:
+def crossover_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     """Per swept task family with a knob: every model's paired difference against its
     controls across the knob, with the crossover, and the Delta stacks' gate use."""
+    if not report.crossovers:
+        raise NothingToDraw(_NO_CROSSOVER)
     gates = gate_use(run)
     out: list[Path] = []
     for family in dict.fromkeys(c.setting.family for c in report.crossovers):
@@ -191,21 +230,30 @@ def crossover_figures(run: Run, report: Report) -> list[Path]:
                 uses[g.setting.label or family][g.model, g.regime] = (
                     curve(g.at_events), curve(g.elsewhere))
         fig = plots.crossover(differences, uses, found[0].setting.knob, found[0].metric,
-                              found[0].higher_is_better)
+                              found[0].higher_is_better, colors)
         out += plots.save_figure(fig, figure_dir(run.run_dir) / f"crossover_{family}")
     return out
 
 
-def hop_figures(run: Run, report: Report) -> list[Path]:
+_NO_CROSSOVER = ("no task family swept over its knob: a crossover needs a task with a knob "
+                 "(e.g. switched's p) run at two or more of its values, with a comparison "
+                 "at each")
+_NO_HOPS = ("no Delta Transformer row with the erase term (ddl-transformer) on a multi-hop "
+            "task with a knob (var-chain's hops) among the run's finished rows")
+
+
+def hop_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     """Per Delta row on a multi-hop task (``var-chain``): do its gates project at the query
     tokens' sublayers that perform a hop, across the knob (:mod:`.hops`)."""
     by_model: dict[str, list] = defaultdict(list)
     for audit in hop_audit(run):
         by_model[audit.model].append(audit)
+    if not by_model:
+        raise NothingToDraw(_NO_HOPS)
     out: list[Path] = []
     for model, audits in sorted(by_model.items()):
         settings = {
-            a.setting or a.family: (
+            f"{a.family}, {a.setting}" if a.setting else a.family: (
                 {"projecting where it hops": curve(a.at_hops),
                  "projecting elsewhere": curve(a.elsewhere),
                  "hops its attention looked at": curve(a.followed)},
@@ -216,7 +264,7 @@ def hop_figures(run: Run, report: Report) -> list[Path]:
     return out
 
 
-_BUILDERS = {
+_BUILDERS: dict[str, Callable[[Run, Report, Colors], list[Path]]] = {
     "regimes": regime_figures,
     "trajectories": trajectory_figures,
     "curves": curve_figures,
@@ -228,10 +276,21 @@ _BUILDERS = {
 FIGURE_HELP = {kind: first_paragraph(build) for kind, build in _BUILDERS.items()}
 
 
+def _unprobed_reason(run: Run, report: Report, kind: str) -> str | None:
+    """Why a probed figure group has nothing to draw, where that is known before probing
+    (so that a run without the rows it needs is not probed for it); else None."""
+    if kind == "crossover" and not report.crossovers:
+        return _NO_CROSSOVER
+    if kind == "hops" and not any(auditable(row) for row in usable_rows(run)):
+        return _NO_HOPS
+    return None
+
+
 def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
-                 progress: bool = True, report: Report | None = None) -> list[Path]:
+                 progress: bool = True, report: Report | None = None) -> Figures:
     """Probe what is missing, then draw the figure groups ``kinds`` of a run folder (or a
-    run read once, with its report where it is built already); returns the files."""
+    run read once, with its report where it is built already); returns the files, and
+    for each group that drew none, why."""
     run = run if isinstance(run, Run) else load_run(run)
     unknown = sorted(set(kinds) - set(FIGURE_KINDS))
     if unknown:
@@ -239,7 +298,19 @@ def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
     if not writable(figure_dir(run.run_dir)):  # say so before probing
         raise OSError(f"cannot write figures into {figure_dir(run.run_dir)}: read-only or no "
                       "permission")
-    if set(kinds) & _PROBED:
+    report = report or build_report(run)  # the figures read no probe through it
+    skipped = {kind: reason for kind in kinds
+               if (reason := _unprobed_reason(run, report, kind)) is not None}
+    if (set(kinds) - set(skipped)) & _PROBED:
         probe_run(run, progress=progress)
-    report = report or build_report(run)
-    return [path for kind in kinds for path in _BUILDERS[kind](run, report)]
+    colors = plots.row_colors(label for _, label in run.rows)
+    drawn = Figures()
+    for kind in kinds:
+        if kind in skipped:
+            continue
+        try:
+            drawn += _BUILDERS[kind](run, report, colors)
+        except NothingToDraw as reason:
+            skipped[kind] = str(reason)
+    drawn.skipped = skipped
+    return drawn

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._task import make_task
+from .._task import Task, make_task
+from ..experiment.store import RunResult
 from ..models.operator import REGIMES, regime_index
 from .probes import erases, load_probes
 from .run import Run
@@ -71,15 +72,23 @@ def seed_audit(hops: np.ndarray, looks: np.ndarray, beta: np.ndarray) -> dict[st
     }
 
 
+def auditable(row: RunResult) -> Task | None:
+    """The task of a cell the audit reads: a Delta row with the erase term on a sequence
+    task with ``hop_positions`` and a knob; None for any other cell."""
+    if not erases(row) or "task" not in row.config:
+        return None
+    task = make_task(row.config["task"], **row.config.get("spec", {}))
+    hops = task.kind == "sequence" and task.knob and hasattr(task, "hop_positions")
+    return task if hops else None
+
+
 def hop_audit(run: Run) -> list[HopAudit]:
     """:class:`HopAudit` of every probed Delta row on a task with ``hop_positions`` and a
     knob (needs the run's probes, with their tokens and attention)."""
     probed = []
     for row, arrays in load_probes(run):
-        if erases(row) and "test_looks" in arrays:
-            task = make_task(row.config["task"], **row.config["spec"])
-            if task.knob and hasattr(task, "hop_positions"):
-                probed.append((row, task, arrays))
+        if "test_looks" in arrays and (task := auditable(row)) is not None:
+            probed.append((row, task, arrays))
     specs = defaultdict(list)  # family → the specs it ran with
     for row, _, _ in probed:
         specs[row.config["task"]].append(row.config["spec"])

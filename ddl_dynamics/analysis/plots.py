@@ -1,21 +1,28 @@
 """Figure builders: plain data in, a matplotlib ``Figure`` out, one house style.
 
 The builders never touch the store or a model (``figures.py`` gathers the data), so
-each can be tested on hand-made arrays. Colours are the Okabe–Ito colour-blind-safe set.
+each can be tested on hand-made arrays. A builder that draws models takes ``colors`` (model
+label → colour; :func:`row_colors` gives a run's, so a model keeps its colour in every
+figure of the run) and names the model and the task in its titles. Intervals are clipped
+to the range their quantity can take (a share to [0, 1], an MSE above 0 on a log axis).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-from ..models.operator import REGIME_BOUNDS, REGIMES
+from ..models.operator import DIRECTION_EPS, REGIME_BOUNDS, REGIMES
 from .crossover import star_text
 from .verdicts import (
     BOTH_SOLVED,
@@ -29,9 +36,13 @@ from .verdicts import (
     WIN,
 )
 
-#: Okabe–Ito palette (colour-blind safe), then two from Tol's muted set for larger sweeps.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-           "#000000", "#882255", "#999999")
+#: Okabe–Ito's colour-blind-safe set and Tol's muted set, ordered so that the first of them
+#: differ in hue (Okabe–Ito's sky blue, close to its blue, comes late; yellow, faint on
+#: white, last).
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#000000", "#882255",
+           "#999933", "#999999", "#56B4E9", "#44AA99", "#F0E442")
+#: The range each metric can take: the ends its intervals are clipped to.
+METRIC_RANGE = {"mse": (0.0, np.inf), "accuracy": (0.0, 1.0)}
 #: One colour per gate regime, identity → reflection.
 REGIME_COLORS = dict(zip(REGIMES, ("#BBBBBB", "#56B4E9", "#009E73", "#E69F00", "#D55E00"),
                          strict=True))
@@ -60,10 +71,82 @@ def styled(build: Callable[..., Figure]) -> Callable[..., Figure]:
     return wrapper
 
 
+def row_colors(labels: Iterable[str]) -> dict[str, str]:
+    """One colour per model label (sorted; distinct up to ``len(PALETTE)`` labels): a
+    run's mapping, handed to every figure of the run so that a model keeps its colour."""
+    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(sorted(set(labels)))}
+
+
 def model_colors(panels: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
-    """One colour per model label across all panels of a figure (sorted labels)."""
-    models = sorted({m for by_model in panels.values() for m in by_model})
-    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(models)}
+    """:func:`row_colors` of the models of a figure's panels (for a figure drawn alone)."""
+    return row_colors(m for by_model in panels.values() for m in by_model)
+
+
+def clipped_error(mean: Sequence[float] | float, half: Sequence[float] | float,
+                  low: float = -np.inf, high: float = np.inf) -> np.ndarray:
+    """``yerr`` of ``errorbar`` for ``mean ± half`` clipped to ``[low, high]``: ``(2, n)``
+    distances below and above each mean (a mean outside the range gets none)."""
+    mean, half = np.atleast_1d(np.asarray(mean, float)), np.atleast_1d(np.asarray(half, float))
+    below = np.clip(mean - np.maximum(mean - half, low), 0, None)
+    above = np.clip(np.minimum(mean + half, high) - mean, 0, None)
+    return np.stack([below, above])
+
+
+def _short(value: float, _: object = None) -> str:
+    """A tick label of at most two significant digits, the shorter of plain and exponent
+    form: ``1.5e12``, ``1e-4``, ``0.03``, ``50``."""
+    plain = f"{value:.2g}"
+    mantissa, exponent = f"{value:.1e}".split("e")
+    power = f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+    return plain if "e" not in plain and len(plain) <= len(power) else power
+
+
+#: Tick multiples of a decade on a log axis, the sparsest first.
+_LOG_SUBS = ((1.0,), (1.0, 3.0), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0))
+
+
+def log_ticks(low: float, high: float, most: int = 6) -> list[float]:
+    """Three to ``most`` round ticks on a log axis over ``[low, high]`` where they fit (else
+    two): every decade, or every few where the data spans many; 1, 3 × …, 1, 2, 5 × …
+    where it spans few; the two ends where it spans less than the finest set separates."""
+    decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+    sets = [[s * 10.0**k for k in decades for s in subs if low <= s * 10.0**k <= high]
+            for subs in _LOG_SUBS]
+    fits = [t for t in sets if 3 <= len(t) <= most] or [t for t in sets if len(t) >= 2]
+    if not fits:
+        return [float(_short(low)), float(_short(high))]
+    return fits[0][:: -(-len(fits[0]) // most)]
+
+
+def log_axis(ax: Axes, which: str, values: Iterable[float]) -> None:
+    """A log ``which`` (``"x"``, ``"y"``) axis whose labels never overlap: a few round
+    ticks (:func:`log_ticks`) with short labels, the minor ticks unlabelled."""
+    positive = np.asarray([v for v in values if np.isfinite(v) and v > 0], float)
+    getattr(ax, f"set_{which}scale")("log")
+    if not positive.size:
+        return
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(FixedLocator(log_ticks(positive.min(), positive.max())))
+    axis.set_major_formatter(FuncFormatter(_short))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def legend_below(fig: Figure, handles: Sequence, note: str = "") -> None:
+    """One legend for every panel, right below them (never over the data), ``note`` as its
+    title: lay the panels out above it, then place it."""
+    ncol = max(1, min(len(handles), 6))
+    lines = -(-len(handles) // ncol) + (1 if note else 0)
+    bottom = min(0.45, (0.2 * lines + 0.12) / fig.get_figheight())
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, bottom), ncol=ncol,
+               fontsize=7, title=note or None, title_fontsize=7)
+
+
+def _model_handles(colors: Mapping[str, str], drawn: Iterable[str]) -> list[Line2D]:
+    """Legend entries for the models drawn, in ``colors``'s order."""
+    drawn = set(drawn)
+    return [Line2D([], [], color=c, marker="o", ms=4, lw=1.2, label=m)
+            for m, c in colors.items() if m in drawn]
 
 
 def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
@@ -89,11 +172,12 @@ def _grid(n: int, width: float = 3.2, height: float = 2.6, cols: int = 4) -> tup
 
 
 @styled
-def regime_atlas(fractions: Mapping[str, np.ndarray]) -> Figure:
+def regime_atlas(fractions: Mapping[str, np.ndarray], model: str) -> Figure:
     """Stacked bars per layer of the fraction of gates in each regime, one panel per task.
 
     Args:
-        fractions: panel title → ``(L, len(REGIMES))`` fractions (rows sum to 1).
+        fractions: task → ``(L, len(REGIMES))`` fractions (rows sum to 1).
+        model: the Delta row's label.
     """
     fig, axes = _grid(len(fractions))
     for ax, (title, frac) in zip(axes, fractions.items(), strict=True):
@@ -103,69 +187,107 @@ def regime_atlas(fractions: Mapping[str, np.ndarray]) -> Figure:
             ax.bar(layers, frac[:, r], bottom=bottom, color=REGIME_COLORS[name], label=name,
                    width=0.85)
             bottom += frac[:, r]
-        ax.set(title=title, xlabel="layer", ylabel="fraction of samples", ylim=(0, 1),
-               xticks=layers)
+        ax.set(title=f"{model} on {title}", xlabel="layer", ylabel="fraction of samples",
+               ylim=(0, 1), xticks=layers)
         ax.grid(False)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    fig.suptitle(f"gate regimes of {model} per layer (test samples, pooled over seeds)",
+                 fontsize=9)
     fig.legend(handles, labels, loc="lower center", ncol=len(REGIMES), title="gate regime of β")
     return fig
 
 
 @styled
-def beta_histograms(betas: Mapping[str, np.ndarray], beta_max: float = 2.0) -> Figure:
-    """Per panel, a layer × β density map with the regime boundaries drawn in.
+def beta_histograms(betas: Mapping[str, np.ndarray], model: str,
+                    beta_max: float = 2.0) -> Figure:
+    """Per panel, a layer × β density map with the regime boundaries drawn in, on a log
+    colour scale: gates pile up in a few bins, and a linear scale leaves the rest dark.
 
     Args:
-        betas: panel title → ``(N, L)`` gate values.
+        betas: task → ``(N, L)`` gate values.
+        model: the Delta row's label.
     """
     fig, axes = _grid(len(betas))
     edges = np.linspace(0.0, beta_max, 41)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#f4f4f4", under="#f4f4f4")
     for ax, (title, beta) in zip(axes, betas.items(), strict=True):
         hist = np.stack([np.histogram(layer, bins=edges)[0] for layer in beta.T])
         hist = hist / max(1, beta.shape[0])
-        im = ax.imshow(hist, aspect="auto", origin="lower", cmap="viridis",
-                       extent=(0, beta_max, 0.5, beta.shape[1] + 0.5), vmin=0, vmax=1)
+        floor = 1.0 / max(2, beta.shape[0])  # one sample
+        im = ax.imshow(np.ma.masked_equal(hist, 0), aspect="auto", origin="lower", cmap=cmap,
+                       extent=(0, beta_max, 0.5, beta.shape[1] + 0.5),
+                       norm=LogNorm(vmin=floor, vmax=1.0))
         for bound in REGIME_BOUNDS:
             if bound < beta_max:
-                ax.axvline(bound, color="white", lw=0.8, ls=":")
-        ax.set(title=title, xlabel="gate β", ylabel="layer")
+                ax.axvline(bound, color="black", lw=0.8, ls=":")
+        ax.set(title=f"{model} on {title}", xlabel="gate β", ylabel="layer")
         ax.grid(False)
-        fig.colorbar(im, ax=ax, label="fraction of samples")
+        fig.colorbar(im, ax=ax, label="fraction of samples (log; blank: none)")
+    fig.suptitle(f"gates β of {model} per layer (dotted: regime bounds)", fontsize=9)
     fig.tight_layout()
     return fig
 
 
+#: Where ``|e_pre|`` is below this fraction of the readout's and the target's size, the
+#: float32 rounding of ``e_post`` is a visible part of the ratio (see :func:`probe_consistency`).
+ROUNDING_SCALE = 1e-4
+#: Where the raw key is shorter than this many ``DIRECTION_EPS``, its direction ``k`` falls
+#: short of a unit vector by more than 1e-4 of its squared length.
+SHORT_KEY = 100
+
+
+def _largest(values: np.ndarray, keep: np.ndarray) -> str:
+    return f"{values[keep].max():.1e}" if keep.any() else "none"
+
+
 @styled
-def probe_consistency(points: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
+def probe_consistency(points: Mapping[str, tuple[np.ndarray, ...]]) -> Figure:
     """Measured ``|e_post|/|e_pre|`` against ``|1 − β|``: a check that the probe and the
-    operator agree. ``e_post = (1 − β) e_pre`` holds by construction for every Delta
-    update, trained or not, so the points sit on the diagonal whatever training did; a point
-    off it means the probe misreads the operator, not that training went wrong.
+    operator agree, not evidence about training. ``e_post = (1 − β‖k‖²) e_pre`` holds for
+    every Delta update, trained or not, and ``‖k‖ = 1`` to within ``eps²/‖k̃‖²``, so the
+    points are expected on the diagonal. A task's points leave it in two known places,
+    drawn in grey, each panel giving the largest deviation with and without them: where
+    ``e_pre`` is tiny beside the readout ``kᵀX`` and the target ``v`` it is the
+    difference of (little left to erase; float32 rounding of both errors is then a
+    sizeable part of their ratio), and where the raw key ``k̃`` is so short that ``k``
+    is not a unit vector (the gate then acts as ``β‖k‖²``).
 
     Args:
-        points: panel title → (``|1 − β|`` values, measured ratios), flat arrays.
+        points: task → (``|1 − β|``, measured ratios, ``|e_pre|`` relative to
+            ``|kᵀX| + |v|``, ``‖k̃‖``), flat arrays.
     """
-    fig, axes = _grid(len(points), width=2.8, height=2.8)
-    for ax, (title, (expected, measured)) in zip(axes, points.items(), strict=True):
+    fig, axes = _grid(len(points), width=3.0, height=3.3)
+    for ax, (title, (expected, measured, relative, key)) in zip(axes, points.items(),
+                                                                strict=True):
         ok = np.isfinite(measured)
-        ax.scatter(expected[ok], measured[ok], s=4, alpha=0.4, color=PALETTE[0],
-                   rasterized=True)
+        apart = ok & ((relative < ROUNDING_SCALE) | (key < SHORT_KEY * DIRECTION_EPS))
+        clear = ok & ~apart
+        for keep, color in ((apart, PALETTE[8]), (clear, PALETTE[0])):
+            ax.scatter(expected[keep], measured[keep], s=4, alpha=0.4, color=color,
+                       rasterized=True)
         top = max(1.0, float(np.nanmax(expected, initial=0)))
         ax.plot([0, top], [0, top], color="black", lw=0.8, ls="--", label="|1 − β|")
-        err = np.nanmax(np.abs(measured[ok] - expected[ok]), initial=0.0)
-        ax.set(title=f"{title}\nmax deviation {err:.1e}", xlabel="|1 − β|",
-               ylabel="|e_post| / |e_pre|")
-        ax.set_aspect("equal", adjustable="box")
-    fig.suptitle("probe against operator: on the diagonal by construction (not evidence about "
-                 "training)", fontsize=8)
+        off = np.abs(measured - expected)
+        ax.set_title(f"{title}\nmax deviation {_largest(off, clear)}\n"
+                     f"grey ({apart.sum()} of {ok.sum()}): {_largest(off, apart)}", fontsize=8)
+        top = max(top, float(np.nanmax(measured[ok], initial=0))) * 1.03
+        ax.set(xlabel="|1 − β|", ylabel="|e_post| / |e_pre|", xlim=(-0.03, top),
+               ylim=(-0.03, top))  # the panel near square: the diagonal at 45°
+    fig.suptitle("probe against operator (not evidence about training): expected on the "
+                 "diagonal, e_post = (1 − β) e_pre for a unit direction k.\nGrey, where it "
+                 f"may leave it: |e_pre| < {ROUNDING_SCALE:g} (|kᵀX| + |v|), little left to "
+                 "erase, float32 rounding moving the ratio;\nor a raw key ‖k̃‖ < "
+                 f"{SHORT_KEY * DIRECTION_EPS:g}, too short for k to be a unit vector (the "
+                 "gate then acts as β‖k‖²)", fontsize=8)
     fig.tight_layout()
     return fig
 
 
 @styled
-def determinant_plot(dets: Mapping[str, np.ndarray]) -> Figure:
-    """Distribution of ``log10|Π(1 − β_l)|`` per stack, split by the determinant's sign."""
+def determinant_plot(dets: Mapping[str, np.ndarray], model: str) -> Figure:
+    """Distribution of ``log10|Π(1 − β_l)|`` of one Delta row per task, split by the
+    determinant's sign."""
     fig = Figure(figsize=(max(4.0, 0.9 * len(dets) + 2), 3.2))
     ax = fig.subplots()
     for i, det in enumerate(dets.values()):
@@ -179,22 +301,29 @@ def determinant_plot(dets: Mapping[str, np.ndarray]) -> Figure:
                    rasterized=True)
     labels = [f"{title}\n{(det < 0).mean():.0%} negative" for title, det in dets.items()]
     ax.set_xticks(range(len(dets)), labels, rotation=30, ha="right")
-    ax.set(ylabel="log10 |det Π(I − β k kᵀ)|", title="Depth product of the shortcuts")
+    ax.set(ylabel="log10 |det Π(I − β k kᵀ)|",
+           title=f"depth product of the shortcuts of {model}, per task")
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return fig
 
 
 @styled
-def phase_portraits(panels: Mapping[str, tuple[np.ndarray, np.ndarray]],
-                    train_steps: int | None = None) -> Figure:
+def phase_portraits(panels: Mapping[str, tuple[np.ndarray, np.ndarray]], task: str,
+                    train_steps: int | None = None,
+                    state_names: Sequence[str] | None = None) -> Figure:
     """Predicted depth trajectories against the ground truth in the first two coordinates.
 
     Args:
         panels: model → (predictions, truth), each ``(S, steps, ≥2)`` for S samples; a
             model that extrapolates is drawn over its longer split.
+        task: the task's label.
         train_steps: where the training horizon ends (marked; later steps extrapolate).
+        state_names: the task's names of its state coordinates (default ``x1``, ``x2``).
     """
+    names = tuple(state_names or ())[:2]
+    if len(names) < 2:
+        names = ("x1", "x2")
     fig, axes = _grid(len(panels), width=2.8, height=2.8)
     for ax, (model, (pred, truth)) in zip(axes, panels.items(), strict=True):
         for s in range(truth.shape[0]):
@@ -203,90 +332,148 @@ def phase_portraits(panels: Mapping[str, tuple[np.ndarray, np.ndarray]],
             ax.plot(pred[s, :, 0], pred[s, :, 1], color=color, lw=1.2)
             if train_steps is not None and train_steps < pred.shape[1]:
                 ax.plot(*pred[s, train_steps - 1, :2], "o", color=color, ms=3)
-        ax.set(title=model, xlabel="state 1 (q)", ylabel="state 2 (p)")
+        ax.set(title=f"{model} on {task}", xlabel=names[0], ylabel=names[1])
         ax.set_aspect("equal", adjustable="datalim")
-    note = "solid: model, dashed: truth"
+    note = "solid: model, dashed: truth, one colour per test sample"
     if train_steps is not None:
         note += "; dot: end of the training horizon"
-    fig.suptitle(note, fontsize=8)
+    fig.suptitle(f"{task}: depth trajectories\n{note}", fontsize=8)
     fig.tight_layout()
     return fig
 
 
 @styled
-def depth_profiles(profiles: Mapping[str, Mapping[str, np.ndarray]], ylabel: str) -> Figure:
+def depth_profiles(profiles: Mapping[str, Mapping[str, np.ndarray]], ylabel: str,
+                   colors: Mapping[str, str] | None = None) -> Figure:
     """One panel per task: a per-depth quantity (mean over samples) for every model."""
     fig, axes = _grid(len(profiles))
-    colors = model_colors(profiles)
+    colors = colors or model_colors(profiles)
     for ax, (task, by_model) in zip(axes, profiles.items(), strict=True):
         for model, values in by_model.items():
-            ax.plot(np.arange(len(values)), values, color=colors[model], label=model, lw=1.2)
+            ax.plot(np.arange(len(values)), values, color=colors[model], lw=1.2,
+                    marker="o" if len(values) < 3 else None, ms=4)
         ax.set(title=task, xlabel="depth step", ylabel=ylabel)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    drawn = {m for by_model in profiles.values() for m in by_model}
+    legend_below(fig, _model_handles(colors, drawn))
     return fig
+
+
+def _finite_curve(seeds: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The x values and the per-seed y values ``(seeds, P)`` of the points every seed has,
+    those with a finite y in some seed kept; None when no point is left."""
+    n = min(len(c) for c in seeds)
+    stacked = np.stack([np.asarray(c[:n], float) for c in seeds])  # (seeds, P, 2)
+    keep = np.isfinite(stacked[:, :, 1]).any(0) & np.isfinite(stacked[0, :, 0])
+    if not keep.any():
+        return None
+    return stacked[0, keep, 0], stacked[:, keep, 1]
+
+
+def _series(ax: Axes, xs: np.ndarray, ys: np.ndarray, color: str) -> None:
+    """A mean line over seeds with its min–max band; a series of one or two points is drawn
+    as markers with whiskers, so that it shows."""
+    with np.errstate(all="ignore"):
+        mean, low, high = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+    if len(xs) < 3:
+        ax.errorbar(xs, mean, yerr=np.stack([mean - low, high - mean]), fmt="o-", ms=4,
+                    lw=1.2, capsize=2, color=color)
+        return
+    ax.plot(xs, mean, color=color, lw=1.2)
+    if len(ys) > 1:
+        ax.fill_between(xs, low, high, color=color, alpha=0.2, lw=0)
+
+
+def _step_axis(ax: Axes, xs: Iterable[float]) -> None:
+    """A training-step axis from 0 to the last step drawn, whatever the points' spread (one
+    point at step 50 would otherwise span 48–52)."""
+    last = max((float(x) for x in xs if np.isfinite(x)), default=1.0)
+    ax.set_xlim(0, last * 1.05 if last > 0 else 1.0)
 
 
 @styled
 def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric: Mapping[str, str],
-                    x: str = "step") -> Figure:
-    """Val metric against training step (or cumulative FLOPs), with seed bands.
+                    x: str = "step", colors: Mapping[str, str] | None = None) -> Figure:
+    """Val metric against training step (or cumulative FLOPs), with seed bands, one legend
+    for all panels below them; a model with no finite val metric is named under it.
 
     Args:
         curves: task → model → per-seed ``(P, 2)`` arrays of (x, val metric).
         metric: task → metric name (axis label).
         x: ``"step"`` or ``"FLOPs"`` (axis label only; the arrays carry the values).
+        colors: model → colour (default: :func:`model_colors`).
     """
     fig, axes = _grid(len(curves))
-    colors = model_colors(curves)
+    colors = colors or model_colors(curves)
+    drawn: set[str] = set()
+    missing: set[str] = set()
     for ax, (task, by_model) in zip(axes, curves.items(), strict=True):
+        xs_all: list[float] = []
+        ys_all: list[float] = []
         for model, seeds in by_model.items():
-            n = min(len(c) for c in seeds)
-            stacked = np.stack([c[:n] for c in seeds])  # (seeds, P, 2)
-            xs, ys = stacked[0, :, 0], stacked[:, :, 1]
-            ax.plot(xs, ys.mean(0), color=colors[model], label=model, lw=1.2)
-            if len(seeds) > 1:
-                ax.fill_between(xs, ys.min(0), ys.max(0), color=colors[model], alpha=0.2)
+            found = _finite_curve(seeds)
+            if found is None:
+                missing.add(f"{model} on {task}")
+                continue
+            xs, ys = found
+            _series(ax, xs, ys, colors[model])
+            drawn.add(model)
+            xs_all += xs.tolist()
+            ys_all += ys[np.isfinite(ys)].tolist()
         ax.set(title=task, xlabel="training step" if x == "step" else "training FLOPs",
                ylabel=f"val {metric[task]}")
-        if metric[task] == "mse":
-            ax.set_yscale("log")
-        if x != "step":
-            ax.set_xscale("log")
-        ax.legend(fontsize=7)
-    fig.suptitle("line: mean over seeds; band: min–max over seeds", fontsize=8)
-    fig.tight_layout()
+        if metric[task] == "mse" and any(v > 0 for v in ys_all):
+            log_axis(ax, "y", ys_all)
+        if x == "step":
+            _step_axis(ax, xs_all)
+        elif any(v > 0 for v in xs_all):
+            log_axis(ax, "x", xs_all)
+    note = "line: mean over seeds; band: min–max over seeds"
+    if missing:
+        note += "; no finite val metric, not drawn: " + ", ".join(sorted(missing))
+    legend_below(fig, _model_handles(colors, drawn), note)
     return fig
 
 
 @styled
 def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[float]]]],
-               metric: Mapping[str, str]) -> Figure:
+               metric: Mapping[str, str], colors: Mapping[str, str] | None = None) -> Figure:
     """Per task, every model's test metric: each finished seed, and their mean with its
     95% CI, so that a bimodal result (two seeds solved, one not) shows as such.
 
-    Points, not bars, so that a log axis (MSE) does not exaggerate.
+    Points, not bars, so that a log axis (MSE) does not exaggerate; the models down the
+    side, so that their names never overlap; each interval clipped to the metric's range
+    (:data:`METRIC_RANGE`; on a log axis, to the lowest point drawn).
 
     Args:
         tables: task → model → (mean, CI half-width; 0 for a single seed, per-seed values).
         metric: task → metric name.
+        colors: model → colour (default: :func:`model_colors`).
     """
-    fig, axes = _grid(len(tables))
-    colors = model_colors(tables)
+    most = max((len(by_model) for by_model in tables.values()), default=1)
+    fig, axes = _grid(len(tables), width=3.6, height=0.8 + 0.28 * most, cols=3)
+    colors = colors or model_colors(tables)
     for ax, (task, by_model) in zip(axes, tables.items(), strict=True):
         names = list(by_model)
-        for x, name in enumerate(names):
+        values = np.array([v for m in names for v in (*by_model[m][2], by_model[m][0])], float)
+        finite = values[np.isfinite(values)]
+        low, high = METRIC_RANGE.get(metric[task], (-np.inf, np.inf))
+        log = metric[task] == "mse" and finite.size > 0 and bool(np.all(finite > 0))
+        if log:
+            low = max(low, float(finite.min()) / 2)
+        for y, name in enumerate(names):
             mean, half, seeds = by_model[name]
-            ax.scatter(np.full(len(seeds), x + 0.18), seeds, s=12, facecolors="none",
+            ax.scatter(seeds, np.full(len(seeds), y + 0.22), s=12, facecolors="none",
                        edgecolors=colors[name], linewidths=0.9)
-            ax.errorbar(x, mean, yerr=half, fmt="o", ms=6, capsize=3, color=colors[name])
-        ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
-        ax.set(title=task, ylabel=f"test {metric[task]}")
-        values = np.array([v for m in names for v in by_model[m][2]], dtype=float)
-        if metric[task] == "mse" and np.all(values[np.isfinite(values)] > 0):
-            ax.set_yscale("log")
-    fig.suptitle("filled: mean over finished seeds with 95% CI (none for one seed); "
-                 "hollow: each seed", fontsize=8)
+            ax.errorbar(mean, y, xerr=clipped_error(mean, half, low, high), fmt="o", ms=6,
+                        capsize=3, color=colors[name])
+        ax.set_yticks(range(len(names)), names)
+        ax.set_ylim(len(names) - 0.5, -0.6)
+        ax.set(title=task, xlabel=f"test {metric[task]}")
+        if log:
+            log_axis(ax, "x", finite)
+    fig.suptitle("filled: mean over finished seeds with 95% CI (none for one seed), cut at "
+                 "the metric's range (on a log axis, at half the lowest point); hollow: each "
+                 "seed", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -339,18 +526,26 @@ def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure
 
 
 @styled
-def nfe_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]]) -> Figure:
-    """ODE function evaluations per forward pass over training, one panel per task."""
+def nfe_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]],
+               colors: Mapping[str, str] | None = None) -> Figure:
+    """ODE function evaluations per forward pass over training, one panel per task; a row
+    evaluated once (its curve one point) shows as a marker, the axis from step 0."""
     fig, axes = _grid(len(curves))
-    colors = model_colors(curves)
+    colors = colors or model_colors(curves)
+    drawn: set[str] = set()
     for ax, (task, by_model) in zip(axes, curves.items(), strict=True):
+        steps: list[float] = []
         for model, seeds in by_model.items():
-            for i, c in enumerate(seeds):
-                ax.plot(c[:, 0], c[:, 1], color=colors[model], lw=1.0,
-                        label=model if i == 0 else None)
+            found = _finite_curve(seeds)
+            if found is not None:
+                _series(ax, *found, colors[model])
+                drawn.add(model)
+                steps += found[0].tolist()
         ax.set(title=task, xlabel="training step", ylabel="NFE per forward pass")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        _step_axis(ax, steps)
+        ax.set_ylim(bottom=0)
+    legend_below(fig, _model_handles(colors, drawn),
+                 "mean over seeds; band or whiskers: min–max over seeds")
     return fig
 
 
@@ -371,11 +566,13 @@ def _knob_axis(ax, values: Sequence[float], knob: str) -> None:
 @styled
 def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]],
               gates: Mapping[str, Mapping[tuple[str, str], tuple[Curve, Curve]]], knob: str,
-              metric: str, higher_is_better: bool) -> Figure:
+              metric: str, higher_is_better: bool,
+              colors: Mapping[str, str] | None = None) -> Figure:
     """One row per setting: the paired test-metric difference model − control against the
     knob, with 95% CIs and each curve's crossover in its legend (a dotted line where it
     lies); beside it, where gates were probed, the Delta stacks' gate use against the knob.
-    A curve, and a stack, has one colour in every row.
+    A curve has the colour of its model, and one style per control, in every row; the
+    gate shares' intervals are clipped to [0, 1].
 
     Args:
         differences: setting → ``"model − control"`` → ((values, means, CI half-widths),
@@ -383,13 +580,18 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
         gates: setting → (stack, regime) → (the share of gates in the regime at the steps
             of that event, the share at steps without an event), each a curve.
         knob, metric, higher_is_better: axis labels and the sign of a win.
+        colors: model → colour (default: one per model of the figure, sorted).
     """
     settings = list(differences)
     columns = 2 if any(gates.get(s) for s in settings) else 1
     fig = Figure(figsize=(6.2 * columns, 5.2 * len(settings)))
     axes = fig.subplots(len(settings), columns, squeeze=False)
-    colors = model_colors(differences)
-    gate_colors = model_colors({s: {m: None for m, _ in g} for s, g in gates.items()})
+    names = list(dict.fromkeys(n for curves in differences.values() for n in curves))
+    models = {n: n.split(" − ")[0] for n in names}
+    stacks = {m for g in gates.values() for m, _ in g}
+    colors = colors or row_colors([*models.values(), *stacks])
+    styles = {n: ("o-", "s--", "^:", "D-.")[[k for k in names if models[k] == models[n]]
+                                            .index(n) % 4] for n in names}
     better = "above" if higher_is_better else "below"
     legend = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncol": 2}
     for row, setting in zip(axes, settings, strict=True):
@@ -397,10 +599,11 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
         means = np.array([m for (_, ms, _), _ in curves.values() for m in ms], dtype=float)
         scale = np.abs(means[np.isfinite(means) & (means != 0)])
         for name, ((values, mean, half), star) in curves.items():
-            left.errorbar(values, mean, yerr=half, fmt="o-", ms=4, lw=1.2, capsize=3,
-                          color=colors[name], label=f"{name}: {star_text(star, knob)}")
+            color = colors[models[name]]
+            left.errorbar(values, mean, yerr=half, fmt=styles[name], ms=4, lw=1.2, capsize=3,
+                          color=color, label=f"{name}: {star_text(star, knob)}")
             if star is not None:
-                left.axvline(star, color=colors[name], lw=0.9, ls=":")
+                left.axvline(star, color=color, lw=0.9, ls=":")
         left.axhline(0.0, color="black", lw=0.8)
         if scale.size:  # linear within a decade of 0, its ticks a decade's height apart
             decade = 10.0 ** np.floor(np.log10(np.percentile(scale, 10)))
@@ -419,8 +622,8 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
             for (values, mean, half), style, where in zip(
                     pair, ("o-", "s--"), ("at its events", "elsewhere"), strict=True):
                 if len(values):
-                    right.errorbar(values, mean, yerr=half, fmt=style, ms=3.5, lw=1.1,
-                                   capsize=2, color=gate_colors[model],
+                    right.errorbar(values, mean, yerr=clipped_error(mean, half, 0.0, 1.0),
+                                   fmt=style, ms=3.5, lw=1.1, capsize=2, color=colors[model],
                                    label=f"{model}: {regime} {where}")
         _knob_axis(right, [v for pair in gates[setting].values() for c in pair for v in c[0]],
                    knob)
@@ -443,8 +646,9 @@ def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, S
     shaded.
 
     Args:
-        settings: setting → (curve name → (values, means, CI half-widths), knob value → the
-            mean β of every sublayer, attention and MLP alternating).
+        settings: task and setting → (curve name → (values, means, CI half-widths), knob
+            value → the mean β of every sublayer, attention and MLP alternating); shares'
+            intervals are clipped to [0, 1].
         model, knob: the row's label and the knob's name.
     """
     fig = Figure(figsize=(11.0, 4.2 * len(settings)))
@@ -457,10 +661,10 @@ def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, S
         for name, (values, mean, half) in curves.items():
             if len(values):
                 fmt, color = styles[name]
-                left.errorbar(values, mean, yerr=half, fmt=fmt, ms=4, lw=1.2, capsize=3,
-                              color=color, label=name)
+                left.errorbar(values, mean, yerr=clipped_error(mean, half, 0.0, 1.0), fmt=fmt,
+                              ms=4, lw=1.2, capsize=3, color=color, label=name)
         _knob_axis(left, [v for values, _, _ in curves.values() for v in values], knob)
-        left.set(title=f"{model}{f' ({setting})' if setting else ''}: query tokens",
+        left.set(title=f"{model} on {setting}: query tokens",
                  ylabel="share (mean, 95% CI over seeds)", ylim=(-0.02, 1.02))
         left.legend(**legend)
         low, high = REGIME_BOUNDS[1], REGIME_BOUNDS[2]
@@ -472,7 +676,8 @@ def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, S
                        label=f"{knob} = {value:g}")
             right.set_xticks(layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}"
                                       for j in layers], fontsize=7)
-        right.set(title="mean gate of every sublayer at query tokens", ylabel="β",
+        right.set(title=f"{model} on {setting}: mean gate of every sublayer at query "
+                        "tokens", ylabel="β",
                   ylim=(0, 2))
         right.legend(**legend)
     fig.tight_layout()

@@ -11,6 +11,8 @@ missing, so a probe killed midway is done again; a run folder that cannot take t
 
 from __future__ import annotations
 
+import sys
+import time
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from tqdm.auto import tqdm
 
 from .._task import Task
 from ..experiment.config import COUNTED
+from ..experiment.runner import _one_thread as one_thread
 from ..experiment.store import RunResult, load_trained, model_path, write_atomically
 from ..models.base import DepthModel
 from ..models.delta import DeltaProbe
@@ -113,18 +116,29 @@ def _gate_arrays(probe: DeltaProbe) -> dict[str, np.ndarray]:
 
 def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = True) -> int:
     """Probe every cell the report shows whose probe is not cached (:func:`cached_probe`);
-    returns how many were probed."""
+    returns how many were probed. With ``progress``, a bar says what it does, with its time
+    and the time left, and a last line how long it took."""
     run = run if isinstance(run, Run) else load_run(run)
     run_dir = run.run_dir
     todo = [r for r in usable_rows(run) if cached_probe(run_dir, r.key) is None]
-    for row in tqdm(todo, desc="probing", disable=not progress or not todo, leave=False):
-        task, model = load_trained(run_dir, row.key)
-        arrays = probe_model(task, model, row.seed, n)
-        path = probe_path(run_dir, row.key)
-        try:
-            write_atomically(path, lambda file, arrays=arrays: np.savez_compressed(file, **arrays))
-        except OSError:  # read-only storage, no permission, a full disk: the cache is a cache
-            _UNSAVED[path.resolve()] = arrays
+    shown = progress and bool(todo)
+    what = (f"probing {len(todo)} trained models on {n} test samples each (gates, states, "
+            f"predictions; once, cached in {probe_path(run_dir, '').parent})")
+    start = time.perf_counter()
+    with one_thread():  # as in training: several threads on a busy machine are 10× slower
+        for row in tqdm(todo, desc=what, disable=not shown, leave=False, unit="model",
+                        bar_format="{desc}: {n}/{total} [{elapsed}<{remaining}]"):
+            task, model = load_trained(run_dir, row.key)
+            arrays = probe_model(task, model, row.seed, n)
+            path = probe_path(run_dir, row.key)
+            try:
+                write_atomically(path, lambda file, arrays=arrays: np.savez_compressed(
+                    file, **arrays))
+            except OSError:  # read-only storage, no permission, a full disk: a cache
+                _UNSAVED[path.resolve()] = arrays
+    if shown:
+        print(f"probed {len(todo)} trained models in {time.perf_counter() - start:.1f} s",
+              file=sys.stderr)
     return len(todo)
 
 
