@@ -245,8 +245,7 @@ class Cell:
 
     @property
     def key(self) -> str:
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return cell_key(self.to_dict())
 
     def build(self) -> tuple[Task, torch.nn.Module]:
         """The task and a freshly initialised model (``torch.manual_seed(seed)`` first)."""
@@ -280,6 +279,12 @@ class ExperimentConfig:
     description: str = ""
     source: str = "<dict>"
     text: str = ""
+
+
+def cell_key(config: Mapping[str, Any]) -> str:
+    """The key of a cell from its :meth:`Cell.to_dict` (or that dict as a row stores it)."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def coerce(value: Any, default: Any, hint: Any) -> Any:
