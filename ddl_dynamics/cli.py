@@ -22,7 +22,7 @@ from ._task import TASKS, list_tasks
 from .analysis.figures import FIGURE_KINDS, make_figures
 from .analysis.html import write_html_report
 from .analysis.report import RENDERERS, build_report, render, write_report
-from .experiment.bench import BENCH_PARTS, run_bench
+from .experiment.bench import BENCH_PARTS, bench_output, run_bench
 from .experiment.runner import run_experiment
 from .experiment.store import load_task_file
 from .models.base import MODELS
@@ -86,10 +86,10 @@ def _run(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected at least 1 timed repeat, got {args.repeats}")
+    path = bench_output(args.run_dir, args.output)
     results = run_bench(args.parts.split(","), args.experiment,
                         _only(args.only) if args.only else None, _seeds(args.seeds),
                         args.repeats)
-    path = Path(args.output) if args.output else Path(args.run_dir) / "bench.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
     print(f"\nbench: {path}")

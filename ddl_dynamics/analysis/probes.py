@@ -11,6 +11,7 @@ missing, so a probe killed midway is done again; a run folder that cannot take t
 
 from __future__ import annotations
 
+import warnings
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -115,6 +116,14 @@ def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = Tr
     returns how many were probed."""
     run = run if isinstance(run, Run) else load_run(run)
     run_dir = run.run_dir
+    missing = [r for r in run.selected()
+               if r.status in COUNTED and not model_path(run_dir, r.key).is_file()]
+    if missing:  # figures are drawn without them: say so, naming them
+        named = ", ".join(f"{r.task} × {r.model} seed {r.seed} ({r.key})" for r in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        warnings.warn(f"{run_dir}: {len(missing)} of {len(run.selected())} shown cells have no "
+                      f"stored weights (models/<key>.pt) and are left out of the figures: "
+                      f"{named}{more}", UserWarning, stacklevel=2)
     todo = [r for r in usable_rows(run) if cached_probe(run_dir, r.key) is None]
     for row in tqdm(todo, desc="probing", disable=not progress or not todo, leave=False):
         task, model = load_trained(run_dir, row.key)
