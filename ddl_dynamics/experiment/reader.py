@@ -445,7 +445,12 @@ class _Parser:
         fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
         hints = typing.get_type_hints(TrainConfig)
         self.keys(data, list(fields), where)
-        return {k: self.coerce(v, fields[k], hints[k], f"{where}.{k}") for k, v in data.items()}
+        table = {k: self.coerce(v, fields[k], hints[k], f"{where}.{k}") for k, v in data.items()}
+        try:  # each value alone, here: the combined one is checked per cell
+            TrainConfig(**table)
+        except ValueError as err:
+            raise self.fail(where, str(err)) from None
+        return table
 
     def tune_table(self, data: Any, where: str) -> dict[str, tuple[Any, ...]]:
         """A grid: tunable training fields, each with a non-empty list of distinct values,
