@@ -369,7 +369,8 @@ def outcome(run: Path) -> dict[str, tuple[object, ...]]:
         weights = torch.load(model_path(run, row.key), weights_only=True)
         found[row.key] = (row.status, row.metrics["train"], row.metrics["val"],
                           row.metrics["test"], row.metrics["ensemble"],
-                          row.metrics["ensemble_id"], {k: v.tolist() for k, v in weights.items()})
+                          row.metrics.get("ensemble_id"),
+                          {k: v.tolist() for k, v in weights.items()})
     return found
 
 
