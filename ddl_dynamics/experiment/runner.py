@@ -387,7 +387,9 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
                 while alone and suspects:
                     group = suspects.popleft()
                     try:
-                        finished(pool.submit(run_cells, group).result())
+                        with _deferred_interrupt():
+                            future = pool.submit(run_cells, group)
+                        finished(future.result())
                     except BrokenProcessPool:
                         finished(_crashed(group))
                         raise
@@ -396,7 +398,8 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
                         if not (group := queue.take(block=not running)):
                             break
                         try:
-                            running[pool.submit(run_cells, group)] = group
+                            with _deferred_interrupt():  # a worker it starts is the pool's
+                                running[pool.submit(run_cells, group)] = group
                         except BrokenProcessPool:  # broke since the last wait: keep the group
                             suspects.append(group)
                             raise
@@ -419,6 +422,24 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
                         suspects.append(group)
         if not alone and not suspects:
             return
+
+
+@contextlib.contextmanager
+def _deferred_interrupt() -> Iterator[None]:
+    """Hold a Ctrl-C until the block ends: a worker process being started is then in the
+    pool's list when the pool is stopped, never a half-started one that outlives the run
+    (and prints a traceback when the run's semaphores are gone)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    before = signal.signal(signal.SIGINT, lambda number, frame: caught.append((number, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+        if caught and callable(before):
+            before(*caught[0])
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
