@@ -5,10 +5,10 @@ names and options, wrong types, non-finite numbers, seeds outside 0 ≤ seed < 2
 twice, a name or label that cannot name a file (:func:`~.config.check_name`), baselines
 that name each other in a circle, sizes and budgets beyond any sane run
 (:func:`~.config.check_limit`), values that a task or model constructor rejects, and tasks
-that fail :func:`check_task` all raise one :class:`ConfigError` naming the file, the key
+that fail :func:`check_task` are each a :class:`ConfigError` naming the file, the key
 path and the closest valid name (see :mod:`.cells` for how options resolve,
-``match_params`` and ``baseline``); so do a byte-order mark and nesting deeper than
-:data:`MAX_NESTING`.
+``match_params`` and ``baseline``), and every one a file has is raised at once, in one
+error; a byte-order mark and nesting deeper than :data:`MAX_NESTING` fail alone.
 
 A task entry *sweeps* a spec field by giving a list of values::
 
