@@ -345,6 +345,16 @@ class SequenceTask(Task):
         """The targets of ``tokens``: int64 ``(n, T)``, :data:`IGNORE_INDEX` where unscored."""
 
 
+def _supervise_hint(task: Task, dims: int) -> str:
+    """The fix when a task's targets have the other supervision's shape."""
+    other = {2: "final", 3: "trajectory"}.get(dims)
+    if other is None or other == task.supervise:
+        return ""
+    per = "every depth step" if other == "trajectory" else "the final state only"
+    return (f"; the targets supervise {per}: set supervise = {other!r} on "
+            f"{type(task).__name__} (a class attribute)")
+
+
 def register_task(name: str, task: type[Task] | None = None) -> Any:
     """Register a :class:`Task` subclass under ``name`` (also as ``@register_task("name")``)."""
     return TASKS.register(name, task)
@@ -407,6 +417,7 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> N
             if tuple(data.targets.shape) != want:
                 raise TaskCheckError(
                     f"{name}[{split}]: targets {tuple(data.targets.shape)} != {want}"
+                    + _supervise_hint(task, data.targets.dim())
                 )
             if task.control_dim:
                 if data.controls is None:

@@ -133,14 +133,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .experiment.bench import run_bench
+    from .experiment.bench import bench_output, run_bench
 
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected at least 1 timed repeat, got {args.repeats}")
+    path = bench_output(args.run_dir, args.output)
     results = run_bench(args.parts.split(","), args.experiment,
                         _only(args.only) if args.only else None, _seeds(args.seeds),
                         args.repeats)
-    path = Path(args.output) if args.output else Path(args.run_dir) / "bench.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
     print(f"\nbench: {path}")

@@ -480,11 +480,15 @@ def test_bad_tune_grids_fail_at_load_time(changes, fragment):
 
 
 def test_declared_comparisons_are_checked_and_kept():
-    cfg = config(comparisons=[{"model": "ddl", "control": "ddl-bmax1"},
-                              {"model": "ddl", "control": "resnet", "tasks": ["parity"],
-                               "split": "long", "requires": 0.99}])
+    tied = [{"name": "ddl", "label": "ddl-tied", "tied": True},
+            {"name": "resnet", "label": "resnet-tied", "tied": True}]
+    cfg = config(models=[*BASE["models"], *tied],
+                 comparisons=[{"model": "ddl", "control": "ddl-bmax1"},
+                              {"model": "ddl-tied", "control": "resnet-tied",
+                               "tasks": ["parity"], "split": "long", "requires": 0.99}])
     assert cfg.comparisons == (dd.ComparisonSpec("ddl", "ddl-bmax1"),
-                               dd.ComparisonSpec("ddl", "resnet", ("parity",), "long", 0.99))
+                               dd.ComparisonSpec("ddl-tied", "resnet-tied", ("parity",), "long",
+                                                 0.99))
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -120,6 +121,14 @@ def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = Tr
     and the time left, and a last line how long it took."""
     run = run if isinstance(run, Run) else load_run(run)
     run_dir = run.run_dir
+    missing = [r for r in run.selected()
+               if r.status in COUNTED and not model_path(run_dir, r.key).is_file()]
+    if missing:  # figures are drawn without them: say so, naming them
+        named = ", ".join(f"{r.task} × {r.model} seed {r.seed} ({r.key})" for r in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        warnings.warn(f"{run_dir}: {len(missing)} of {len(run.selected())} shown cells have no "
+                      f"stored weights (models/<key>.pt) and are left out of the figures: "
+                      f"{named}{more}", UserWarning, stacklevel=2)
     todo = [r for r in usable_rows(run) if cached_probe(run_dir, r.key) is None]
     shown = progress and bool(todo)
     what = (f"probing {len(todo)} trained models on {n} test samples each (gates, states, "

@@ -291,6 +291,12 @@ def _table(run: Run, task: str) -> TaskTable:
         problems += [Problem(model, a.seed, f"{a.status}, then retried",
                              f"{_attempt_at(row, a)}{a.message or 'no message'} "
                              f"(attempt of {a.created_at})") for a in row.attempts]
+        if row.ensembles:
+            problems.append(Problem(model, None, "seeds trained in different ensembles",
+                                    f"in {len(row.ensembles)} ensembles of "
+                                    f"{', '.join(map(str, row.ensembles))} cells (a resumed "
+                                    "run, or --seeds or --no-vectorize between runs): their "
+                                    "last bits differ by the float rounding of folding"))
         if row.older:
             problems.append(Problem(model, None, "older config left out",
                                     f"{row.older} cell(s) of an earlier version of this row's "

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .._task import make_task
-from ..experiment.config import DEFAULT_BASELINE, ComparisonSpec
+from ..experiment.config import COUNTED, DEFAULT_BASELINE, ComparisonSpec
 from ..experiment.store import Progress, RunResult, open_run
 from .verdicts import chosen_value, grid_value
 
@@ -63,9 +63,21 @@ class Row:
         return self.at(self.chosen)
 
     def chosen_text(self) -> str:
-        """``"lr=0.003"``, or empty when the row is not tuned."""
+        """``"lr=0.003"``, or empty when the row is not tuned (or "no grid value finished")."""
+        if self.grid and not any(c.status in COUNTED for c in self.cells):
+            return "no grid value finished"
         return ", ".join(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}"
                          for f, v in zip(self.grid, self.chosen, strict=True))
+
+    @property
+    def ensembles(self) -> list[int]:
+        """The sizes of the ensembles the selected cells trained in, where they trained in
+        more than one (their last bits differ by the float rounding of folding); empty
+        where they trained together, or alone each, or before ensembles were recorded."""
+        sizes = {c.metrics["ensemble_id"]: c.metrics.get("ensemble", 1)
+                 for c in self.selected if "ensemble_id" in c.metrics}
+        return sorted(sizes.values(), reverse=True) if len(sizes) > 1 and max(
+            sizes.values()) > 1 else []
 
     @property
     def baseline(self) -> str | None:
@@ -74,9 +86,18 @@ class Row:
 
     @property
     def described(self) -> dict[str, Any]:
-        """How the task's numbers read (``metric``, ``higher_is_better``), from any cell."""
-        return next((c.metrics for c in self.cells
-                     if {"metric", "higher_is_better"} & set(c.metrics)), {})
+        """How the task's numbers read (``metric``, ``higher_is_better``), from any cell, or
+        from the task itself where no cell was scored (every one failed)."""
+        found = next((c.metrics for c in self.cells
+                      if {"metric", "higher_is_better"} & set(c.metrics)), None)
+        if found is not None:
+            return found
+        config = self.cells[0].config
+        try:
+            task = make_task(config["task"], **config.get("spec", {}))
+        except (KeyError, TypeError, ValueError):  # a hand-made or foreign config
+            return {}
+        return {"metric": task.metric_name, "higher_is_better": task.higher_is_better}
 
     @cached_property
     def higher_is_better(self) -> bool:
@@ -175,9 +196,16 @@ def recorded_comparisons(text: str) -> tuple[ComparisonSpec, ...]:
             data = json.loads(text)
         except json.JSONDecodeError:
             return ()
+    entries = data.get("comparisons", [])
+    for i, c in enumerate(entries if isinstance(entries, list) else [entries]):
+        missing = [key for key in ("model", "control") if not isinstance(c, dict)
+                   or not isinstance(c.get(key), str)]
+        if missing:
+            raise ValueError(f"damaged experiment record: its comparisons[{i}] has no "
+                             f"{missing[0]!r} label (the run checked it when it started)")
     return tuple(ComparisonSpec(c["model"], c["control"], tuple(c.get("tasks", ())),
                             c.get("split", "test"), c.get("requires"))
-                 for c in data.get("comparisons", []) if isinstance(c, dict))
+                 for c in entries)
 
 
 def in_tasks(label: str, names: Sequence[str]) -> bool:

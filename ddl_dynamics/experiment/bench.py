@@ -35,6 +35,7 @@ from ..models.delta_kernels import choose_backend
 from ..models.ensemble import Ensemble, alone, fold
 from ..models.operator import delta_update, normalize_direction, shortcut_matrix, write_update
 from ..models.params import count_parameters
+from .cells import expand_cells
 from .config import ExperimentConfig, TrainConfig
 from .reader import load_experiment
 from .runner import run_experiment
@@ -681,6 +682,23 @@ def format_suite_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: The most timed repeats per call: beyond it a typo would time for days.
+MAX_REPEATS = 10_000
+
+
+def bench_output(run_dir: str | Path, output: str | Path | None) -> Path:
+    """Where :func:`run_bench`'s JSON goes (``output``, else ``run_dir/bench.json``), checked
+    before anything is timed: ``ValueError`` where a folder on the way is a file."""
+    path = Path(output) if output else Path(run_dir) / "bench.json"
+    for folder in (path.parent, *path.parent.parents):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder}: a file, not a folder; give another "
+                             f"{'--output' if output else '--run-dir'}")
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder, not a file; give another --output")
+    return path
+
+
 #: The parts of :func:`run_bench`, in the order they run.
 BENCH_PARTS = ("operator", "steps", "ode", "scaling", "suite", "cuda")
 
@@ -707,6 +725,14 @@ def run_bench(
     unknown = sorted(set(parts) - set(BENCH_PARTS))
     if unknown:
         raise ValueError(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCH_PARTS)}")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise ValueError(f"--repeats: expected 1 to {MAX_REPEATS:,} timed repeats (more would "
+                         f"time for days), got {repeats}")
+    suite: ExperimentConfig | None = None
+    if "suite" in parts or ("cuda" in parts and torch.cuda.is_available()):
+        # checked before anything is timed, so that a typo fails at once, not at the end
+        suite = load_experiment(experiment)
+        expand_cells(suite, seeds=seeds, only=only)
     results: dict[str, Any] = {"torch": torch.__version__, "threads": 1, "load": machine_load()}
     devices = [("cpu", torch.float32)] if set(parts) - {"cuda"} else []
     if "cuda" in parts:
@@ -752,7 +778,8 @@ def run_bench(
             subset = f" ({only})" if only else ""
             echo(f"\n{device}: wall time of {experiment}{subset}")
             into["suite_of"] = {"experiment": str(experiment), "only": only, "seeds": seeds}
-            into["suite"] = bench_suite(experiment, only, seeds, device=device, bf16=cuda)
+            into["suite"] = bench_suite(suite or experiment, only, seeds, device=device,
+                                        bf16=cuda)
             echo(format_suite_table(into["suite"]))
     results["load_after"] = machine_load()
     return results

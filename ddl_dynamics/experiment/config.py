@@ -15,7 +15,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -53,16 +53,38 @@ MAX_EXAMPLES = 10**7
 MAX_DEPTH = 1000
 MAX_WIDTH = 10**5
 MAX_PARAMS = 10**9
+#: Sequence length of any split, and tokens of a split's whole data (examples × length).
+MAX_LENGTH = 10**5
+MAX_TOKENS = 10**8
+#: Cells one row trains per seed: combinations of its grid values, and of a task's sweep.
+MAX_GRID = 10**4
 NO_LIMITS = "DDL_DYNAMICS_NO_LIMITS"
 
 
 
 class ConfigError(ValueError):
-    """An experiment file (or dict) is invalid; the message names file, key and fix."""
+    """An experiment file (or dict) is invalid; the message names file, key and fix.
+
+    ``errors`` lists each problem found (one, unless :meth:`of` gathered several), so that a
+    file with many mistakes is fixed in one pass."""
 
     def __init__(self, source: str, where: str, message: str) -> None:
         self.source, self.where = source, where
+        self.errors: tuple[ConfigError, ...] = (self,)
         super().__init__(f"{source}: {where}: {message}" if where else f"{source}: {message}")
+
+    @classmethod
+    def of(cls, errors: Sequence[ConfigError]) -> ConfigError:
+        """One error listing every one of ``errors`` (each once, in order)."""
+        unique = list({str(e): e for e in errors}.values())
+        if len(unique) == 1:
+            return unique[0]
+        source = unique[0].source
+        listed = "; ".join(f"({i}) {str(e).removeprefix(f'{source}: ')}"
+                           for i, e in enumerate(unique, 1))
+        combined = cls(source, "", f"{len(unique)} errors: {listed}")
+        combined.errors = tuple(unique)
+        return combined
 
 
 class ConfigWarning(UserWarning):
@@ -115,6 +137,8 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
         check_limit(f"steps = {self.steps}", self.steps, MAX_STEPS)
+        if self.ode_max_steps is not None:
+            check_limit(f"ode_max_steps = {self.ode_max_steps}", self.ode_max_steps, MAX_STEPS)
         for name in ("batch_size", "n_train", "n_test", "n_val"):
             check_limit(f"{name} = {getattr(self, name)}", getattr(self, name), MAX_EXAMPLES)
         try:
@@ -221,8 +245,7 @@ class Cell:
 
     @property
     def key(self) -> str:
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return cell_key(self.to_dict())
 
     def build(self) -> tuple[Task, torch.nn.Module]:
         """The task and a freshly initialised model (``torch.manual_seed(seed)`` first)."""
@@ -256,6 +279,12 @@ class ExperimentConfig:
     description: str = ""
     source: str = "<dict>"
     text: str = ""
+
+
+def cell_key(config: Mapping[str, Any]) -> str:
+    """The key of a cell from its :meth:`Cell.to_dict` (or that dict as a row stores it)."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def coerce(value: Any, default: Any, hint: Any) -> Any:

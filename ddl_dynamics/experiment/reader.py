@@ -5,10 +5,10 @@ names and options, wrong types, non-finite numbers, seeds outside 0 ≤ seed < 2
 twice, a name or label that cannot name a file (:func:`~.config.check_name`), baselines
 that name each other in a circle, sizes and budgets beyond any sane run
 (:func:`~.config.check_limit`), values that a task or model constructor rejects, and tasks
-that fail :func:`check_task` all raise one :class:`ConfigError` naming the file, the key
+that fail :func:`check_task` are each a :class:`ConfigError` naming the file, the key
 path and the closest valid name (see :mod:`.cells` for how options resolve,
-``match_params`` and ``baseline``); so do a byte-order mark and nesting deeper than
-:data:`MAX_NESTING`.
+``match_params`` and ``baseline``), and every one a file has is raised at once, in one
+error; a byte-order mark and nesting deeper than :data:`MAX_NESTING` fail alone.
 
 A task entry *sweeps* a spec field by giving a list of values::
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import tomllib
 import types
 import typing
@@ -38,6 +39,7 @@ from .._task import TASKS, list_tasks
 from ..models.base import MODELS, list_models
 from .cells import check_experiment, model_options, named_entries, references
 from .config import (
+    MAX_GRID,
     TASK_DIMS,
     TUNABLE,
     ComparisonSpec,
@@ -48,6 +50,7 @@ from .config import (
     TaskEntry,
     TrainConfig,
     check_label,
+    check_limit,
     check_name,
     check_seeds,
     coerce,
@@ -60,8 +63,10 @@ MAX_NESTING = 32
 def load_experiment(path: str | Path) -> ExperimentConfig:
     """Read and validate an experiment TOML file (raises :class:`ConfigError`)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(str(path), "", "no such file")
+    if not path.is_file():  # a folder, a device or a FIFO (which reading would block on)
+        raise ConfigError(str(path), "", "not a regular file; give an experiment TOML file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
@@ -97,6 +102,9 @@ class _Parser:
 
     def __init__(self, source: str) -> None:
         self.source = source
+        self.errors: list[ConfigError] = []
+        #: Sections with an entry that failed: a label missing from them may be its.
+        self.unsure: set[str] = set()
 
     def fail(self, where: str, message: str) -> ConfigError:
         return ConfigError(self.source, where, message)
@@ -136,51 +144,118 @@ class _Parser:
         return tuple(value)
 
     def experiment(self, data: Mapping[str, Any], text: str) -> ExperimentConfig:
+        """The whole file, every entry checked even after another fails: the errors found
+        are raised together (:meth:`ConfigError.of`)."""
         data = self.table(data, "")
         self.keys(data, ("name", "description", "seeds", "defaults", "tasks", "models",
                          "overrides", "comparisons", "baseline"), "")
-        try:
-            seeds = check_seeds(data.get("seeds", [0]))
-        except ValueError as err:
-            raise self.fail("seeds", str(err)) from None
-        name = self.string(data, "name", "", "experiment")
-        name = self.name(name, "name", lambda n: check_name(n, "it names the run folder "
-                                                               "runs/<name>"))
-        defaults = self.table(data.get("defaults", {}), "defaults")
-        self.keys(defaults, ("model", "train", "tune"), "defaults")
-        tasks = tuple(entry for i, t in enumerate(self.entries(data, "tasks"))
-                      for entry in self.task_entries(t, f"tasks[{i}]"))
-        models = tuple(self.model_entry(m, f"models[{i}]", tasks)
-                       for i, m in enumerate(self.entries(data, "models")))
+        seeds = self.collect(self.seeds, data.get("seeds", [0]))
+        name = self.collect(lambda: self.name(
+            self.string(data, "name", "", "experiment"), "name",
+            lambda n: check_name(n, "it names the run folder runs/<name>")))
+        defaults = self.collect(self.table, data.get("defaults", {}), "defaults") or {}
+        self.collect(self.keys, defaults, ("model", "train", "tune"), "defaults")
+        before = len(self.errors)
+        tasks = tuple(entry for i, t in enumerate(self.collect(self.entries, data, "tasks") or [])
+                      for entry in self.collect(self.task_entries, t, f"tasks[{i}]") or [])
+        if len(self.errors) > before:
+            self.unsure.add("tasks")
+        before = len(self.errors)
+        models = self.each(self.model_entry, self.collect(self.entries, data, "models"),
+                           "models", tasks)
+        if len(self.errors) > before:
+            self.unsure.add("models")
         for section, entries in (("tasks", tasks), ("models", models)):
             labels = [e.label for e in entries]
             for i, label in enumerate(labels):
                 if label in labels[:i]:
-                    raise self.fail(f"{section}.label",
-                                    f"duplicate label {label!r}; give each entry its own label")
-        option_names = {o for m in models for o in model_options(m.name)}
-        model_defaults = self.model_table(defaults.get("model", {}), "defaults.model",
-                                          option_names)
-        train_defaults = self.train_table(defaults.get("train", {}), "defaults.train")
-        tune_defaults = self.tune_table(defaults.get("tune", {}), "defaults.tune")
+                    self.errors.append(self.fail(
+                        f"{section}.label",
+                        f"duplicate label {label!r}; give each entry its own label"))
+        # where a model entry failed, its options are unknown: the names go unchecked
+        option_names = (None if "models" in self.unsure
+                        else {o for m in models for o in model_options(m.name)})
+        model_defaults = self.collect(self.model_table, defaults.get("model", {}),
+                                      "defaults.model", option_names) or {}
+        train_defaults = self.collect(self.train_table, defaults.get("train", {}),
+                                      "defaults.train") or {}
+        tune_defaults = self.collect(self.tune_table, defaults.get("tune", {}),
+                                     "defaults.tune") or {}
+        self.fixed_and_tuned(train_defaults, tune_defaults, "defaults")
         for i, entry in enumerate(tasks):
-            self.model_table(entry.model, f"tasks[{i}].model", option_names)
-        overrides = tuple(
-            self.override(o, f"overrides[{i}]", tasks, models, option_names)
-            for i, o in enumerate(data.get("overrides", []))
-        )
+            self.collect(self.model_table, entry.model, f"tasks[{i}].model", option_names)
+        overrides = self.each(self.override, self.collect(self.listed, data, "overrides"),
+                              "overrides", tasks, models, option_names)
+        comparisons = self.each(self.comparison, self.collect(self.listed, data, "comparisons"),
+                                "comparisons", tasks, models)
+        self.mirrors(comparisons)
+        baseline = (self.collect(self.string, data, "baseline", "") if "baseline" in data
+                    else None)
+        description = self.collect(self.string, data, "description", "", "")
+        if self.errors:
+            raise ConfigError.of(self.errors)
         config = ExperimentConfig(
-            name=name,
-            description=self.string(data, "description", "", ""),
+            name=name, description=description,
             seeds=seeds, tasks=tasks, models=models, model_defaults=model_defaults,
             train_defaults=train_defaults, overrides=overrides, tune_defaults=tune_defaults,
-            comparisons=tuple(self.comparison(c, f"comparisons[{i}]", tasks, models)
-                              for i, c in enumerate(data.get("comparisons", []))),
-            baseline=self.string(data, "baseline", "") if "baseline" in data else None,
-            source=self.source, text=text,
+            comparisons=comparisons, baseline=baseline, source=self.source, text=text,
         )
         self.references(config)
+        if self.errors:
+            raise ConfigError.of(self.errors)
         return config
+
+    def collect(self, check: Callable[..., Any], *args: Any) -> Any:
+        """``check(*args)``, or None with its :class:`ConfigError` kept for the end."""
+        try:
+            return check(*args)
+        except ConfigError as err:
+            self.errors.extend(err.errors)
+            return None
+
+    def each(self, check: Callable[..., Any], items: Sequence[Any] | None, section: str,
+             *args: Any) -> tuple[Any, ...]:
+        """``check(item, "section[i]", *args)`` of every item that passes it."""
+        checked = (self.collect(check, item, f"{section}[{i}]", *args)
+                   for i, item in enumerate(items or []))
+        return tuple(c for c in checked if c is not None)
+
+    def seeds(self, value: Any) -> tuple[int, ...]:
+        try:
+            return check_seeds(value)
+        except ValueError as err:
+            raise self.fail("seeds", str(err)) from None
+
+    def listed(self, data: Mapping[str, Any], key: str) -> list[Any]:
+        """An optional array of tables (``[[overrides]]``, ``[[comparisons]]``)."""
+        value = data.get(key, [])
+        if not isinstance(value, list):
+            raise self.fail(key, f"expected [[{key}]] entries, got {type(value).__name__}")
+        return value
+
+    def fixed_and_tuned(self, train: Mapping[str, Any], tune: Mapping[str, Any],
+                        where: str) -> None:
+        """A field both fixed and searched at one level is a contradiction (which one wins
+        would be a silent guess)."""
+        for key in sorted(set(train) & set(tune)):
+            self.errors.append(self.fail(
+                f"{where}.tune.{key}", f"{key} is also fixed in {where}.train; fix it there "
+                "or search it here, not both"))
+
+    def mirrors(self, comparisons: Sequence[ComparisonSpec]) -> None:
+        """A comparison and its mirror (the same rows swapped, on one split) would be drawn
+        and counted twice: the second is refused."""
+        seen: dict[tuple[str, str, str], int] = {}
+        for i, c in enumerate(comparisons):
+            first = seen.get((c.control, c.model, c.split))
+            shared = first is not None and (not c.tasks or not comparisons[first].tasks
+                                            or set(c.tasks) & set(comparisons[first].tasks))
+            if shared:
+                self.errors.append(self.fail(
+                    f"comparisons[{i}]", f"mirrors comparisons[{first}] ({c.control!r} "
+                    f"against {c.model!r}): one test already judges both directions; drop "
+                    "this one"))
+            seen.setdefault((c.model, c.control, c.split), i)
 
     def references(self, config: ExperimentConfig) -> None:
         """Every ``match_params`` is a model label of the file or a count ≥ 1, and every
@@ -192,25 +267,27 @@ class _Parser:
         for where, table in tables:
             value = table.get("match_params")
             if isinstance(value, str):
-                self.known_labels(value, f"{where}.match_params", config.models)
+                self.collect(self.known_labels, value, f"{where}.match_params", config.models)
             elif value is not None and (type(value) is not int or value < 1):
-                raise self.fail(f"{where}.match_params",
-                                f"expected a model label or a parameter count ≥ 1, got {value!r}")
+                self.errors.append(self.fail(f"{where}.match_params", "expected a model label "
+                                             f"or a parameter count ≥ 1, got {value!r}"))
         if config.baseline is not None:
-            self.known_labels(config.baseline, "baseline", config.models)
+            self.collect(self.known_labels, config.baseline, "baseline", config.models)
         for i, model in enumerate(config.models):
             if model.baseline is not None:
-                self.known_labels(model.baseline, f"models[{i}].baseline", config.models)
+                self.collect(self.known_labels, model.baseline, f"models[{i}].baseline",
+                             config.models)
                 if model.baseline == model.label:
-                    raise self.fail(f"models[{i}].baseline", "a row cannot be its own baseline")
+                    self.errors.append(self.fail(f"models[{i}].baseline",
+                                                 "a row cannot be its own baseline"))
         baselines = {m.label: m.baseline for m in config.models}
         for i, model in enumerate(config.models):
             chain = [model.label]
             while (label := baselines.get(chain[-1])) is not None and label not in chain:
                 chain.append(label)
-            if label is not None:  # each row of the circle would be judged against the next
-                raise self.fail(f"models[{i}].baseline", "baselines name each other in a "
-                                f"circle: {' → '.join([*chain, label])}")
+            if label is not None and model.baseline != model.label:  # each against the next
+                self.errors.append(self.fail(f"models[{i}].baseline", "baselines name each "
+                                             f"other in a circle: {' → '.join([*chain, label])}"))
 
     def entries(self, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
         value = data.get(key)
@@ -231,6 +308,7 @@ class _Parser:
         model = self.table(data.get("model", {}), f"{where}.model")
         train = self.train_table(data.get("train", {}), f"{where}.train")
         tune = self.tune_table(data.get("tune", {}), f"{where}.tune")
+        self.fixed_and_tuned(train, tune, where)
         cls = TASKS.get(name)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         hints = typing.get_type_hints(cls)
@@ -254,6 +332,8 @@ class _Parser:
                                     f"{values[j]!r} is swept twice; list each value once")
             tags = [""] if swept is None else [f"{key}={_spelled(v)}" for v in swept]
             choices[key] = list(zip(tags, coerced, strict=True))
+        self.bounded("combinations of swept values", [len(c) for c in choices.values()],
+                     f"{where}.spec")
         entries = []
         for combination in itertools.product(*choices.values()):
             resolved = {k: v for k, (_, v) in zip(choices, combination, strict=True)}
@@ -275,7 +355,7 @@ class _Parser:
                             f"{', '.join(names)}." + did_you_mean(name, names))
         entry_keys = ("name", "label", "train", "tune", "tasks", "baseline")
         options = {k: v for k, v in data.items() if k not in entry_keys}
-        return ModelEntry(
+        entry = ModelEntry(
             name, self.name(self.string(data, "label", where, name), f"{where}.label"),
             self.model_table(options, where, set(model_options(name))),
             self.train_table(data.get("train", {}), f"{where}.train"),
@@ -283,13 +363,15 @@ class _Parser:
             self.string(data, "baseline", where) if "baseline" in data else None,
             self.tune_table(data.get("tune", {}), f"{where}.tune"),
         )
+        self.fixed_and_tuned(entry.train, entry.tune, where)
+        return entry
 
     def known_labels(self, value: Any, where: str, entries: Sequence[Any]) -> tuple[str, ...]:
         """Labels that must each name one of ``entries``."""
         labels = self.labels(value, where)
         known = [e.label for e in entries]
         for label in labels:
-            if label not in known:
+            if label not in known and "models" not in self.unsure:
                 raise self.fail(where, f"no entry labelled {label!r}; labels: "
                                 f"{', '.join(known)}." + did_you_mean(label, known))
         return labels
@@ -299,7 +381,7 @@ class _Parser:
         found = []
         for label in self.labels(value, where):
             named = named_entries(label, tasks)
-            if not named:
+            if not named and "tasks" not in self.unsure:
                 known = references(tasks)
                 raise self.fail(where, f"no entry labelled {label!r}; labels: "
                                 f"{', '.join(known)}." + did_you_mean(label, known))
@@ -307,16 +389,18 @@ class _Parser:
         return tuple(dict.fromkeys(found))
 
     def override(self, data: Any, where: str, tasks: Sequence[TaskEntry],
-                 models: Sequence[ModelEntry], option_names: set[str]) -> Override:
+                 models: Sequence[ModelEntry], option_names: set[str] | None) -> Override:
         data = self.table(data, where)
         self.keys(data, ("tasks", "models", "model", "train", "tune"), where)
-        return Override(
+        override = Override(
             self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
             self.known_labels(data.get("models", []), f"{where}.models", models),
             self.model_table(data.get("model", {}), f"{where}.model", option_names),
             self.train_table(data.get("train", {}), f"{where}.train"),
             self.tune_table(data.get("tune", {}), f"{where}.tune"),
         )
+        self.fixed_and_tuned(override.train, override.tune, where)
+        return override
 
     def comparison(self, data: Any, where: str, tasks: Sequence[TaskEntry],
                    models: Sequence[ModelEntry]) -> ComparisonSpec:
@@ -331,6 +415,8 @@ class _Parser:
         if requires is not None and (isinstance(requires, bool)
                                      or not isinstance(requires, int | float)):
             raise self.fail(f"{where}.requires", f"expected a number, got {requires!r}")
+        if requires is not None and not math.isfinite(requires):  # "test ≥ nan" means nothing
+            raise self.fail(f"{where}.requires", f"expected a finite number, got {requires!r}")
         if split != "test" and requires is None:
             raise self.fail(where, f"a comparison on split {split!r} must state `requires`, the "
                             "test metric both rows have to reach first")
@@ -338,14 +424,15 @@ class _Parser:
                           self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
                           split, None if requires is None else float(requires))
 
-    def model_table(self, data: Any, where: str, option_names: set[str]) -> dict[str, Any]:
+    def model_table(self, data: Any, where: str,
+                    option_names: set[str] | None) -> dict[str, Any]:
         """Keys are checked here against every model in play (and ``match_params``); types
         per model on resolve, ``match_params`` values once every label is known."""
         data = self.table(data, where)
         for key in data:
             if key in TASK_DIMS:
                 raise self.fail(f"{where}.{key}", "set by the task; it cannot be configured")
-            if key not in option_names and key != "match_params":
+            if option_names is not None and key not in option_names and key != "match_params":
                 raise self.fail(
                     f"{where}.{key}",
                     f"unknown model option; options: {', '.join(sorted(option_names))}."
@@ -358,7 +445,12 @@ class _Parser:
         fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
         hints = typing.get_type_hints(TrainConfig)
         self.keys(data, list(fields), where)
-        return {k: self.coerce(v, fields[k], hints[k], f"{where}.{k}") for k, v in data.items()}
+        table = {k: self.coerce(v, fields[k], hints[k], f"{where}.{k}") for k, v in data.items()}
+        try:  # each value alone, here: the combined one is checked per cell
+            TrainConfig(**table)
+        except ValueError as err:
+            raise self.fail(where, str(err)) from None
+        return table
 
     def tune_table(self, data: Any, where: str) -> dict[str, tuple[Any, ...]]:
         """A grid: tunable training fields, each with a non-empty list of distinct values,
@@ -382,7 +474,16 @@ class _Parser:
                     raise self.fail(f"{where}.{key}[{j}]",
                                     f"{value!r} is listed twice; list each value once")
             grid[key] = tuple(coerced)
+        self.bounded("combinations of grid values", [len(v) for v in grid.values()], where)
         return grid
+
+    def bounded(self, what: str, sizes: Sequence[int], where: str) -> None:
+        """Fail when the product of ``sizes`` (entries or cells per seed) is beyond any sane
+        run (:data:`~.config.MAX_GRID`), before anything expands it."""
+        try:
+            check_limit(f"{math.prod(sizes):,} {what}", math.prod(sizes), MAX_GRID)
+        except ValueError as err:
+            raise self.fail(where, str(err)) from None
 
     def coerce(self, value: Any, default: Any, hint: Any, where: str) -> Any:
         """``value`` if it has the option's type and is finite (:func:`coerce`), else fail."""

@@ -4,14 +4,16 @@ Cells that differ only in their seed train together, as one ensemble
 (:func:`~ddl_dynamics.experiment.train.run_cells`), unless ``vectorize`` is off. Groups
 run in this process (``jobs=1``), in a local pool of spawned processes, or as Ray tasks.
 Workers return what they trained (rows and weights) and the run's own process alone
-writes the run folder, one cell at a time as its group finishes, so a killed run keeps
-every finished cell and a rerun picks up where it stopped. A group whose worker process
-dies is recorded as ``"failed"``; the others go on. The slowest groups (ODE models) start
-first. Pool workers exit when the process that started them dies, so a killed run leaves
-no process.
+writes the run folder, one group at a time as it finishes (its rows in one transaction,
+each with ``metrics["ensemble_id"]``, the same for the cells trained together), so a killed
+run keeps every finished group and a rerun trains the rest in the same groups, to the same
+bits. A group whose worker process dies is recorded as ``"failed"``; the others go on. The
+slowest groups (ODE models) start first. Pool workers exit when the process that started
+them dies, so a killed run leaves no process, and ignore Ctrl-C, which ends the run's
+process alone: it stops the pool at once.
 
 Several runs of one experiment (processes, or machines sharing the run folder) split its
-cells: a run claims each cell in the store before training it (:class:`CellQueue`), keeps
+cells: a run claims each group in the store before training it (:class:`CellQueue`), keeps
 its claims alive with a heartbeat every :data:`HEARTBEAT` seconds, and takes over a claim
 whose owner has been silent for :data:`STALE_AFTER` seconds, or at once when the owner
 was a process of this machine that no longer exists. A run returns when every selected
@@ -24,7 +26,9 @@ import contextlib
 import dataclasses
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
+import signal
 import socket
 import sqlite3
 import sys
@@ -46,7 +50,7 @@ from tqdm.auto import tqdm
 
 from ..models.base import MODELS
 from .cells import expand_cells
-from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig
+from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, cell_key
 from .reader import load_experiment
 from .store import (
     STATUSES,
@@ -159,12 +163,19 @@ def run_experiment(
           tqdm(total=queue.size, disable=not progress, desc=config.name, unit="cell") as bar):
 
         def finished(group: Sequence[Trained]) -> None:
+            """Store a group's weights, then its rows in one transaction: a run stopped
+            meanwhile keeps all of the group or none, and a resume trains it whole again."""
+            ensemble = cell_key(sorted(t.result.key for t in group))
             for trained in group:
                 trained.result.metrics["vectorize"] = vectorize  # the keys do not say it
-                trained.save(run_dir)
-                result = trained.result
+                if "ensemble" in trained.result.metrics:  # it trained: with which cells
+                    trained.result.metrics["ensemble_id"] = ensemble
+                trained.save_weights(run_dir)
+            store.put_all([trained.result for trained in group])
+            for trained in group:
                 bar.update()
-                bar.set_postfix_str(f"{result.task}/{result.model}: {result.status}")
+                bar.set_postfix_str(f"{trained.result.task}/{trained.result.model}: "
+                                    f"{trained.result.status}")
 
         if backend == "ray":
             _run_ray(queue, copies, address, finished)
@@ -190,10 +201,11 @@ def _warn_beside(store: ResultStore, name: str, cells: Sequence[Cell], run_dir: 
         warnings.warn(f"{run_dir} holds results of experiment {latest['name']!r}: those of "
                       f"{name!r} are stored beside them", ConfigWarning, stacklevel=2)
     rows = store.rows()  # oldest first: each cell below keeps its newest row
-    stored = {(row.task, row.model, row.seed): row for row in rows}
+    stored = {_place(row.config, row.task, row.model, row.seed): row for row in rows}
     keys = {row.key for row in rows}
-    changed = [(cell, stored[cell.task_label, cell.label, cell.seed]) for cell in cells
-               if cell.key not in keys and (cell.task_label, cell.label, cell.seed) in stored]
+    places = [(cell, _place(cell.to_dict(), cell.task_label, cell.label, cell.seed))
+              for cell in cells if cell.key not in keys]
+    changed = [(cell, stored[place]) for cell, place in places if place in stored]
     if changed:
         cell, row = changed[0]
         change = next(_changes(row.config, cell.to_dict()), "")
@@ -201,6 +213,14 @@ def _warn_beside(store: ResultStore, name: str, cells: Sequence[Cell], run_dir: 
                       f"another config (e.g. {cell.task_label} × {cell.label}, seed "
                       f"{cell.seed}: {change}); the new results are stored beside them",
                       ConfigWarning, stacklevel=2)
+
+
+def _place(config: Mapping[str, Any], task: str, label: str, seed: int) -> str:
+    """Where a cell sits in its experiment: task, row, seed and grid value (the values of
+    the fields its row searches), whatever else its config says."""
+    tuned = config.get("tune") or {}
+    train = config.get("train") or {}
+    return json.dumps([task, label, seed, sorted(tuned), [train.get(f) for f in sorted(tuned)]])
 
 
 def _changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
@@ -232,6 +252,7 @@ class CellQueue:
         self.busy = deque[list[Cell]]()  # cells other runs held when last tried
         self.size = len(todo)
         self.skipped, self.taken, self.others = len(cells) - len(todo), 0, 0
+        self._freed = False  # dead runs' claims released yet
         self._closed = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True)
 
@@ -247,7 +268,12 @@ class CellQueue:
     def take(self, block: bool) -> list[Cell]:
         """The next group to train, its cells now claimed by this run (those another run
         holds wait for a later take); empty if no cell is free now or, with ``block``,
-        once every cell is finished (waiting for the other runs)."""
+        once every cell is finished (waiting for the other runs). The claims of a killed
+        run of this machine are freed first, so that its groups train whole, as they would
+        have in one uninterrupted run."""
+        if not self._freed:
+            self._release_dead_owners()
+            self._freed = True
         while True:
             while self.fresh:
                 if group := self._claim(self.fresh.popleft()):
@@ -264,9 +290,10 @@ class CellQueue:
     def _claim(self, group: list[Cell]) -> list[Cell]:
         """The cells of ``group`` this run could claim; those others hold go to ``busy``."""
         claimed, busy = [], []
+        states = self.store.claim_all({c.key: self.generation[c.key] for c in group},
+                                      self.owner, STALE_AFTER)
         for cell in group:
-            state = self.store.claim(cell.key, self.owner, self.generation[cell.key],
-                                     STALE_AFTER)
+            state = states[cell.key]
             (claimed if state == "claimed" else busy if state == "busy" else []).append(cell)
             self.others += state == "done"
         if busy:
@@ -278,7 +305,10 @@ class CellQueue:
         """Free the claims of runs on this machine whose process is gone (killed)."""
         host = socket.gethostname()
         for owner in self.store.owners():
-            name, pid, _ = owner.rsplit(":", 2)
+            name, pid, tag = owner.rsplit(":", 2) if owner.count(":") >= 2 else ("", "", "")
+            if not (name and pid.isdigit() and tag):
+                raise ValueError(f"damaged claim in {self.store.path}: claims table, owner "
+                                 f"{owner!r} is not HOST:PID:ID")
             if name == host and not _alive(int(pid)):
                 self.store.release(owner)
 
@@ -291,7 +321,7 @@ class CellQueue:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # gone, or no process ever had that id
         return False
     except PermissionError:  # someone else's process
         return True
@@ -317,9 +347,10 @@ def _one_thread() -> Iterator[None]:
 
 
 def _init_worker(task_files: Sequence[str]) -> None:
-    """Set up a worker: one torch thread, the run's task files, and an exit when the run's
-    process dies (an idle worker would otherwise wait forever, keeping the forkserver and
-    the resource tracker alive too)."""
+    """Set up a worker: Ctrl-C ignored, one torch thread, the run's task files, and an exit
+    when the run's process dies (an idle worker would otherwise wait forever, keeping the
+    forkserver and the resource tracker alive too)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's to handle
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
@@ -356,7 +387,9 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
                 while alone and suspects:
                     group = suspects.popleft()
                     try:
-                        finished(pool.submit(run_cells, group).result())
+                        with _deferred_interrupt():
+                            future = pool.submit(run_cells, group)
+                        finished(future.result())
                     except BrokenProcessPool:
                         finished(_crashed(group))
                         raise
@@ -365,7 +398,8 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
                         if not (group := queue.take(block=not running)):
                             break
                         try:
-                            running[pool.submit(run_cells, group)] = group
+                            with _deferred_interrupt():  # a worker it starts is the pool's
+                                running[pool.submit(run_cells, group)] = group
                         except BrokenProcessPool:  # broke since the last wait: keep the group
                             suspects.append(group)
                             raise
@@ -377,6 +411,9 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
                         trained = future.result()
                         del running[future]
                         finished(trained)
+            except KeyboardInterrupt:  # workers ignore it: end them rather than wait
+                _stop(pool)
+                raise
             except BrokenProcessPool:
                 for future, group in running.items():
                     if future.done() and not future.exception():
@@ -385,6 +422,33 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
                         suspects.append(group)
         if not alone and not suspects:
             return
+
+
+@contextlib.contextmanager
+def _deferred_interrupt() -> Iterator[None]:
+    """Hold a Ctrl-C until the block ends: a worker process being started is then in the
+    pool's list when the pool is stopped, never a half-started one that outlives the run
+    (and prints a traceback when the run's semaphores are gone)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    before = signal.signal(signal.SIGINT, lambda number, frame: caught.append((number, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+        if caught and callable(before):
+            before(*caught[0])
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End a pool now: its workers killed (what they were training is lost, and claimed by
+    no one once this run ends), its queued groups dropped, nothing waited for."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -398,6 +462,15 @@ def _context() -> multiprocessing.context.BaseContext:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["ddl_dynamics", "torch._dynamo"])
+    if threading.current_thread() is threading.main_thread():
+        # Started with Ctrl-C ignored, the server ignores it from its first instruction, and
+        # so does every worker it forks: a Ctrl-C to the process group reaches this process
+        # alone, which ends the pool (a worker's KeyboardInterrupt would print a traceback).
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, before)
     return context
 
 

@@ -2,11 +2,11 @@
 
 A run folder holds ``results.sqlite``, ``models/<key>.pt`` (the trained weights, so
 analysis never retrains) and ``task_files/`` (a copy of each user task file the run
-imported, so the folder can be reported on its own). Every row is written in its own
-transaction, in WAL mode, by the run's own process as each cell comes back from the
-worker that trained it (workers only return rows and weights): a run killed at any moment
-keeps every finished cell, and a rerun skips them (see :data:`FINISHED`; ``"failed"``
-cells run again).
+imported, so the folder can be reported on its own). The rows of the cells trained together
+are written in one transaction (:meth:`ResultStore.put_all`), in WAL mode, by the run's own
+process as they come back from the worker that trained them (workers only return rows and
+weights): a run killed at any moment keeps every finished group, and a rerun skips them
+(see :data:`FINISHED`; ``"failed"`` cells run again).
 
 Several processes split one experiment by *claiming* cells before training them
 (:meth:`ResultStore.claim`, :meth:`~ResultStore.heartbeat`, :meth:`~ResultStore.release`):
@@ -24,10 +24,11 @@ import hashlib
 import json
 import os
 import platform
+import re
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,7 +41,7 @@ import torch
 from .._registry import load_file
 from .._task import Task, list_tasks
 from ..models.base import list_models
-from .config import FINISHED, Cell, check_label
+from .config import FINISHED, Cell, cell_key, check_label
 
 #: A result's columns after its key: a cell's row in ``results``, and each earlier attempt at
 #: it in ``attempts``, which copies them over when the cell is retried.
@@ -116,6 +117,8 @@ class RunResult:
             ``skipped`` (split → reason), ``extra`` (task extras; ``"split/name"`` for OOD
             splits), ``steps`` trained, ``peak_mem_measure`` (what ``peak_mem`` measured),
             ``ensemble`` (how many seeds of the cell trained together, this one included),
+            ``ensemble_id`` (the same for every cell trained in one call, absent in rows
+            stored before it was recorded), ``vectorize``,
             and for ODE models ``nfe_test``, ``reconstruction_error``,
             ``reconstruction_tolerance`` and ``reconstruction_flag`` (True when the error
             exceeds the tolerance: the solver, not the vector field alone, shaped the result).
@@ -293,27 +296,33 @@ class ResultStore:
             raise self._refusal(err) from err
 
     def put(self, result: RunResult) -> None:
-        """Write the row of ``result.key``, keeping the row it replaces (an earlier attempt
-        at the cell: a failure retried, say) in the attempts table; this ends any claim on
-        the cell and advances its generation."""
-        row = dataclasses.asdict(result)
-        row["created_at"] = _now()
-        for column in _JSON_COLUMNS:
-            row[column] = json.dumps(row[column])
-        names = ", ".join(row)
+        """Write the row of ``result.key`` (:meth:`put_all` of one)."""
+        self.put_all([result])
+
+    def put_all(self, results: Sequence[RunResult]) -> None:
+        """Write the rows of ``results`` in one transaction (the cells of an ensemble are
+        stored all or none, so a resumed run trains the same ensembles), keeping each row
+        one replaces (an earlier attempt at the cell: a failure retried, say) in the
+        attempts table; this ends any claim on the cells and advances their generation."""
         with self._transaction() as con:
-            con.execute(f"INSERT INTO attempts ({names}) SELECT {names} FROM results "
-                        "WHERE key = ?", (result.key,))
-            con.execute(
-                f"INSERT OR REPLACE INTO results ({names}) VALUES "
-                f"({', '.join(':' + n for n in row)})",
-                row,
-            )
-            con.execute(
-                "INSERT INTO claims (key, generation) VALUES (?, 1) ON CONFLICT (key) DO UPDATE "
-                "SET generation = generation + 1, owner = NULL, heartbeat = NULL",
-                (result.key,),
-            )
+            for result in results:
+                row = dataclasses.asdict(result)
+                row["created_at"] = _now()
+                for column in _JSON_COLUMNS:
+                    row[column] = json.dumps(row[column])
+                names = ", ".join(row)
+                con.execute(f"INSERT INTO attempts ({names}) SELECT {names} FROM results "
+                            "WHERE key = ?", (result.key,))
+                con.execute(
+                    f"INSERT OR REPLACE INTO results ({names}) VALUES "
+                    f"({', '.join(':' + n for n in row)})",
+                    row,
+                )
+                con.execute(
+                    "INSERT INTO claims (key, generation) VALUES (?, 1) ON CONFLICT (key) DO "
+                    "UPDATE SET generation = generation + 1, owner = NULL, heartbeat = NULL",
+                    (result.key,),
+                )
 
     def get(self, key: str) -> RunResult | None:
         rows = self._select("WHERE key = ?", (key,))
@@ -330,21 +339,31 @@ class ResultStore:
         return {key: generation.get(key, 0) for key in keys if status.get(key) not in finished}
 
     def claim(self, key: str, owner: str, generation: int, stale_after: float) -> Claim:
-        """Take cell ``key`` for ``owner``, in one transaction, unless a result was written
-        for it since it was at ``generation`` (``"done"``) or another owner holds it and
-        sent a heartbeat within ``stale_after`` seconds (``"busy"``)."""
+        """Take cell ``key`` for ``owner`` (:meth:`claim_all` of one)."""
+        return self.claim_all({key: generation}, owner, stale_after)[key]
+
+    def claim_all(self, generations: Mapping[str, int], owner: str,
+                  stale_after: float) -> dict[str, Claim]:
+        """Take the cells ``generations`` names for ``owner``, in one transaction (a group
+        another run claims at the same time is never split between the two), each unless a
+        result was written for it since it was at its generation (``"done"``) or another
+        owner holds it and sent a heartbeat within ``stale_after`` seconds (``"busy"``)."""
         now = time.time()
+        found: dict[str, Claim] = {}
         with self._transaction() as con:
-            con.execute("INSERT OR IGNORE INTO claims (key) VALUES (?)", (key,))
-            taken = con.execute(
-                "UPDATE claims SET owner = ?, heartbeat = ? WHERE key = ? AND generation = ? "
-                "AND (owner IS NULL OR owner = ? OR heartbeat < ?)",
-                (owner, now, key, generation, owner, now - stale_after),
-            ).rowcount
-            current = con.execute("SELECT generation FROM claims WHERE key = ?", (key,)).fetchone()
-        if taken:
-            return "claimed"
-        return "busy" if current["generation"] == generation else "done"
+            con.execute("BEGIN IMMEDIATE")
+            for key, generation in generations.items():
+                con.execute("INSERT OR IGNORE INTO claims (key) VALUES (?)", (key,))
+                taken = con.execute(
+                    "UPDATE claims SET owner = ?, heartbeat = ? WHERE key = ? AND generation = ? "
+                    "AND (owner IS NULL OR owner = ? OR heartbeat < ?)",
+                    (owner, now, key, generation, owner, now - stale_after),
+                ).rowcount
+                current = con.execute("SELECT generation FROM claims WHERE key = ?",
+                                      (key,)).fetchone()
+                found[key] = ("claimed" if taken else
+                              "busy" if current["generation"] == generation else "done")
+        return found
 
     def heartbeat(self, owner: str) -> None:
         """Mark every claim of ``owner`` as alive now."""
@@ -392,10 +411,22 @@ class ResultStore:
             row.pop("id", None)
         return [self._result(row) for row in rows]
 
+    def _run_cells(self, run_id: int, text: str) -> list[str]:
+        try:
+            keys = json.loads(text)
+        except (TypeError, ValueError):
+            keys = None
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise ValueError(f"damaged run record in {self.path}: runs row {run_id}: its cells "
+                             "are not a JSON list of cell keys")
+        return keys
+
     def _result(self, row: dict[str, Any]) -> RunResult:
         """A stored row as a :class:`RunResult`, or ``ValueError`` naming the cell where the
         row is damaged: a JSON column that does not hold its JSON, a label that cannot name
-        files."""
+        files, a seed that is not an integer, an unknown status, scores that are not numbers,
+        no metrics for an ``"ok"`` cell, or a key made from a config (:func:`cell_key`, 16
+        hex digits) that its config no longer hashes to."""
         try:
             for column, kind in _JSON_COLUMNS.items():
                 try:
@@ -407,9 +438,10 @@ class ResultStore:
                                      f"{'object' if kind is dict else 'array'}")
             for column in ("task", "model"):
                 check_label(row[column])
+            _check_row(row)
         except ValueError as err:
             raise ValueError(f"damaged row in {self.path}: cell {row['key']} ({row['task']!r} "
-                             f"× {row['model']!r}, seed {row['seed']}): {err}") from None
+                             f"× {row['model']!r}, seed {row['seed']!r}): {err}") from None
         return RunResult(**row)
 
     def start_run(self, name: str, config_text: str,
@@ -439,7 +471,7 @@ class ResultStore:
         selected = None if run is None else dict(run).get("cells")
         if selected is None:
             return None
-        keys = set(json.loads(selected))
+        keys = set(self._run_cells(run["id"], selected))
         return Progress(len(keys & stored), len(keys), run["ended_at"] is not None)
 
     def experiment(self) -> dict[str, Any] | None:
@@ -449,8 +481,15 @@ class ResultStore:
         if row is None:
             return None
         record = dict(row)
-        for column in ("task_files", "versions", "machine"):
-            record[column] = json.loads(record[column])
+        for column, kind in (("task_files", list), ("versions", dict), ("machine", dict)):
+            try:
+                record[column] = json.loads(record[column])
+            except (TypeError, ValueError):
+                record[column] = None
+            if not isinstance(record[column], kind):
+                raise ValueError(f"damaged run record in {self.path}: runs row {row['id']}: "
+                                 f"its {column} is not a JSON "
+                                 f"{'array' if kind is list else 'object'}")
         return record
 
     def task_files(self) -> list[dict[str, Any]]:
@@ -465,6 +504,28 @@ class ResultStore:
                 if isinstance(record, dict):
                     kept.setdefault(record["sha256"], record)
         return list(kept.values())
+
+
+def _check_row(row: dict[str, Any]) -> None:
+    """``ValueError`` saying what is wrong with a decoded row's values (see
+    :meth:`ResultStore._result`)."""
+    if type(row["seed"]) is not int:
+        raise ValueError(f"its seed is not an integer ({row['seed']!r})")
+    if row["status"] not in STATUSES:
+        raise ValueError(f"unknown status {row['status']!r}; statuses: {', '.join(STATUSES)}")
+    metrics = row["metrics"]
+    if not metrics and row["status"] == "ok":  # a failure may stop before any score
+        raise ValueError("an 'ok' cell without metrics")
+    scores = {split: metrics.get(split) for split in ("train", "val", "test")}
+    ood = metrics.get("ood", {})
+    if not isinstance(ood, dict):
+        raise ValueError("its metrics' ood is not a JSON object")
+    for split, value in {**scores, **{f"ood {k}": v for k, v in ood.items()}}.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"its {split} metric is not a number ({value!r})")
+    made = isinstance(row["key"], str) and re.fullmatch(r"[0-9a-f]{16}", row["key"])
+    if made and cell_key(row["config"]) != row["key"]:
+        raise ValueError("its config is not the one its key was made from (edited or cut)")
 
 
 def open_run(run_dir: str | Path) -> ResultStore:

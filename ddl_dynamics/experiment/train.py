@@ -474,15 +474,18 @@ class Trained:
     weights: dict[str, Tensor] | None = None
 
     def save(self, run_dir: str | Path) -> None:
-        """Write the weights (atomically: a stored row never points at half a file), then
-        the row."""
+        """Write the weights (:meth:`save_weights`), then the row."""
+        self.save_weights(run_dir)
+        ResultStore(store_path(run_dir)).put(self.result)
+
+    def save_weights(self, run_dir: str | Path) -> None:
+        """Write the weights, if any, atomically: a stored row never points at half a file."""
         if self.weights is not None:
             path = model_path(run_dir, self.result.key)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             torch.save(self.weights, tmp)
             tmp.replace(path)
-        ResultStore(store_path(run_dir)).put(self.result)
 
 
 def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
