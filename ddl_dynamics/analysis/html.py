@@ -59,10 +59,11 @@ CAPTIONS = {
                     "over-relaxed ≤ 1.75 < reflection).",
     "beta_hist": "Distribution of the gate β per layer (dotted: regime boundaries).",
     "probe_consistency": "Probe consistency: measured |e_post|/|e_pre| against |1 − β| at "
-                         "every probed gate. e_post = (1 − β) e_pre holds by construction for "
-                         "every Delta update, trained or not, so points on the diagonal show "
-                         "only that the probe and the operator agree: they are not evidence "
-                         "about training.",
+                         "every probed gate. e_post = (1 − β) e_pre holds for every exact Delta "
+                         "update, trained or not, so points on the diagonal show that the "
+                         "probe and the operator agree, not evidence about training; points "
+                         "with almost nothing left to erase (float32 rounding) or a key far "
+                         "from unit length leave it, drawn grey.",
     "determinant": "det Π(I − β_l k_l k_lᵀ) = Π(1 − β_l) per test sample: its sign counts "
                    "the reflecting layers, its size the volume the shortcuts keep.",
     "trajectories": "Depth trajectories against the ground truth (first two coordinates), on "
