@@ -49,6 +49,14 @@ def join(state: Tensor, u_i: Tensor | None) -> Tensor:
     return state if u_i is None else torch.cat([state, u_i], dim=-1)
 
 
+def members_first(weight: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``x`` ``(S·n, …)`` as ``(S, n, …)``, and the stacked ``weight`` ``(S, *shape)`` viewed to
+    broadcast against it along the trailing axes: ``(S, 1, …, 1, *shape)``."""
+    shape = weight.shape[1:]
+    rows = x.unflatten(0, (weight.shape[0], -1))
+    return rows, weight.view(weight.shape[0], *(1,) * (rows.dim() - 1 - len(shape)), *shape)
+
+
 class Branch(nn.Module):
     """The small MLP of every family, ``[state; u_l] → hidden → out``."""
 

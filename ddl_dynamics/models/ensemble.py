@@ -26,15 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .base import members_first
 from .transformer import CausalConv, FloatLinear, Scale, at_least_float32, causal_conv
-
-
-def members_first(weight: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-    """``x`` ``(S·n, …)`` as ``(S, n, …)``, and the stacked ``weight`` ``(S, *shape)`` viewed to
-    broadcast against it along the trailing axes: ``(S, 1, …, 1, *shape)``."""
-    shape = weight.shape[1:]
-    rows = x.unflatten(0, (weight.shape[0], -1))
-    return rows, weight.view(weight.shape[0], *(1,) * (rows.dim() - 1 - len(shape)), *shape)
 
 
 def ensemble_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils import flop_counter
 
-from .base import check_choice, check_int, register_model
+from .base import check_choice, check_int, members_first, register_model
 from .delta import DeltaProbe
 from .operator import delta_update, gate, gate_logit, normalize_direction, write_update
 
@@ -213,8 +213,6 @@ class _Attention(nn.Module):
             qk = F.rms_norm(qk, (self.head_dim,), eps=self.q_norm.eps)
             gains = torch.stack([self.q_norm.weight, self.k_norm.weight], dim=-2).unsqueeze(-2)
             if gains.dim() == 4:  # a folded ensemble: one (2, 1, hd) pair of gains per member
-                from .ensemble import members_first  # (it imports this module's leaves)
-
                 qk, gains = members_first(gains, qk)
             qk = (qk * (gains * cos) + _swap_halves(qk) * (gains * sin)).flatten(0, -5)
         q, k = qk.unbind(2)
