@@ -90,6 +90,7 @@ name = "ddl"
 [[comparisons]]
 model = "ddl"
 control = "resnet"
+question = "Does the delta rule beat the additive stack here?"
 """
 
 

@@ -132,6 +132,11 @@ def test_publish_and_docs_from_a_tiny_study(tiny_study, tmp_path):
     report = json.loads((study / "report.json").read_text())
     for c in report["comparisons"]:
         assert f"- {wording.sentence(c)}" in page
+    # The declared question stands above the sentences of its comparisons, one per task.
+    asked = page.split("## Questions", 1)[1].split("## Findings", 1)[0]
+    assert "**Does the delta rule beat the additive stack here?**" in asked
+    answers = [c for c in report["comparisons"] if (c["model"], c["control"]) == ("ddl", "resnet")]
+    assert len(answers) == 2 and all(f"- {wording.sentence(c)}" in asked for c in answers)
     assert (tmp_path / "docs" / "studies" / "tiny" / "compare.png").is_file()
     assert "(docs/studies/tiny.md)" in (tmp_path / "README.md").read_text()
     assert "      - studies/tiny.md\n" in (tmp_path / "mkdocs.yml").read_text()

@@ -52,6 +52,7 @@ from ..models.operator import REGIMES
 from .html import CAPTIONS
 from .publish import FIGURES, load_study, studies
 from .report import REGIME_NOTE
+from .run import in_tasks
 from .verdicts import INCONCLUSIVE, LABELS
 from .wording import (
     DESCRIPTIVE,
@@ -223,6 +224,19 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
     lines += [f"Ran as `{run.get('command', '')}`; {run.get('cells', '—')} cells; finished "
               f"{(run.get('ended_at') or '—')[:10]}; software: {versions or '—'}; machine: "
               f"{machine.get('platform', '—')}, {machine.get('cpu_count', '—')} CPUs.", ""]
+    asked = report.get("questions") or []
+    if asked:
+        lines += ["## Questions", "",
+                  "What the study asks, each answered by the label of the comparison it "
+                  "declares for it:", ""]
+        for q in asked:
+            answers = [c for c in report["comparisons"] if c["model"] == q["model"]
+                       and c["control"] == q["control"] and in_tasks(c["task"], q["tasks"])
+                       and (c.get("asked_split") or c.get("split", "test")) == q["split"]]
+            lines += [f"**{q['question'].strip()}**", "",
+                      *(f"- {sentence(c)}" for c in answers or ()), ""]
+            if not answers:
+                lines += ["- Not drawn: the study's report holds no such comparison.", ""]
     lines += ["## Findings", "", *summary_sentences(stated), "",
               *(f"- {sentence(c)}" for c in stated), ""]
     rows = [[where(c), c["model"], str(c["control"]),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tomllib
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -97,7 +98,22 @@ def load_study(folder: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(report, dict) or "comparisons" not in report:
         raise ValueError(f"{path}: not a report (no comparisons)")
-    return {**report, "run": run}
+    return {**report, "run": run, "questions": questions(folder / EXPERIMENT)}
+
+
+def questions(experiment: Path) -> list[dict[str, Any]]:
+    """The declared comparisons of a study's experiment file that state a ``question``, as
+    dicts (``question``, ``model``, ``control``, ``tasks``, ``split``); none where the file
+    is missing or states none."""
+    if not experiment.is_file():
+        return []
+    try:
+        data = tomllib.loads(experiment.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{experiment}: malformed TOML ({err})") from None
+    return [{"question": c["question"], "model": c["model"], "control": c["control"],
+             "tasks": list(c.get("tasks", [])), "split": c.get("split", "test")}
+            for c in data.get("comparisons", []) if isinstance(c, dict) and c.get("question")]
 
 
 def studies(results: str | Path = "results") -> list[Path]:

@@ -200,6 +200,10 @@ class ComparisonSpec:
     A comparison on another split than test (an out-of-distribution one) states
     ``requires``, the test metric both rows must reach on every seed first: a difference
     beyond the trained range means nothing between rows that did not fit it.
+
+    ``question`` is what the comparison asks, in words: a study page states it above the
+    answer, which is generated from the comparison's label. It plays no part in training or
+    in the test.
     """
 
     model: str
@@ -207,6 +211,7 @@ class ComparisonSpec:
     tasks: tuple[str, ...] = ()
     split: str = "test"
     requires: float | None = None
+    question: str = ""
 
 
 @dataclass(frozen=True)

@@ -405,7 +405,7 @@ class _Parser:
     def comparison(self, data: Any, where: str, tasks: Sequence[TaskEntry],
                    models: Sequence[ModelEntry]) -> ComparisonSpec:
         data = self.table(data, where)
-        self.keys(data, ("model", "control", "tasks", "split", "requires"), where)
+        self.keys(data, ("model", "control", "tasks", "split", "requires", "question"), where)
         model, control = (self.known_labels(self.string(data, key, where), f"{where}.{key}",
                                             models)[0] for key in ("model", "control"))
         if model == control:
@@ -421,8 +421,9 @@ class _Parser:
             raise self.fail(where, f"a comparison on split {split!r} must state `requires`, the "
                             "test metric both rows have to reach first")
         return ComparisonSpec(model, control,
-                          self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
-                          split, None if requires is None else float(requires))
+                              self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
+                              split, None if requires is None else float(requires),
+                              self.string(data, "question", where, ""))
 
     def model_table(self, data: Any, where: str,
                     option_names: set[str] | None) -> dict[str, Any]:
