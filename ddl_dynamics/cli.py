@@ -390,12 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _bad_usage(err: Exception) -> bool:
     """Whether ``err`` is a user's mistake or a storage problem: an ``OSError`` (a file
-    missing, unreadable or full), or a ``ValueError`` or ``ImportError`` that the suite's code
+    missing, unreadable or full), one of the suite's own ``ValueError`` kinds, or a
+    ``ValueError`` or ``ImportError`` that the suite's code
     or a user's task file raises on purpose (a ``raise`` statement: a check of input, a
     configuration, a store). The same types from inside a library (torch, numpy, the
     standard library) or from a call into one, and every other type, are bugs."""
     if isinstance(err, OSError):
         return True
+    if isinstance(err, ValueError) and type(err).__module__.startswith(__package__ + "."):
+        return True  # the suite's own kinds of bad input (ConfigError, TaskCheckError, …)
     frames = traceback.extract_tb(err.__traceback__)
     if not isinstance(err, ValueError | ImportError) or not frames:
         return False

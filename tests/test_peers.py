@@ -13,7 +13,6 @@ from ddl_dynamics import (
     count_parameters,
     list_models,
     make_model,
-    match_hidden,
     normalize_direction,
 )
 from ddl_dynamics.analysis.probes import _gate_arrays
@@ -21,6 +20,7 @@ from ddl_dynamics.experiment.store import load_task_file
 from ddl_dynamics.models.base import MODELS
 from ddl_dynamics.models.decoupled import decoupled_update
 from ddl_dynamics.models.ensemble import fold
+from ddl_dynamics.models.params import match_hidden
 
 PEERS = ["ddl-decoupled", "ddl-product", "hc", "mhc"]
 BASE = {"in_dim": 3, "out_dim": 2, "width": 8, "depth": 4, "hidden": 8}

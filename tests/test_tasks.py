@@ -124,6 +124,10 @@ def test_metric_separates_perfect_from_trivial(task: Task) -> None:
         assert task.metric(perfect, data.targets) == 1.0
         for guess in trivial_predictions(task, data):
             assert task.metric(guess, data.targets) < 0.8
+    elif task.metric_name == "bpc":  # bits per character: 0 for sure logits, > 1 for guesses
+        assert task.metric(100 * one_hot(task, data.targets), data.targets) < 1e-6
+        for guess in trivial_predictions(task, data):
+            assert task.metric(guess, data.targets) > 1.0
     else:
         assert task.metric(data.targets.clone(), data.targets) == 0.0
         assert 0.05 < data.targets.square().mean() < 5  # O(1) targets

@@ -286,6 +286,11 @@ def _unprobed_reason(run: Run, report: Report, kind: str) -> str | None:
     return None
 
 
+def run_colors(run: Run) -> Colors:
+    """One colour per row label, the same in every figure of the run."""
+    return plots.row_colors(label for _, label in run.rows)
+
+
 def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
                  progress: bool = True, report: Report | None = None) -> Figures:
     """Probe what is missing, then draw the figure groups ``kinds`` of a run folder (or a
@@ -303,7 +308,7 @@ def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
                if (reason := _unprobed_reason(run, report, kind)) is not None}
     if (set(kinds) - set(skipped)) & _PROBED:
         probe_run(run, progress=progress)
-    colors = plots.row_colors(label for _, label in run.rows)
+    colors = run_colors(run)
     drawn = Figures()
     for kind in kinds:
         if kind in skipped:

@@ -42,7 +42,7 @@ from ..experiment.config import (
     MAX_STEPS,
     NO_LIMITS,
     TUNABLE,
-    Comparison,
+    ComparisonSpec,
     ModelEntry,
     Override,
     TaskEntry,
@@ -332,7 +332,7 @@ def config_block() -> str:
              *_table(["key", "type", "default", "tunable", "rejected when"], rows), "",
              f"Bounds beyond any sane run are lifted by setting `{NO_LIMITS}=1`.", ""]
     entries = (("`[[tasks]]`", TaskEntry, ("sweep",)), ("`[[models]]`", ModelEntry, ("options",)),
-               ("`[[overrides]]`", Override, ()), ("`[[comparisons]]`", Comparison, ()))
+               ("`[[overrides]]`", Override, ()), ("`[[comparisons]]`", ComparisonSpec, ()))
     for title, cls, internal in entries:
         rows = []
         for f in dataclasses.fields(cls):

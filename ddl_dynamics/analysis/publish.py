@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .figures import compare_figures
+from .figures import compare_figures, run_colors
 from .report import Report, build_report, render_json
 from .run import Run, load_run
 
@@ -54,7 +54,7 @@ def publish(run_dir: str | Path, results: str | Path = "results", name: str | No
 def _draw(run: Run, report: Report, out: Path) -> list[Path]:
     """The figures drawn from the report alone, into ``out/figures`` (the run folder
     untouched); PNG only."""
-    drawn = compare_figures(replace(run, run_dir=out), report)
+    drawn = compare_figures(replace(run, run_dir=out), report, run_colors(run))
     for path in drawn:
         if path.suffix != ".png":
             path.unlink()

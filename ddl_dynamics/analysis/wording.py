@@ -137,7 +137,7 @@ def sentence(comparison: Any) -> str:
         failed = {side: len(paired.get(key) or ()) + len(paired.get("both_failed") or ())
                   for side, key in ((c["model"], "failed"), (c["control"], "control_failed"))}
         sides = ", ".join(f"`{side}` {FAILS} {k}/{_n(paired)}"
-                          for side, k in failed.items() if k)
+                          for side, k in failed.items() if k) or "a row failed"
         return f"{subject(c)}: {sides}; too few finished pairs for a test."
     if label == UNEQUAL_TUNING:
         return f"{subject(c)}: not tested, the tuning differs."
