@@ -33,6 +33,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
+from operator import methodcaller
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -146,7 +147,7 @@ class RunResult:
     model: str = ""
     seed: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
-    curve: list[list[float]] = field(default_factory=list)
+    curve: list[list[float | None]] = field(default_factory=list)
     params: int | None = None
     flops: float | None = None
     nfe_forward: float | None = None
@@ -455,6 +456,8 @@ class ResultStore:
                 (name, config_text, json.dumps(list(task_files)), json.dumps(_versions()),
                  json.dumps(_machine()), _now(), json.dumps(list(cells))),
             )
+            if cursor.lastrowid is None:  # (an INSERT sets it)
+                raise RuntimeError(f"the store gave no id to the new run {name!r}")
             return int(cursor.lastrowid)
 
     def finish_run(self, run_id: int) -> None:
@@ -590,7 +593,7 @@ def keep_task_files(run_dir: str | Path, paths: Iterable[str | Path]) -> list[di
         copy = Path("task_files") / f"{path.stem}-{digest[:12]}.py"
         target = Path(run_dir) / copy
         if not target.is_file():  # concurrent runs copying the same file both succeed
-            write_atomically(target, lambda file, data=data: file.write(data))
+            write_atomically(target, methodcaller("write", data))
         records.append({"file": str(path.resolve()), "sha256": digest, "copy": str(copy),
                         "registers": list(load_task_file(target))})
     return records
