@@ -42,7 +42,7 @@ from ..experiment.config import (
     MAX_STEPS,
     NO_LIMITS,
     TUNABLE,
-    Comparison,
+    ComparisonSpec,
     ModelEntry,
     Override,
     TaskEntry,
@@ -318,7 +318,7 @@ def config_block() -> str:
              *_table(["key", "type", "default", "tunable", "rejected when"], rows), "",
              f"Bounds beyond any sane run are lifted by setting `{NO_LIMITS}=1`.", ""]
     entries = (("`[[tasks]]`", TaskEntry, ("sweep",)), ("`[[models]]`", ModelEntry, ("options",)),
-               ("`[[overrides]]`", Override, ()), ("`[[comparisons]]`", Comparison, ()))
+               ("`[[overrides]]`", Override, ()), ("`[[comparisons]]`", ComparisonSpec, ()))
     for title, cls, internal in entries:
         rows = []
         for f in dataclasses.fields(cls):
@@ -362,7 +362,7 @@ def task_block() -> str:
             comment = []
     rows += [[f"`{name}`", "property", "required", "input / output width"]
              for name in ("in_dim", "out_dim")]
-    rows.append(["`control_dim`", "property", f"`{Task.control_dim.fget(None)}`",
+    rows.append(["`control_dim`", "property", f"`{vars(Task)['control_dim'].fget(None)}`",
                  "width of the per-step controls (`TaskData.controls`); 0: none"])
     rows.append(["`sample(n, seed, split)`", "method", "required",
                  " ".join((Task.sample.__doc__ or "").split())])

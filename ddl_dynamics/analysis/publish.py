@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .figures import compare_figures
+from .plots import row_colors
 from .report import Report, build_report, render_json
 from .run import Run, load_run
 
@@ -53,7 +54,8 @@ def publish(run_dir: str | Path, results: str | Path = "results", name: str | No
 def _draw(run: Run, report: Report, out: Path) -> list[Path]:
     """The figures drawn from the report alone, into ``out/figures`` (the run folder
     untouched); PNG only."""
-    drawn = compare_figures(replace(run, run_dir=out), report)
+    drawn = compare_figures(replace(run, run_dir=out), report,
+                            row_colors(label for _, label in run.rows))
     for path in drawn:
         if path.suffix != ".png":
             path.unlink()

@@ -41,7 +41,7 @@ import torch
 
 from .._registry import load_file
 from .._task import Task, list_tasks
-from ..models.base import list_models
+from ..models.base import DepthModel, list_models
 from .config import FINISHED, Cell, cell_key, check_label
 
 #: A result's columns after its key: a cell's row in ``results``, and each earlier attempt at
@@ -543,7 +543,7 @@ def open_run(run_dir: str | Path) -> ResultStore:
     return store
 
 
-def load_trained(run_dir: str | Path, key: str) -> tuple[Task, torch.nn.Module]:
+def load_trained(run_dir: str | Path, key: str) -> tuple[Task, DepthModel]:
     """Rebuild the task and trained model of cell ``key`` from a run folder (eval mode)."""
     result = open_run(run_dir).get(key)
     path = model_path(run_dir, key)
