@@ -210,8 +210,8 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
         return replace(base, note=f"{', '.join(missing)} not in this run")
     assert model is not None
     sides = [model.selected] + ([control.selected] if control else [])
-    chosen: dict[str, Any] = {"chosen": model.chosen_text(), "control_chosen": control.chosen_text()
-              if control else ""}
+    chosen: dict[str, Any] = {"chosen": model.chosen_text(),
+                              "control_chosen": control.chosen_text() if control else ""}
     if control is not None:
         for closed, gap in ((UNEQUAL_TUNING, tuning_gap), (UNEQUAL_BUDGET, budget_gap),
                             (UNMATCHED_SIZE, size_gap)):

@@ -115,8 +115,7 @@ def request_for(task: str, expectation: Expectation,
                     if matched else f"no cell of the {role} {subject} in this run")
         labels[role] = matched[0]
     return Request(task, labels["model"], labels.get("control", cast(float, e.control)),
-                   "expectation",
-                   e.split, e.requires)
+                   "expectation", e.split, e.requires)
 
 
 def judge_expectations(pending: list[tuple[str, Expectation, Request | str]],

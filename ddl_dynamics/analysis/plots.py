@@ -23,9 +23,6 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-if TYPE_CHECKING:
-    from matplotlib.typing import RcKeyType
-
 from ..models.operator import DIRECTION_EPS, REGIME_BOUNDS, REGIMES
 from .crossover import star_text
 from .verdicts import (
@@ -39,6 +36,9 @@ from .verdicts import (
     UNMATCHED_SIZE,
     WIN,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 #: Okabe–Ito's colour-blind-safe set and Tol's muted set, ordered so that the first of them
 #: differ in hue (Okabe–Ito's sky blue, close to its blue, comes late; yellow, faint on

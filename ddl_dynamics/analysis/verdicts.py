@@ -180,8 +180,8 @@ def size_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     :data:`SIZE_TOLERANCE` of the smaller, whichever row is the control."""
     ours, theirs = [max((r.params for r in rows if r.params), default=None)
                     for rows in (model, control)]
-    if ours is None or theirs is None or abs(ours - theirs) <= SIZE_TOLERANCE * min(ours,
-                                                                                    theirs):
+    if (ours is None or theirs is None
+            or abs(ours - theirs) <= SIZE_TOLERANCE * min(ours, theirs)):
         return ""
     return (f"{model[0].model} has {ours:,} parameters, {control[0].model} "
             f"{theirs:,}: more than {SIZE_TOLERANCE:.0%} apart")

@@ -147,9 +147,9 @@ def _cpu_kernel(
     results in the dtype of ``X``."""
     inputs = contiguous(X, k, v, beta, *([] if G is None else [G]), dtype=X.dtype)
     outs = [torch.empty_like(t) for t in inputs[: 1 if G is None else 4]]  # row-major, as inputs
-    if _delta_cpu is None:
-        raise RuntimeError(_NOT_BUILT)
     if X.numel():
+        if _delta_cpu is None:
+            raise RuntimeError(_NOT_BUILT)
         d, dv = X.shape[-2:]
         pointers = [t.data_ptr() for t in inputs] + [0] * (5 - len(inputs))
         pointers += [t.data_ptr() for t in outs] + [0] * (4 - len(outs))
@@ -179,9 +179,9 @@ def cpu_generated(
     X, raw = X.contiguous(), raw.contiguous()
     G = None if G is None else G.contiguous()  # held: the kernel reads its memory
     outs = [torch.empty_like(X)] if G is None else [torch.empty_like(X), torch.empty_like(raw)]
-    if _delta_cpu is None:
-        raise RuntimeError(_NOT_BUILT)
     if X.numel():
+        if _delta_cpu is None:
+            raise RuntimeError(_NOT_BUILT)
         G_ptr, draw_ptr = (0, 0) if G is None else (G.data_ptr(), outs[1].data_ptr())
         _delta_cpu.update(
             X.data_ptr(), raw.data_ptr(), 0, 0, G_ptr, outs[0].data_ptr(), draw_ptr, 0, 0,
