@@ -155,10 +155,11 @@ class Registry(Generic[T]):
 
     def _scan_entry_points(self) -> None:
         self._load_builtins()
-        if self._scanned:
+        group = self.entry_point_group
+        if self._scanned or group is None:  # no group: scanned from the start
             return
         self._scanned = True
-        for ep in entry_points(group=self.entry_point_group):
+        for ep in entry_points(group=group):
             if ep.name not in self._factories:
                 self._factories[ep.name] = ep.load()
 

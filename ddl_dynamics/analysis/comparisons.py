@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from .._task import make_task
 from ..experiment.store import RunResult
@@ -163,10 +163,12 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
             tested.setdefault(_unordered(c), c)
     family = [c for c in tested.values() if _in_family(c)]
     tost_family = [c for c in tested.values() if _tost_in_family(c)]
-    adjusted = dict(zip(map(_unordered, family), holm([c.paired.p for c in family]),
-                        strict=True))
+    # (both families hold paired comparisons only)
+    adjusted = dict(zip(map(_unordered, family),
+                        holm([cast(Paired, c.paired).p for c in family]), strict=True))
     tost_adjusted = dict(zip(map(_unordered, tost_family),
-                             holm([c.paired.tost for c in tost_family]), strict=True))
+                             holm([cast(Paired, c.paired).tost for c in tost_family]),
+                             strict=True))
     alpha = ALPHA / max(1, len(family))
     out = {}
     for key, c in drafts.items():
@@ -208,8 +210,8 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
         return replace(base, note=f"{', '.join(missing)} not in this run")
     assert model is not None
     sides = [model.selected] + ([control.selected] if control else [])
-    chosen = {"chosen": model.chosen_text(), "control_chosen": control.chosen_text()
-              if control else ""}
+    chosen: dict[str, Any] = {"chosen": model.chosen_text(),
+                              "control_chosen": control.chosen_text() if control else ""}
     if control is not None:
         for closed, gap in ((UNEQUAL_TUNING, tuning_gap), (UNEQUAL_BUDGET, budget_gap),
                             (UNMATCHED_SIZE, size_gap)):
@@ -217,10 +219,11 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
                 return replace(base, label=closed, note=why, **chosen)
     split, notes = request.split, []
     if split != "test" and request.requires is not None:
-        why = [w for rows_ in sides if (w := unsolved(rows_, request.requires, higher, metric))]
-        if why:
+        unsolved_why = [w for rows_ in sides
+                        if (w := unsolved(rows_, request.requires, higher, metric))]
+        if unsolved_why:
             split = "test"
-            notes.append(f"{request.split} not judged: " + "; ".join(why) +
+            notes.append(f"{request.split} not judged: " + "; ".join(unsolved_why) +
                          ", so the comparison stays on the trained split")
     ours = seed_values(model.selected, split)
     theirs = seed_values(control.selected, split) if control else float(request.control)

@@ -202,8 +202,8 @@ def interval_text(interval: tuple[float, float] | None) -> str:
 
 def curve(points: Sequence[tuple[float, Paired | Estimate]]) -> tuple[list[float], ...]:
     """Knob values, means and CI half-widths (0 where there is none) of a curve's points."""
-    kept = [(v, e) for v, e in points if e.mean is not None]
-    return ([v for v, _ in kept], [e.mean for _, e in kept], [e.ci or 0.0 for _, e in kept])
+    kept = [(v, e.mean, e.ci or 0.0) for v, e in points if e.mean is not None]
+    return [v for v, _, _ in kept], [m for _, m, _ in kept], [c for _, _, c in kept]
 
 
 def _settings(rows: Sequence[RunResult]) -> dict[str, tuple[Setting, float]]:

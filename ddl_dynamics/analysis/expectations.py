@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .._task import Expectation, Subject, make_task
 from ..experiment.store import RunResult
@@ -103,8 +103,10 @@ def request_for(task: str, expectation: Expectation,
     """The comparison that judges a claim on a task (``cells``: one of each row), or why
     there is none: its model or control is not singled out among the rows (:func:`match`)."""
     e = expectation
-    subjects = [("model", e.model)] + ([("control", e.control)]
-                                       if isinstance(e.control, Subject) else [])
+    # (a family name became a Subject when the expectation was made: a control is one or
+    # a number)
+    subjects = [("model", cast(Subject, e.model))] + ([("control", e.control)]
+                                                      if isinstance(e.control, Subject) else [])
     labels: dict[str, str] = {}
     for role, subject in subjects:
         matched = match(subject, cells)
@@ -112,8 +114,8 @@ def request_for(task: str, expectation: Expectation,
             return (f"several entries match the {role} {subject}: {', '.join(matched)}"
                     if matched else f"no cell of the {role} {subject} in this run")
         labels[role] = matched[0]
-    return Request(task, labels["model"], labels.get("control", e.control), "expectation",
-                   e.split, e.requires)
+    return Request(task, labels["model"], labels.get("control", cast(float, e.control)),
+                   "expectation", e.split, e.requires)
 
 
 def judge_expectations(pending: list[tuple[str, Expectation, Request | str]],

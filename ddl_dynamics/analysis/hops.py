@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -95,15 +96,18 @@ def hop_audit(run: Run) -> list[HopAudit]:
     found: dict[tuple[str, str, str, str], dict[float, list[dict]]] = defaultdict(
         lambda: defaultdict(list))
     for row, task, arrays in probed:
-        family, spec = row.config["task"], row.config["spec"]
+        family, spec, knob = row.config["task"], row.config["spec"], task.knob
+        if knob is None:  # (an auditable task has one)
+            raise ValueError(f"task {family!r} has no knob to audit hops along")
         tokens = torch.as_tensor(arrays["test_tokens"])
         beta = arrays["beta"].reshape(*tokens.shape, -1)
-        audit = seed_audit(task.hop_positions(tokens).numpy(), arrays["test_looks"], beta)
+        hops = cast(Any, task).hop_positions(tokens)  # (an auditable task has them)
+        audit = seed_audit(hops.numpy(), arrays["test_looks"], beta)
         shown = [f"{k}={v}" for k, v in sorted(spec.items())
-                 if k != task.knob and any(s.get(k) != v for s in specs[family])]
-        found[row.model, family, task.knob, ",".join(shown)][float(spec[task.knob])].append(audit)
-    return [HopAudit(*key, *(_curve(by_value, name) for name in ("at_hops", "elsewhere",
-                                                                 "followed")),
+                 if k != knob and any(s.get(k) != v for s in specs[family])]
+        found[row.model, family, knob, ",".join(shown)][float(spec[knob])].append(audit)
+    return [HopAudit(*key, _curve(by_value, "at_hops"), _curve(by_value, "elsewhere"),
+                     _curve(by_value, "followed"),
                      tuple((v, tuple(np.mean([a["profile"] for a in by_value[v]], axis=0)
                                      .tolist())) for v in sorted(by_value)))
             for key, by_value in sorted(found.items())]

@@ -376,7 +376,7 @@ def task_block() -> str:
             comment = []
     rows += [[f"`{name}`", "property", "required", "input / output width"]
              for name in ("in_dim", "out_dim")]
-    rows.append(["`control_dim`", "property", f"`{Task.control_dim.fget(None)}`",
+    rows.append(["`control_dim`", "property", f"`{vars(Task)['control_dim'].fget(None)}`",
                  "width of the per-step controls (`TaskData.controls`); 0: none"])
     rows.append(["`sample(n, seed, split)`", "method", "required",
                  " ".join((Task.sample.__doc__ or "").split())])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 import numpy as np
@@ -36,6 +37,9 @@ from .verdicts import (
     WIN,
 )
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
 #: Okabe–Ito's colour-blind-safe set and Tol's muted set, ordered so that the first of them
 #: differ in hue (Okabe–Ito's sky blue, close to its blue, comes late; yellow, faint on
 #: white, last).
@@ -47,7 +51,7 @@ METRIC_RANGE = {"mse": (0.0, np.inf), "accuracy": (0.0, 1.0)}
 REGIME_COLORS = dict(zip(REGIMES, ("#BBBBBB", "#56B4E9", "#009E73", "#E69F00", "#D55E00"),
                          strict=True))
 
-_STYLE = {
+_STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": 110,
     "savefig.dpi": 150,
     "font.size": 9,
@@ -86,9 +90,10 @@ def clipped_error(mean: Sequence[float] | float, half: Sequence[float] | float,
                   low: float = -np.inf, high: float = np.inf) -> np.ndarray:
     """``yerr`` of ``errorbar`` for ``mean ± half`` clipped to ``[low, high]``: ``(2, n)``
     distances below and above each mean (a mean outside the range gets none)."""
-    mean, half = np.atleast_1d(np.asarray(mean, float)), np.atleast_1d(np.asarray(half, float))
-    below = np.clip(mean - np.maximum(mean - half, low), 0, None)
-    above = np.clip(np.minimum(mean + half, high) - mean, 0, None)
+    means = np.atleast_1d(np.asarray(mean, float))
+    halves = np.atleast_1d(np.asarray(half, float))
+    below = np.clip(means - np.maximum(means - halves, low), 0, None)
+    above = np.clip(np.minimum(means + halves, high) - means, 0, None)
     return np.stack([below, above])
 
 

@@ -11,6 +11,7 @@ missing, so a probe killed midway is done again; a run folder that cannot take t
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import warnings
@@ -18,6 +19,7 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -75,7 +77,8 @@ def probe_model(
     (:func:`_probe_sequence`).
     """
     if task.kind == "sequence":
-        return _probe_sequence(task, model, seed, n)
+        return _probe_sequence(task, cast(Transformer, model), seed, n)
+    model = cast(DepthModel, model)  # a vector task's
     arrays: dict[str, np.ndarray] = {}
     for split in task.splits[1:]:  # test and the OOD splits
         data = task.sample(n, seed, split)
@@ -89,7 +92,7 @@ def probe_model(
         if data.step_regimes is not None:
             arrays[f"{split}_step_regimes"] = data.step_regimes.numpy()
         if split == "test" and hasattr(model, "probe"):
-            probe = model.probe(data.inputs, data.controls, data.steps)
+            probe = cast(Any, model).probe(data.inputs, data.controls, data.steps)  # a Delta stack
             arrays.update(_gate_arrays(probe))
     return arrays
 
@@ -103,7 +106,7 @@ def _probe_sequence(task: Task, model: Transformer, seed: int,
     tokens = task.sample(n, seed, "test").inputs
     arrays = {"test_tokens": tokens.numpy(), "test_looks": model.looks(tokens).numpy()}
     if hasattr(model, "probe"):
-        probe = model.probe(tokens)  # (n, T, sublayers, ·)
+        probe = cast(Any, model).probe(tokens)  # a Delta Transformer: (n, T, sublayers, ·)
         arrays.update({name: a.reshape(-1, *a.shape[2:])
                        for name, a in _gate_arrays(probe).items()})
     return arrays
@@ -141,8 +144,9 @@ def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = Tr
             arrays = probe_model(task, model, row.seed, n)
             path = probe_path(run_dir, row.key)
             try:
-                write_atomically(path, lambda file, arrays=arrays: np.savez_compressed(
-                    file, **arrays))
+                # (Any: numpy's stubs would match an array to allow_pickle)
+                write_atomically(path, functools.partial(np.savez_compressed,
+                                                         **cast("dict[str, Any]", arrays)))
             except OSError:  # read-only storage, no permission, a full disk: a cache
                 _UNSAVED[path.resolve()] = arrays
     if shown:

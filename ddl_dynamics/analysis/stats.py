@@ -24,6 +24,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeGuard
 
 import numpy as np
 from scipy import optimize, stats
@@ -43,7 +44,7 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, f
     return mean, float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1)) * sem
 
 
-def finite(value: object) -> bool:
+def finite(value: object) -> TypeGuard[float]:
     """Whether a metric is a finite number (None, NaN and ∞ are not)."""
     return isinstance(value, int | float) and math.isfinite(value)
 
@@ -266,7 +267,8 @@ class Paired:
         the control's, over the seeds both ran."""
         if isinstance(control, Mapping):
             both = sorted(set(model) & set(control))
-            sides = {s: (model[s], control[s]) for s in both}
+            sides: dict[int, tuple[float | None, ...]] = {s: (model[s], control[s])
+                                                          for s in both}
             only = (tuple(sorted(set(model) - set(control))),
                     tuple(sorted(set(control) - set(model))))
         else:

@@ -178,12 +178,13 @@ def size_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     """Why two rows are not of a size (``"ddl has 18,916 parameters, node 2,628: more than
     10% apart"``), or empty where their parameter counts lie within
     :data:`SIZE_TOLERANCE` of the smaller, whichever row is the control."""
-    counts = [max((r.params for r in rows if r.params), default=None) for rows in (model,
-                                                                               control)]
-    if None in counts or abs(counts[0] - counts[1]) <= SIZE_TOLERANCE * min(counts):
+    ours, theirs = [max((r.params for r in rows if r.params), default=None)
+                    for rows in (model, control)]
+    if (ours is None or theirs is None
+            or abs(ours - theirs) <= SIZE_TOLERANCE * min(ours, theirs)):
         return ""
-    return (f"{model[0].model} has {counts[0]:,} parameters, {control[0].model} "
-            f"{counts[1]:,}: more than {SIZE_TOLERANCE:.0%} apart")
+    return (f"{model[0].model} has {ours:,} parameters, {control[0].model} "
+            f"{theirs:,}: more than {SIZE_TOLERANCE:.0%} apart")
 
 
 def requirement(metric: str, requires: float, higher_is_better: bool) -> str:
@@ -266,7 +267,7 @@ def seed_values(rows: Sequence[RunResult], split: str = "test") -> dict[int, flo
         if r.status not in COUNTED or split in r.metrics.get("capped", {}):
             found[r.seed] = None
         elif finite(value):
-            found[r.seed] = float(value)  # type: ignore[arg-type]
+            found[r.seed] = float(value)
         elif isinstance(value, int | float):
             found[r.seed] = None
     return found

@@ -65,7 +65,7 @@ MEANINGS: dict[str, tuple[str, str]] = {
 }
 
 
-def as_record(comparison: Any) -> dict[str, Any]:
+def as_record(comparison: Any) -> Mapping[str, Any]:
     """A :class:`~.comparisons.Comparison` (or its JSON dict) as the dict this module reads."""
     return comparison if isinstance(comparison, Mapping) else dataclasses.asdict(comparison)
 

@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +40,9 @@ from .config import ExperimentConfig, TrainConfig
 from .reader import load_experiment
 from .runner import run_experiment
 from .train import descend, fold_data, make_optimizer, member_losses, predictor, to_device
+
+if TYPE_CHECKING:
+    from ..models.ode import NeuralODE
 
 #: label → (model name, options): the rows of ``experiments/transformer.toml``, and TC.
 TRANSFORMER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -428,7 +431,8 @@ def _training_step(family: str, task: Task, cfg: TrainConfig, size: int, width: 
     groups = [folded] if folded is not None else [alone(m) for m in models]
     parts = [task.sample(cfg.batch_size, seed, "train") for seed in range(size)]
     predict = predictor(task, cfg.bf16 and device.type == "cuda")
-    steps, batches = [], []
+    steps: list[Callable[[], None]] = []
+    batches: list[TaskData] = []
     for ensemble in groups:
         mine = parts if folded is not None else parts[len(steps):len(steps) + 1]
         batch = to_device(fold_data(mine), device)
@@ -575,7 +579,8 @@ def bench_ode(
         for solver, size in [("torchdiffeq", 1), *(("auto", m) for m in members)]:
             step = _training_step(family, task, cfg, size, width, depth, solver=solver)
             (ensemble,), (batch,) = step.groups, step.batches
-            module, optimizer = ensemble.module, make_optimizer(ensemble.module)
+            module = cast("NeuralODE", ensemble.module)  # an ODE family: its counters
+            optimizer = make_optimizer(ensemble.module)
             training = torch.ones(size, dtype=torch.bool, device=device)
             parts: dict[str, list[float]] = {"forward": [], "backward": []}
             for repeat in range(repeats + 3):
@@ -605,7 +610,7 @@ def bench_ode(
     return rows
 
 
-def _field_evaluation(module: torch.nn.Module, batch: TaskData, repeats: int,
+def _field_evaluation(module: NeuralODE, batch: TaskData, repeats: int,
                       clock: Callable[[], float], sync: Callable[[], None]) -> dict[str, float]:
     """Seconds of one evaluation of ``module``'s vector field on its folded batch, forward
     and forward + backward (medians)."""

@@ -38,13 +38,13 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from .._registry import did_you_mean
 from .._task import TASKS, Task, TaskCheckError, check_task, make_task
-from ..models.base import MODELS, make_model
+from ..models.base import MODELS, DepthModel, make_model
 from ..models.base import model_options as _model_options
 from ..models.params import count_parameters, match_hidden, parameter_count
 from .config import (
@@ -88,7 +88,9 @@ def expand_cells(
             raise ValueError(f"seeds: {err}") from None
     only = dict(only or {})
     for axis, labels in only.items():
-        entries = {"task": config.tasks, "model": config.models}.get(axis)
+        tables: dict[str, Sequence[TaskEntry] | Sequence[ModelEntry]] = {
+            "task": config.tasks, "model": config.models}
+        entries = tables.get(axis)
         if entries is None:
             raise ValueError(f"only: unknown axis {axis!r}; use 'task' or 'model'")
         named = [named_entries(label, entries) for label in labels]
@@ -161,7 +163,7 @@ def check_experiment(config: ExperimentConfig) -> None:
     (:meth:`ConfigError.of`). Warn about ``[defaults.model]`` values a task replaces, and
     about rows that ``match_params`` sizes to the budget of another kind of row."""
     errors: list[ConfigError] = []
-    built: dict[tuple[str, str], tuple[Task, torch.nn.Module]] = {}  # by task and row label
+    built: dict[tuple[str, str], tuple[Task, DepthModel]] = {}  # by task and row label
     cells: list[Cell] = []
     tasks: dict[str, tuple[str, Task]] = {}  # one per distinct task spec
     replaced: set[str] = set()
@@ -194,7 +196,7 @@ def check_experiment(config: ExperimentConfig) -> None:
     pairs = _pairs(config)
     for index, entry in enumerate(config.tasks):
         if not any(t == index for t, _ in pairs):
-            kind = TASKS.get(entry.name).kind
+            kind = _task_kind(entry.name)
             errors.append(ConfigError(
                 config.source, f"tasks[{index}]",
                 f"no model of kind {kind!r} in this experiment can run task {entry.label!r}"))
@@ -221,7 +223,7 @@ def _idle(config: ExperimentConfig, m_index: int) -> str:
     """Why model entry ``m_index`` runs on no task, and what would make it run."""
     model = config.models[m_index]
     kind = getattr(MODELS.get(model.name), "kind", "vector")
-    kinds = sorted({TASKS.get(t.name).kind for t in config.tasks
+    kinds = sorted({_task_kind(t.name) for t in config.tasks
                     if not model.tasks or t.label in model.tasks})
     what = (f"its tasks {', '.join(model.tasks)} are " if model.tasks else "the tasks are ")
     return (f"{model.label!r} runs on no task: it is a {kind} model and {what}"
@@ -241,18 +243,18 @@ def _unchecked(config: ExperimentConfig, m_index: int) -> list[ConfigError]:
                 coerce(value, *options[key])
         except ValueError as err:
             errors.append(ConfigError(config.source, f"{where}.{key}", str(err)))
-    for key, values in [(None, [None]), *model.tune.items()]:
+    for knob, values in [(None, [None]), *model.tune.items()]:
         for value in values:
             try:
-                TrainConfig(**{**model.train, **({} if key is None else {key: value})})
+                TrainConfig(**{**model.train, **({} if knob is None else {knob: value})})
             except ValueError as err:
-                at = f"{where}.train" if key is None else f"{where}.tune.{key}"
+                at = f"{where}.train" if knob is None else f"{where}.tune.{knob}"
                 errors.append(ConfigError(config.source, at, str(err)))
     return errors
 
 
 def _resized(config: ExperimentConfig, cells: Sequence[Cell],
-             built: Mapping[tuple[str, str], tuple[Task, torch.nn.Module]]) -> set[str]:
+             built: Mapping[tuple[str, str], tuple[Task, DepthModel]]) -> set[str]:
     """Notes on rows that ``match_params`` sizes to the parameter count of a row of another
     kind: one set of weights for every step (tied, an ODE) against one per layer, where the
     same count means very different models (a 17k-parameter vector field)."""
@@ -274,7 +276,7 @@ def _resized(config: ExperimentConfig, cells: Sequence[Cell],
 
 
 def compared_tasks(config: ExperimentConfig, index: int,
-                   built: Mapping[tuple[str, str], tuple[Task, torch.nn.Module]] | None = None,
+                   built: Mapping[tuple[str, str], tuple[Task, DepthModel]] | None = None,
                    ) -> list[str]:
     """The task labels on which declared comparison ``index`` is drawn: its ``tasks`` (each
     run by both rows and having its split) or every task both rows run; with the models
@@ -356,9 +358,14 @@ def references(entries: Sequence[TaskEntry] | Sequence[ModelEntry]) -> list[str]
     return [r for r in dict.fromkeys([*sweeps, *(e.label for e in entries)]) if r]
 
 
+def _task_kind(name: str) -> str:
+    """The kind (vector or sequence) of a registered task: its factory is a :class:`Task`."""
+    return cast("type[Task]", TASKS.get(name)).kind
+
+
 def same_kind(entry: TaskEntry, model: ModelEntry) -> bool:
     """Whether the model's kind (vector or sequence) is the task's."""
-    return getattr(MODELS.get(model.name), "kind", "vector") == TASKS.get(entry.name).kind
+    return getattr(MODELS.get(model.name), "kind", "vector") == _task_kind(entry.name)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import torch
 
 from .._registry import did_you_mean
 from .._task import Task, list_tasks, make_task
-from ..models.base import make_model
+from ..models.base import DepthModel, make_model
 
 #: Model arguments a task fixes; an experiment may not set them.
 TASK_DIMS = ("in_dim", "out_dim", "control_dim")
@@ -252,7 +252,7 @@ class Cell:
     def key(self) -> str:
         return cell_key(self.to_dict())
 
-    def build(self) -> tuple[Task, torch.nn.Module]:
+    def build(self) -> tuple[Task, DepthModel]:
         """The task and a freshly initialised model (``torch.manual_seed(seed)`` first)."""
         list_tasks()  # registers the built-in tasks in a fresh worker process
         task = make_task(self.task, **self.spec)
@@ -286,8 +286,9 @@ class ExperimentConfig:
     text: str = ""
 
 
-def cell_key(config: Mapping[str, Any]) -> str:
-    """The key of a cell from its :meth:`Cell.to_dict` (or that dict as a row stores it)."""
+def cell_key(config: Mapping[str, Any] | Sequence[str]) -> str:
+    """The key of a cell from its :meth:`Cell.to_dict` (or that dict as a row stores it), or
+    of an ensemble from its cells' sorted keys."""
     text = json.dumps(config, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -309,7 +309,7 @@ class _Parser:
         train = self.train_table(data.get("train", {}), f"{where}.train")
         tune = self.tune_table(data.get("tune", {}), f"{where}.tune")
         self.fixed_and_tuned(train, tune, where)
-        cls = TASKS.get(name)
+        cls: Any = TASKS.get(name)  # a Task dataclass
         fields = {f.name: f for f in dataclasses.fields(cls)}
         hints = typing.get_type_hints(cls)
         self.keys(spec, list(fields), f"{where}.spec")
@@ -341,8 +341,8 @@ class _Parser:
             entry_model = dict(model)
             if "depth" in resolved:  # the task runs at its model's depth; see the docstring
                 entry_model.setdefault("depth", resolved.pop("depth"))
-            swept = self.name(f"{label}[{tag}]", f"{where}.spec") if tag else label
-            entries.append(TaskEntry(name, swept, resolved, entry_model, train,
+            entry_label = self.name(f"{label}[{tag}]", f"{where}.spec") if tag else label
+            entries.append(TaskEntry(name, entry_label, resolved, entry_model, train,
                                      label if tag else "", tune))
         return entries
 

@@ -289,7 +289,8 @@ class CellQueue:
 
     def _claim(self, group: list[Cell]) -> list[Cell]:
         """The cells of ``group`` this run could claim; those others hold go to ``busy``."""
-        claimed, busy = [], []
+        claimed: list[Cell] = []
+        busy: list[Cell] = []
         states = self.store.claim_all({c.key: self.generation[c.key] for c in group},
                                       self.owner, STALE_AFTER)
         for cell in group:

@@ -33,6 +33,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
+from operator import methodcaller
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -40,7 +41,7 @@ import torch
 
 from .._registry import load_file
 from .._task import Task, list_tasks
-from ..models.base import list_models
+from ..models.base import DepthModel, list_models
 from .config import FINISHED, Cell, cell_key, check_label
 
 #: A result's columns after its key: a cell's row in ``results``, and each earlier attempt at
@@ -146,7 +147,7 @@ class RunResult:
     model: str = ""
     seed: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
-    curve: list[list[float]] = field(default_factory=list)
+    curve: list[list[float | None]] = field(default_factory=list)
     params: int | None = None
     flops: float | None = None
     nfe_forward: float | None = None
@@ -455,6 +456,8 @@ class ResultStore:
                 (name, config_text, json.dumps(list(task_files)), json.dumps(_versions()),
                  json.dumps(_machine()), _now(), json.dumps(list(cells))),
             )
+            if cursor.lastrowid is None:  # (an INSERT sets it)
+                raise RuntimeError(f"the store gave no id to the new run {name!r}")
             return int(cursor.lastrowid)
 
     def finish_run(self, run_id: int) -> None:
@@ -540,7 +543,7 @@ def open_run(run_dir: str | Path) -> ResultStore:
     return store
 
 
-def load_trained(run_dir: str | Path, key: str) -> tuple[Task, torch.nn.Module]:
+def load_trained(run_dir: str | Path, key: str) -> tuple[Task, DepthModel]:
     """Rebuild the task and trained model of cell ``key`` from a run folder (eval mode)."""
     result = open_run(run_dir).get(key)
     path = model_path(run_dir, key)
@@ -590,7 +593,7 @@ def keep_task_files(run_dir: str | Path, paths: Iterable[str | Path]) -> list[di
         copy = Path("task_files") / f"{path.stem}-{digest[:12]}.py"
         target = Path(run_dir) / copy
         if not target.is_file():  # concurrent runs copying the same file both succeed
-            write_atomically(target, lambda file, data=data: file.write(data))
+            write_atomically(target, methodcaller("write", data))
         records.append({"file": str(path.resolve()), "sha256": digest, "copy": str(copy),
                         "registers": list(load_task_file(target))})
     return records

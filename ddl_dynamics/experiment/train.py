@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +35,9 @@ from ..models.ensemble import Ensemble, alone, fold
 from ..models.params import count_parameters
 from .config import TUNABLE, Cell, TrainConfig
 from .store import ResultStore, RunResult, model_path, store_path
+
+if TYPE_CHECKING:
+    from ..models.ode import NeuralODE
 
 #: A training loss above this multiple of the first step's loss (or a non-finite one)
 #: means the run diverged: a finite blow-up (lr far too high, no clipping) is not a result.
@@ -158,7 +161,7 @@ def sample_splits(task: Task, cfg: TrainConfig, seed: int,
     """The task's ``splits`` for one seed, at the sizes ``cfg`` asks for, each checked
     (:func:`check_sample`), val and test also for content they share with train (which
     comes first)."""
-    sizes = {"train": cfg.n_train, "val": cfg.n_val}
+    sizes = {"train": cfg.n_train, "val": cast(int, cfg.n_val)}  # (n_test where not given)
     found: dict[str, TaskData] = {}
     for split in splits:
         n = sizes.get(split, cfg.n_test)
@@ -208,7 +211,7 @@ class _Member:
         self.seed, self.cfg, self.data, self.val, self.test = seed, cfg, data, val, test
         self.status, self.message, self.done, self.training = "ok", "", 0, True
         self.first_loss = math.nan
-        self.curve: list[list[float]] = []
+        self.curve: list[list[float | None]] = []
         self.losses: list[float] = []
         self.nfe: list[tuple[float, float]] = []  # (forward, backward) per step, ODE models
         self.flops = 0.0
@@ -229,6 +232,7 @@ def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _S
     for model in ensemble.members:
         model.to(device).train()
     ode = hasattr(module, "reset_nfe")
+    solver = cast("NeuralODE", module)  # its ODE counters: read only where ode
     for member in members:
         member.data, member.val = to_device(member.data, device), to_device(member.val, device)
     data, val = fold_data([m.data for m in members]), fold_data([m.val for m in members])
@@ -248,7 +252,7 @@ def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _S
             batch = data.subset(index)
             counter = FlopCounterMode(display=False) if step == 1 else contextlib.nullcontext()
             if ode:
-                module.reset_nfe()
+                solver.reset_nfe()
             with _solver_cap(), counter:
                 losses = member_losses(module, task, batch, predict, size)
                 values = losses.tolist()
@@ -265,12 +269,13 @@ def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _S
                 descend(ensemble, optimizer, losses, torch.tensor(training, device=device),
                         cfgs, step - 1)
             # each member's (forward, backward) NFE; an ODE step's FLOPs scale with its NFE
-            nfe = list(zip(module.nfe_forward, module.nfe_backward, strict=True)) if ode else None
+            nfe = list(zip(solver.nfe_forward, solver.nfe_backward, strict=True)) if ode else None
             units = [max(sum(n), 1) for n in nfe] if nfe else [1] * size
             if step == 1:  # FLOPs are counted on step 1
                 with _solver_cap():
                     flops = (_own_flops(ensemble, task, batch, predict) if ode and size > 1
-                             else [counter.get_total_flops() / size] * size)
+                             else [cast(FlopCounterMode, counter).get_total_flops() / size]
+                             * size)
                 flops_per_unit = [f / u for f, u in zip(flops, units, strict=True)]
             bar.update()
             evaluate = step % cfg.eval_every == 0 or step == cfg.steps
@@ -372,7 +377,7 @@ def descend(ensemble: Ensemble, optimizer: torch.optim.Optimizer, losses: Tensor
     """
     optimizer.zero_grad(set_to_none=True)
     torch.where(training, losses, 0.0).sum().backward()
-    params = [p for p in ensemble.module.parameters() if p.grad is not None]
+    params: list[Tensor] = [p for p in ensemble.module.parameters() if p.grad is not None]
     device = losses.device
     clips = torch.tensor([cfg.grad_clip for cfg in cfgs], device=device)
     if clips.any():
@@ -413,8 +418,9 @@ def predictor(task: Task, bf16: bool) -> Callable[[nn.Module, TaskData], Tensor]
 
 def fold_data(parts: Sequence[TaskData]) -> TaskData:
     """The members' data as one batch, member by member."""
-    return dataclasses.replace(
-        parts[0], **{n: torch.cat([getattr(p, n) for p in parts]) for n in _tensors(parts[0])})
+    folded: dict[str, Any] = {n: torch.cat([getattr(p, n) for p in parts])
+                              for n in _tensors(parts[0])}
+    return dataclasses.replace(parts[0], **folded)
 
 
 def _unfold(folded: Tensor, size: int) -> Tensor:
@@ -446,7 +452,8 @@ def _own_flops(ensemble: Ensemble, task: Task, batch: TaskData,
 
     An ODE member's evaluations in an ensemble are its own, but the ensemble evaluates every
     member's rows until the slowest is done, so its FLOPs do not split by NFE."""
-    flops, rows = [], len(batch) // ensemble.size
+    flops: list[float] = []
+    rows = len(batch) // ensemble.size
     for i, model in enumerate(ensemble.members):
         counter = FlopCounterMode(display=False)
         with counter:
@@ -460,7 +467,7 @@ def _own_flops(ensemble: Ensemble, task: Task, batch: TaskData,
 def _clip_per_member(ensemble: Ensemble, params: Sequence[Tensor], max_norms: Tensor) -> None:
     """Clip each member's gradient to total norm ``max_norms[member]`` (0: unclipped), as
     ``clip_grad_norm_`` does."""
-    grads = [p.grad for p in params]  # the member axis first
+    grads = [cast(Tensor, p.grad) for p in params]  # the member axis first; all set
     norms = torch.cat([g.reshape(ensemble.size, -1) for g in grads], dim=1).norm(dim=1)
     scale = torch.where(max_norms > 0, (max_norms / (norms + 1e-6)).clamp(max=1.0), 1.0)
     torch._foreach_mul_(grads, [_per_member(scale, g, ensemble.size) for g in grads])
@@ -656,21 +663,22 @@ def _final_metrics(
 
     metrics["train"] = score("train", data.subset(slice(0, cfg.n_val)), extras=False)
     metrics["val"] = score("val", val, extras=False)
+    solver = cast("NeuralODE", model)  # its ODE counters and checks: read only where ode
     if ode:
-        model.reset_nfe()
+        solver.reset_nfe()
     metrics["test"] = score("test", test)
     if ode:
-        metrics["nfe_test"] = float(model.nfe_forward[0])  # the model alone: one member
-        metrics["reconstruction_tolerance"] = model.reconstruction_tolerance
+        metrics["nfe_test"] = float(solver.nfe_forward[0])  # the model alone: one member
+        metrics["reconstruction_tolerance"] = solver.reconstruction_tolerance
         try:
             with _solver_cap(), torch.no_grad():
-                error = float(model.reconstruction_error(test.inputs, test.controls))
+                error = float(solver.reconstruction_error(test.inputs, test.controls))
         except _Capped as cap:
             error = None
             metrics["capped"]["reconstruction"] = str(cap)
         metrics["reconstruction_error"] = error
         metrics["reconstruction_flag"] = (None if error is None
-                                          else not error <= model.reconstruction_tolerance)
+                                          else not error <= solver.reconstruction_tolerance)
     depth = getattr(model, "depth", None)
     for split in task.ood_splits:
         split_data = to_device(task.sample(cfg.n_test, seed, split), test.inputs.device)
@@ -728,7 +736,10 @@ def _peak_memory(device: torch.device, measure: str) -> tuple[int, str]:
     if measure == "cuda":
         peak = int(torch.cuda.max_memory_allocated(device))
     elif measure == "cell":
-        peak = int(re.search(r"VmHWM:\s*(\d+) kB", _STATUS.read_text())[1]) * 1024
+        found = re.search(r"VmHWM:\s*(\d+) kB", _STATUS.read_text())
+        if found is None:  # (the measure is "cell" only where the status has it)
+            raise RuntimeError(f"no VmHWM in {_STATUS}")
+        peak = int(found[1]) * 1024
     else:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         peak = int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, else KiB

@@ -251,7 +251,7 @@ def model_options(name: str) -> dict[str, tuple[Any, Any]]:
     """
     factory = MODELS.get(name)
     targets = (
-        [c.__init__ for c in factory.__mro__ if "__init__" in vars(c)]
+        [vars(c)["__init__"] for c in factory.__mro__ if "__init__" in vars(c)]
         if isinstance(factory, type)
         else [factory]
     )
@@ -304,7 +304,8 @@ def check_model(model: DepthModel, batch: int = 4, seed: int = 0) -> None:
     """
     name = type(model).__name__
     param = next(model.parameters(), None)
-    like = {"dtype": param.dtype, "device": param.device} if param is not None else {}
+    like: dict[str, Any] = ({"dtype": param.dtype, "device": param.device}
+                            if param is not None else {})
     gen = torch.Generator().manual_seed(seed)
     steps, b = model.depth, batch
 

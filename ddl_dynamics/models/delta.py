@@ -155,10 +155,9 @@ class _DeltaStack(DepthModel):
         ``(B, heads · (d + gates + d_v))``."""
         return self.layer(i)(join(state, u_i) if self.context == "state" else u_i)
 
-    def generators(
-        self, i: int, state: Tensor, u_i: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Layer ``i``'s raw direction ``k̃ (B, d)``, target ``v (B, d_v)`` and gate ``β (B,)``."""
+    def generators(self, i: int, state: Tensor, u_i: Tensor | None) -> tuple[Tensor, ...]:
+        """Layer ``i``'s raw direction ``k̃ (B, d)``, target ``v (B, d_v)`` and gate ``β (B,)``
+        (a family with more gates returns each after ``v``)."""
         raw = self.packed_generators(i, state, u_i)
         return split_generators(raw, self.value_channels, self.beta_max)
 

@@ -41,10 +41,13 @@ from torch import Tensor
 
 from .base import check_choice
 
+_delta_cpu: ModuleType | None
 try:
     from . import _delta_cpu
 except ImportError:  # built without a compiler: the reference path serves
     _delta_cpu = None
+
+_NOT_BUILT = "the C++ kernel was not built when the package was installed"
 
 #: The environment variable that forces a backend (``auto`` when unset).
 BACKEND_ENV = "DDL_DYNAMICS_DELTA_BACKEND"
@@ -145,6 +148,8 @@ def _cpu_kernel(
     inputs = contiguous(X, k, v, beta, *([] if G is None else [G]), dtype=X.dtype)
     outs = [torch.empty_like(t) for t in inputs[: 1 if G is None else 4]]  # row-major, as inputs
     if X.numel():
+        if _delta_cpu is None:
+            raise RuntimeError(_NOT_BUILT)
         d, dv = X.shape[-2:]
         pointers = [t.data_ptr() for t in inputs] + [0] * (5 - len(inputs))
         pointers += [t.data_ptr() for t in outs] + [0] * (4 - len(outs))
@@ -175,6 +180,8 @@ def cpu_generated(
     G = None if G is None else G.contiguous()  # held: the kernel reads its memory
     outs = [torch.empty_like(X)] if G is None else [torch.empty_like(X), torch.empty_like(raw)]
     if X.numel():
+        if _delta_cpu is None:
+            raise RuntimeError(_NOT_BUILT)
         G_ptr, draw_ptr = (0, 0) if G is None else (G.data_ptr(), outs[1].data_ptr())
         _delta_cpu.update(
             X.data_ptr(), raw.data_ptr(), 0, 0, G_ptr, outs[0].data_ptr(), draw_ptr, 0, 0,
@@ -186,7 +193,7 @@ def cpu_generated(
 
 def _cpu_unsupported(X: Tensor, channels: int) -> str | None:
     if _delta_cpu is None:
-        return "the C++ kernel was not built when the package was installed"
+        return _NOT_BUILT
     if X.device.type != "cpu" or X.dtype not in (torch.float32, torch.float64):
         return f"it runs float32/float64 states on the CPU, not {X.dtype} on {X.device}"
     if channels > _delta_cpu.MAX_CHANNELS:

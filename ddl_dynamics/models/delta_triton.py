@@ -117,6 +117,6 @@ def backward(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of the update with respect to ``X, k, v, β``, each in its input's dtype."""
     G, X, k, v, beta = contiguous(G, X, k, v, beta)
-    grads = tuple(torch.empty_like(t) for t in (X, k, v, beta))
+    grads = torch.empty_like(X), torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
     _launch(_backward_kernel, X, erase, G, X, k, v, beta, *grads)
     return grads

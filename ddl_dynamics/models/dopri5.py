@@ -162,7 +162,12 @@ def dopri5(field: Field, y0: Tensor, times: Tensor, *, members: int = 1, rtol: f
             start, width = np.where(accept, t, start), np.where(accept, dt, width)
             t = np.where(accept, t + dt, t)
             dt = np.where(active, next_step(dt, ratio), dt)
-        state = y if (t == target).all() else _dense_output(origin, stages, start, width, target)
+        if (t == target).all():
+            state = y
+        elif stages is None:  # a member short of the target, yet none took a step
+            raise RuntimeError("every member failed before its first accepted step")
+        else:
+            state = _dense_output(origin, stages, start, width, target)
         if failed.any():
             state = state.masked_fill(torch.from_numpy(failed).to(y.device)[:, None], np.nan)
         out.append(state.view(shape))

@@ -44,6 +44,14 @@ def stacked(layers: Sequence[nn.Module], name: str) -> nn.Parameter | None:
     return None if params[0] is None else nn.Parameter(torch.stack([p.detach() for p in params]))
 
 
+def stacked_weight(layers: Sequence[nn.Module]) -> nn.Parameter:
+    """The members' ``weight`` stacked: a twinned layer holds one."""
+    weight = stacked(layers, "weight")
+    if weight is None:
+        raise ValueError(f"a {type(layers[0]).__name__} without a weight has no twin")
+    return weight
+
+
 class EnsembleLinear(nn.Module):
     """``S`` linear layers over a folded batch: rows ``[s·n, (s+1)·n)`` go through layer ``s``.
 
@@ -53,7 +61,7 @@ class EnsembleLinear(nn.Module):
 
     def __init__(self, layers: Sequence[nn.Linear]) -> None:
         super().__init__()
-        self.weight, self.bias = stacked(layers, "weight"), stacked(layers, "bias")
+        self.weight, self.bias = stacked_weight(layers), stacked(layers, "bias")
 
     def forward(self, x: Tensor) -> Tensor:
         return ensemble_linear(x, self.weight, self.bias)
@@ -77,7 +85,7 @@ class EnsembleEmbedding(nn.Module):
         super().__init__()
         if any(layer.padding_idx is not None or layer.max_norm is not None for layer in layers):
             raise ValueError("only plain embeddings fold (no padding_idx, no max_norm)")
-        self.weight = stacked(layers, "weight")
+        self.weight = stacked_weight(layers)
 
     def forward(self, ids: Tensor) -> Tensor:
         members, vocab = self.weight.shape[:2]
@@ -92,7 +100,7 @@ class EnsembleRMSNorm(nn.Module):
     def __init__(self, layers: Sequence[nn.RMSNorm]) -> None:
         super().__init__()
         self.normalized_shape, self.eps = layers[0].normalized_shape, layers[0].eps
-        self.weight = stacked(layers, "weight")
+        self.weight = stacked_weight(layers)
 
     def forward(self, x: Tensor) -> Tensor:
         rows, weight = members_first(self.weight, F.rms_norm(x, self.normalized_shape,
@@ -105,7 +113,7 @@ class EnsembleScale(nn.Module):
 
     def __init__(self, layers: Sequence[Scale]) -> None:
         super().__init__()
-        self.weight = stacked(layers, "weight")
+        self.weight = stacked_weight(layers)
 
     def forward(self, x: Tensor) -> Tensor:
         rows, weight = members_first(self.weight, x)
@@ -117,7 +125,7 @@ class EnsembleCausalConv(nn.Module):
 
     def __init__(self, layers: Sequence[CausalConv]) -> None:
         super().__init__()
-        self.weight = stacked(layers, "weight")  # (S, C_out, 1, K)
+        self.weight = stacked_weight(layers)  # (S, C_out, 1, K)
 
     def forward(self, x: Tensor) -> Tensor:
         return causal_conv(x.unflatten(0, (self.weight.shape[0], -1)), self.weight).flatten(0, 1)
@@ -156,7 +164,7 @@ class EnsembleVmap(nn.Module):
 
 
 #: The layers that can hold parameters in a folded ensemble, with their twin's factory.
-TWINS: dict[type[nn.Module], Callable[[Sequence[nn.Module]], nn.Module]] = {
+TWINS: dict[type[nn.Module], Callable[..., nn.Module]] = {
     nn.Linear: EnsembleLinear,
     FloatLinear: EnsembleFloatLinear,
     nn.Embedding: EnsembleEmbedding,
@@ -216,7 +224,8 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
         return None
     skeleton = copy.deepcopy(first)
     if getattr(skeleton, "members_independent", False):
-        skeleton.members = len(models)
+        # (torch types a module's attributes as Tensor | Module)
+        skeleton.members = len(models)  # type: ignore[assignment]
     paths = [dict(m.named_modules(remove_duplicate=False)) for m in models]
     twins: dict[int, nn.Module] = {}
     stacks: dict[tuple[int, ...], nn.Parameter] = {}  # the members' parameters → their stack

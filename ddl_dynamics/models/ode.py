@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -86,7 +86,8 @@ class NeuralODE(DepthModel):
         #: The ensemble members whose batches an input concatenates, member by member
         #: (set by :func:`~ddl_dynamics.models.ensemble.fold`).
         self.members = 1
-        self._nfe: Counter[str] = Counter()
+        # Per kind, a count or an array of per-member counts (a Counter: 0 when unseen).
+        self._nfe = cast("dict[str, np.ndarray | int]", Counter())
         self._counting: str | None = "backward"
 
     @property

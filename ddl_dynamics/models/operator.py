@@ -103,7 +103,7 @@ def _(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) 
 def _(
     G: Tensor, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return tuple(torch.empty_like(t) for t in (X, k, v, beta))
+    return torch.empty_like(X), torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
 
 
 def update_flops(n: int, d: int, d_v: int, erase: bool, backward: bool = False) -> int:
@@ -122,14 +122,14 @@ def update_flops(n: int, d: int, d_v: int, erase: bool, backward: bool = False) 
 def _forward_flops(
     X: torch.Size, k: Any, v: Any, beta: Any, erase: bool, *_: Any, **__: Any
 ) -> int:
-    return update_flops(math.prod(X[:-2]), *X[-2:], erase=erase)
+    return update_flops(math.prod(X[:-2]), X[-2], X[-1], erase=erase)
 
 
 @register_flop_formula(torch.ops.ddl_dynamics.rank_one_update_backward)
 def _backward_flops(
     G: Any, X: torch.Size, k: Any, v: Any, beta: Any, erase: bool, *_: Any, **__: Any
 ) -> int:
-    return update_flops(math.prod(X[:-2]), *X[-2:], erase=erase, backward=True)
+    return update_flops(math.prod(X[:-2]), X[-2], X[-1], erase=erase, backward=True)
 
 
 def _watched() -> bool:
@@ -158,7 +158,9 @@ class _RankOneUpdate(torch.autograd.Function):
         # positional) go straight to autograd, as Function.apply would hand them on.
         if torch._C._are_functorch_transforms_active():
             return super().apply(*args)
-        return super(torch.autograd.Function, cls).apply(*unwrap_dead_wrappers(args))
+        # (torch's stubs leave out _FunctionBase.apply)
+        return super(torch.autograd.Function, cls).apply(  # type: ignore[misc]
+            *unwrap_dead_wrappers(args))
 
     @staticmethod
     def forward(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) -> Tensor:

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -77,7 +77,8 @@ def causal_conv(x: Tensor, weight: Tensor) -> Tensor:
     padded = F.pad(x, (0, 0, K - 1, 0))  # (S, B, K − 1 + T, C): zeros before token 0
     taps = weight.view(weight.shape[0], 1, C, -1, K)  # (S, 1, C, C_out / C, K)
     if taps.shape[-2] == 1:  # one output per channel: K shifted products
-        return sum(padded[:, :, j : j + T] * taps[:, :, None, :, 0, j] for j in range(K))
+        return cast(Tensor, sum(padded[:, :, j : j + T] * taps[:, :, None, :, 0, j]
+                                for j in range(K)))
     windows = padded.unfold(2, K, 1)  # (S, B, T, C, K)
     return torch.einsum("sbtck,sucrk->sbtcr", windows, taps).flatten(-2)
 
@@ -207,7 +208,7 @@ class _Attention(nn.Module):
         cos, sin = rope_tables(T, self.head_dim, self.rope_base, c.device, qkv.dtype)
         cos, sin = cos[:, None, None], sin[:, None, None]  # (T, 1, 1, hd): against (B, T, 2, H, hd)
         qk = qkv[:, :, :2]
-        if self.q_norm is None:
+        if self.q_norm is None or self.k_norm is None:  # (both or neither: qk_norm)
             qk = qk * cos + _swap_halves(qk) * sin
         else:
             qk = F.rms_norm(qk, (self.head_dim,), eps=self.q_norm.eps)
@@ -408,7 +409,7 @@ class _DeltaResidual(nn.Module):
         else:
             self.gate = nn.Sequential(FloatLinear(width, 1))
         with torch.no_grad():
-            self.gate[-1].bias.fill_(gate_logit(spec.beta_init))
+            cast(FloatLinear, self.gate[-1]).bias.fill_(gate_logit(spec.beta_init))
         self.value = None if spec.value == "constant" else nn.Linear(width, value_channels)
         self.direction = nn.Linear(width, width, bias=False) if spec.generator == "v-map" else None
         self.value_channels = value_channels
@@ -418,6 +419,8 @@ class _DeltaResidual(nn.Module):
         ``(B, T)``, the gate in at least float32."""
         beta = gate(self.gate(c).squeeze(-1))
         if self.direction is not None:  # v-map
+            if self.value is None:
+                raise ValueError("v-map reads v from the sublayer output: not a constant value")
             k_raw, v = self.direction(c), self.value(h)
         elif self.value is None:
             k_raw, v = h, c.new_full((*c.shape[:-1], self.value_channels),
@@ -584,9 +587,9 @@ class Transformer(nn.Module):
             for module in self.modules():
                 if isinstance(module, nn.Linear):
                     module.weight.normal_(0.0, std)
-            for block in self.blocks:
+            for block in cast("Iterable[_Block]", self.blocks):
                 for sublayer in block.sublayers:
-                    sublayer.out.weight.normal_(0.0, std / math.sqrt(self.depth))
+                    cast(nn.Linear, sublayer.out).weight.normal_(0.0, std / math.sqrt(self.depth))
             self.embed.weight.normal_(0.0, 0.02)
             self.head.weight.normal_(0.0, 0.02)
 
@@ -594,7 +597,7 @@ class Transformer(nn.Module):
                 per_step: bool = True) -> Tensor:
         """Logits at every position ``(B, T, out_dim)``, or at the last one (``per_step=False``)."""
         X = self.state(tokens, u, steps)
-        for block in self.blocks:
+        for block in cast("Iterable[_Block]", self.blocks):
             X = block(X)
         logits = self.head(self.norm(self.readout(X)))  # (B, T, out_dim)
         return logits if per_step else logits[:, -1]
@@ -603,7 +606,7 @@ class Transformer(nn.Module):
         """Every sublayer's pass over the state of ``tokens``, in order (attention, MLP,
         attention, …): what the probes read."""
         X = self.state(tokens)
-        for block in self.blocks:
+        for block in cast("Iterable[_Block]", self.blocks):
             for i, residual in enumerate(block.residuals):
                 x_in, c, h = block.process(i, X)
                 after = residual(X, x_in, c, h)
@@ -636,7 +639,7 @@ class _DeltaTransformer(Transformer):
     """Shared body of ``ddl-transformer`` and ``ddl-write-transformer``: they differ only in
     :attr:`update`. Options are those of :class:`Transformer` and :class:`Generators`."""
 
-    update: ClassVar[Update]
+    update: ClassVar[staticmethod[[Tensor, Tensor, Tensor, Tensor], Tensor]]
 
     def __init__(self, *, generator: str = "k-map", beta_init: float = 1.0, beta_hidden: int = 0,
                  value: str = "sigmoid", value_scale: float = 4.0, value_input: str = "stream",
@@ -657,7 +660,7 @@ class _DeltaTransformer(Transformer):
         the discrepancies ``e = kᵀX − v`` before and after it."""
         layers = []
         for p in self.passes(tokens):
-            k_raw, v, beta = p.residual.generators(p.x_in, p.c, p.h)
+            k_raw, v, beta = cast(_DeltaResidual, p.residual).generators(p.x_in, p.c, p.h)
             k = normalize_direction(k_raw).to(p.before.dtype)
             layers.append((beta, k_raw, k, v, p.before, p.after))
         return DeltaProbe.of_layers(layers, dim=2)
