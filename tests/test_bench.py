@@ -165,6 +165,7 @@ def tiny_experiment(tmp_path):
     return path
 
 
+@pytest.mark.slow  # trains a suite once per setting
 def test_bench_suite_runs_the_experiment_once_per_setting(tmp_path):
     rows = bench_suite(tiny_experiment(tmp_path), only={"model": ["ddl"]})
     assert [(r["vectorize"], r["jobs"]) for r in rows] == [

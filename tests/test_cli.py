@@ -125,6 +125,7 @@ def test_internal_errors_are_not_reported_as_bad_usage(monkeypatch, capsys):
         saved.unlink()
 
 
+@pytest.mark.slow  # a worker pool that loses a worker
 def test_user_task_file_in_worker_pool_with_a_dying_worker(tmp_path):
     """The task file is imported in every worker; a worker's death fails only its cell."""
     exp = tmp_path / "exp.toml"

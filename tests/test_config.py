@@ -414,9 +414,12 @@ def test_a_list_typed_field_takes_a_list_as_one_value_and_a_list_of_lists_sweeps
 
 
 EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.toml"))
+#: Files whose parameter matching builds hundreds of Transformers: loaded in the slow run.
+HEAVY = {"transformer-depth.toml", "transformer-gpu.toml", "full.toml", "peers.toml"}
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.name in HEAVY
+                                  else p for p in EXPERIMENTS], ids=lambda p: p.name)
 def test_every_shipped_experiment_file_loads(path):
     assert dd.expand_cells(dd.load_experiment(path))
 

@@ -59,6 +59,7 @@ def weights(run_dir, key):
     return torch.load(run_dir / "models" / f"{key}.pt", weights_only=True)
 
 
+@pytest.mark.slow  # a whole run on a real Ray instance
 def test_ray_gives_the_local_backends_rows_and_weights(tmp_path, local_ray):
     exp = experiment(tmp_path)
     local, remote = tmp_path / "local", tmp_path / "ray"
@@ -89,6 +90,7 @@ def test_a_lost_ray_worker_fails_its_cells_and_the_run_goes_on(tmp_path, local_r
     assert all("the worker process died" in r.message for r in lost) and len(lost) == 4
 
 
+@pytest.mark.slow  # kills and restarts a Ray driver
 def test_a_ray_run_resumes_after_its_driver_is_killed(tmp_path, local_ray):
     exp, run_dir = experiment(tmp_path, steps=300), tmp_path / "run"
     code = ("import sys, ddl_dynamics as dd; dd.run_experiment(sys.argv[1], sys.argv[2], "
