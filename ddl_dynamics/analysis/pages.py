@@ -103,19 +103,28 @@ def headlined(report: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 # --- the README's headline
 
+def tuned(report: Mapping[str, Any]) -> bool:
+    """Whether a study tuned its rows (some row reports a chosen grid value): only such a
+    study's verdicts rest on every row at its own best rate, and only they make the finding."""
+    return any(row.get("chosen") for t in report.get("tables", []) for row in t["rows"])
+
+
 def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
-    """The finding, the headline figure and one line per study."""
-    stated = [c for r in reports for c in headlined(r)]
-    studies_text = "study" if len(reports) == 1 else "studies"
-    lines = [f"**The finding**, over {len(reports)} published {studies_text}: "
+    """The finding (tuned studies only), the headline figure and one line per study."""
+    judged = [r for r in reports if tuned(r)]
+    stated = [c for r in judged for c in headlined(r)]
+    studies_text = "study" if len(judged) == 1 else "studies"
+    lines = [f"**The finding**, over {len(judged)} published tuned {studies_text}: "
              + " ".join(summary_sentences(stated, limit=4)), "",
              f"![Every declared comparison: paired difference, 95% CI, label]({HEADLINE})", "",
-             "Each declared comparison: model − control, mean ± 95% CI over seeds (unadjusted), "
-             "and its label, which reads the Holm-adjusted test: an interval clear of zero can "
-             "still be inconclusive.", "",
+             "Each declared comparison of the tuned studies: model − control, mean ± 95% CI "
+             "over seeds (unadjusted), and its label, which reads the Holm-adjusted test: an "
+             "interval clear of zero can still be inconclusive.", "",
              "Per study:", ""]
     lines += [f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
-              f"{counts_text(counts(headlined(r)))}." for r in reports]
+              f"{counts_text(counts(headlined(r)))}"
+              + ("." if tuned(r) else " (untuned: every row at one fixed rate, so not part "
+                 "of the finding).") for r in reports]
     return "\n".join(lines)
 
 
@@ -418,7 +427,7 @@ def write_docs(results: str | Path = "results", out: str | Path = ".") -> list[P
     written: list[Path] = []
     readme = out / "README.md"
     _write(readme, block(readme.read_text(), "results", readme_block(reports)), written)
-    written.append(headline_figure(reports, out / HEADLINE))
+    written.append(headline_figure([r for r in reports if tuned(r)], out / HEADLINE))
     pages = out / "docs" / "studies"
     kept = {f"{r['name']}.md" for r in reports} | {"index.md"} | {r["name"] for r in reports}
     for stale in pages.iterdir() if pages.is_dir() else ():
