@@ -16,6 +16,7 @@ from ddl_dynamics import (
     normalize_direction,
 )
 from ddl_dynamics.analysis.probes import _gate_arrays
+from ddl_dynamics.experiment import store
 from ddl_dynamics.experiment.store import load_task_file
 from ddl_dynamics.models.base import MODELS
 from ddl_dynamics.models.decoupled import decoupled_update
@@ -243,6 +244,16 @@ def page_block(language: str) -> str:
     return blocks[0]
 
 
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """Models a test's file registers are gone after it (so other tests see the built-ins
+    alone), and the file imports again in the next test."""
+    list_models()  # the built-ins first, so that the copy holds them
+    monkeypatch.setattr(MODELS, "_factories", dict(MODELS._factories))
+    monkeypatch.setattr(store, "_imported", dict(store._imported))
+
+
+@pytest.mark.usefixtures("scratch_registry")
 def test_the_docs_example_family_loads_checks_and_is_ddl_decoupled(tmp_path):
     path = tmp_path / "my_decoupled.py"
     path.write_text(page_block("python"))
@@ -259,6 +270,7 @@ def test_the_docs_example_family_loads_checks_and_is_ddl_decoupled(tmp_path):
     torch.testing.assert_close(mine(x, u, per_step=True), shipped(x, u, per_step=True))
 
 
+@pytest.mark.usefixtures("scratch_registry")
 def test_the_docs_example_runs_from_the_command_line(tmp_path, monkeypatch):
     from ddl_dynamics.cli import main
 
