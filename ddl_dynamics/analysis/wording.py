@@ -182,9 +182,9 @@ def summary(comparisons: Sequence[Any], limit: int = 6) -> list[str]:
         more = f" and {len(chosen) - limit} more" if len(chosen) > limit else ""
         return "; ".join(chosen[:limit]) + more
 
-    first = (f"Of {len(records)} comparisons, {counts_text(found)}"
-             + (f" ({NO_DIFFERENCE} at the sizes each test could see)"
-                if found.get(INCONCLUSIVE) else "") + ".")
+    first = (f"Of {len(records)} comparisons, {counts_text(found)}."
+             + (f" Inconclusive means {NO_DIFFERENCE} at the size each test could see."
+                if found.get(INCONCLUSIVE) else ""))
     decided = [f"{label} for the model: {listed(label)}" for label in (WIN, LOSS)
                if found.get(label)]
     second = ("; ".join(decided) if decided else "No comparison is a win or a loss") + "."
