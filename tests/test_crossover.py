@@ -12,7 +12,7 @@ from ddl_dynamics.analysis import plots
 from ddl_dynamics.analysis.comparisons import Comparison
 from ddl_dynamics.analysis.crossover import Setting, crossover_point, gate_use, star_interval
 from ddl_dynamics.analysis.probes import probe_model, probe_path
-from ddl_dynamics.analysis.report import render
+from ddl_dynamics.analysis.render import render
 from ddl_dynamics.analysis.run import load_run, run_of
 from ddl_dynamics.analysis.stats import Paired
 from ddl_dynamics.experiment.store import model_path

@@ -19,7 +19,7 @@ from ddl_dynamics.analysis import plots
 from ddl_dynamics.analysis.figures import FIGURE_KINDS, make_figures
 from ddl_dynamics.analysis.probes import probe_model
 from ddl_dynamics.analysis.regimes import contraction, depth_determinant, regime_fractions
-from ddl_dynamics.analysis.report import render
+from ddl_dynamics.analysis.render import render
 from ddl_dynamics.analysis.run import load_run
 from ddl_dynamics.cli import main
 from ddl_dynamics.models.operator import gate_logit

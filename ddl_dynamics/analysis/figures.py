@@ -23,7 +23,8 @@ from .crossover import curve, gate_use
 from .hops import auditable, hop_audit
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
-from .report import Report, build_report, signed
+from .report import Report, build_report
+from .report_text import signed
 from .run import Run, load_run
 
 #: The figure groups of ``ddl-dyn plot``.

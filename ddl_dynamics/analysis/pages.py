@@ -51,7 +51,7 @@ from ..experiment.config import (
 from ..models.operator import REGIMES
 from .html import CAPTIONS
 from .publish import FIGURES, load_study, studies
-from .report import REGIME_NOTE
+from .report_text import REGIME_NOTE
 from .run import in_tasks
 from .verdicts import INCONCLUSIVE, LABELS
 from .wording import (
