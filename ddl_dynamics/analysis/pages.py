@@ -150,7 +150,7 @@ def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plots import MARK_COLORS
+    from .plots.summary import MARK_COLORS
 
     heights = [max(len(v), 1) * 0.32 + 0.7 for v in drawn.values()] or [1.0]
     fig, axes = plt.subplots(len(heights), 1, figsize=(8, sum(heights)),
