@@ -126,6 +126,7 @@ RENDERERS: dict[str, Callable[[Report], str]] = {
 
 
 def render(report: Report, fmt: str = "md") -> str:
+    """The report in format ``fmt``, a key of :data:`RENDERERS`."""
     if fmt not in RENDERERS:
         raise ValueError(f"unknown report format {fmt!r}; formats: {', '.join(RENDERERS)}")
     return RENDERERS[fmt](report)

@@ -16,7 +16,6 @@
   every earlier attempt listed;
 - **regimes**: the gate regimes the trained Delta stacks use.
 
-
 The cell text of its tables lives in :mod:`.report_text`, the renderers in :mod:`.render`.
 """
 
