@@ -114,7 +114,7 @@ def _seeds(text: str | None) -> list[int] | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .analysis.report import write_report
+    from .analysis.render import write_report
     from .experiment.runner import run_experiment
 
     summary = run_experiment(
@@ -158,7 +158,8 @@ def _load_task_files(args: argparse.Namespace) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from .analysis.html import write_html_report
-    from .analysis.report import build_report, render
+    from .analysis.render import render
+    from .analysis.report import build_report
 
     _load_task_files(args)
     if args.format == "html":  # figures embedded: probes and plots whatever is missing
@@ -231,7 +232,7 @@ def _bench_parser(bench: argparse.ArgumentParser) -> None:
 
 
 def _report_parser(report: argparse.ArgumentParser) -> None:
-    from .analysis.report import RENDERERS
+    from .analysis.render import RENDERERS
 
     report.add_argument("run_dir", help="the run folder, e.g. runs/quick")
     report.add_argument("--format", choices=[*sorted(RENDERERS), "html"], default="md",

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis import plots
 from ddl_dynamics.analysis.comparisons import Comparison
 from ddl_dynamics.analysis.crossover import Setting, crossover_point, gate_use, star_interval
+from ddl_dynamics.analysis.plots.sweeps import crossover
 from ddl_dynamics.analysis.probes import probe_model, probe_path
-from ddl_dynamics.analysis.report import render
+from ddl_dynamics.analysis.render import render
 from ddl_dynamics.analysis.run import load_run, run_of
 from ddl_dynamics.analysis.stats import Paired
 from ddl_dynamics.experiment.store import model_path
@@ -248,7 +248,7 @@ def test_crossover_figure_marks_p_star_and_keeps_p_zero_in_view():
                                                         [0.1, 0.05, 0.0]),
                                                        ([0.0, 0.05, 0.5], [0.0, 0.1, 0.2],
                                                         [0.0, 0.0, 0.1]))}}
-    fig = plots.crossover(differences, gates, "p", "mse", higher_is_better=False)
+    fig = crossover(differences, gates, "p", "mse", higher_is_better=False)
     left, right = fig.axes[:2]
     assert left.get_xscale() == "symlog" and left.get_xlim()[0] < 0.0 < left.get_xlim()[1]
     assert [t.get_text() for t in left.get_legend().get_texts()] == [
@@ -260,10 +260,10 @@ def test_crossover_figure_marks_p_star_and_keeps_p_zero_in_view():
         "ddl: reflection at its events", "ddl: reflection elsewhere"]
     # a curve keeps its colour in every row, whatever its crossover there
     two = {"event=overwrite": {"ddl − resnet": (curve, None)}, **differences}
-    fig = plots.crossover(two, gates, "p", "mse", higher_is_better=False)
+    fig = crossover(two, gates, "p", "mse", higher_is_better=False)
     first, second = (fig.axes[i].containers[0].lines[0] for i in (0, 2))  # ddl − resnet
     assert first.get_color() == second.get_color()
-    alone = plots.crossover(differences, {}, "p", "mse", higher_is_better=False)
+    alone = crossover(differences, {}, "p", "mse", higher_is_better=False)
     assert len(alone.axes) == 1  # no probed gates: no second column
 
 

@@ -15,11 +15,21 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis import plots
 from ddl_dynamics.analysis.figures import FIGURE_KINDS, make_figures
+from ddl_dynamics.analysis.plots.depth import phase_portraits
+from ddl_dynamics.analysis.plots.gates import (
+    beta_histograms,
+    determinant_plot,
+    probe_consistency,
+    regime_atlas,
+)
+from ddl_dynamics.analysis.plots.style import row_colors
+from ddl_dynamics.analysis.plots.summary import MARK_COLORS, comparison, verdict_matrix
+from ddl_dynamics.analysis.plots.sweeps import hop_gates
+from ddl_dynamics.analysis.plots.training import nfe_curves, training_curves
 from ddl_dynamics.analysis.probes import probe_model
 from ddl_dynamics.analysis.regimes import contraction, depth_determinant, regime_fractions
-from ddl_dynamics.analysis.report import render
+from ddl_dynamics.analysis.render import render
 from ddl_dynamics.analysis.run import load_run
 from ddl_dynamics.cli import main
 from ddl_dynamics.models.operator import gate_logit
@@ -177,10 +187,10 @@ def test_verdict_matrix_colours_each_mark():
                         "node": ("unequal budget", "no test"),
                         "gated": ("unmatched size", "no test"),
                         "ddl-lin": ("both solved", "+0 ± 0"), "ddl-write": ("fails", "—")}}
-    fig = plots.verdict_matrix(cells)
+    fig = verdict_matrix(cells)
     ax = fig.axes[0]
     drawn = {tuple(round(c, 3) for c in p.get_facecolor()[:3]) for p in ax.patches}
-    expected = {tuple(round(c, 3) for c in to_rgb(color)) for color in plots.MARK_COLORS.values()}
+    expected = {tuple(round(c, 3) for c in to_rgb(color)) for color in MARK_COLORS.values()}
     assert drawn == expected and len(ax.patches) == 8  # (overwrite, node) stays blank
     texts = {t.get_text() for t in ax.texts}
     assert "win\n-0.4 ± 0.1" in texts and "unequal budget\nno test" in texts
@@ -336,7 +346,7 @@ def _legend_colors(fig) -> dict[str, tuple]:
 def test_an_nfe_row_evaluated_once_shows_as_a_marker_on_an_axis_from_step_0():
     curves = {"sign-flip": {"node": [np.array([[50.0, 56.0]]), np.array([[50.0, 62.0]])],
                             "anode": [np.array([[50.0, 80.0]])]}}
-    fig = plots.nfe_curves(curves)
+    fig = nfe_curves(curves)
     ax = fig.axes[0]
     points = [line for line in ax.get_lines() if line.get_marker() == "o"]
     assert len(points) == 2 and all(len(line.get_xdata()) == 1 for line in points)
@@ -351,7 +361,7 @@ def test_training_curves_have_one_legend_outside_the_axes_with_every_entry_drawn
               "sign-flip": {"node": [np.array([[50.0, 1.08]])],  # evaluated once
                             "anode": [np.c_[steps, [np.nan] * 4]]}}  # nothing finite
     metric = {"overwrite": "mse", "sign-flip": "mse"}
-    fig = plots.training_curves(curves, metric)
+    fig = training_curves(curves, metric)
     renderer = _drawn(fig)
     assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
     legend = fig.legends[0]
@@ -367,7 +377,7 @@ def test_flops_and_log_ticks_do_not_overlap():
     flops = np.linspace(1.1e12, 3.4e12, 20)  # less than a decade: matplotlib labels minors
     curves = {"overwrite": {m: [np.c_[flops * f, np.geomspace(1, 1e-3, 20) * f]]
                             for m, f in (("resnet", 1.0), ("ddl", 1.3))}}
-    fig = plots.training_curves(curves, {"overwrite": "mse"}, x="FLOPs")
+    fig = training_curves(curves, {"overwrite": "mse"}, x="FLOPs")
     renderer = _drawn(fig)
     ax = fig.axes[0]
     labels = [t for t in [*ax.get_xticklabels(), *ax.get_xticklabels(minor=True)]
@@ -382,7 +392,7 @@ def test_compare_ticks_do_not_overlap_and_intervals_stay_in_the_metric_range():
     mse = {m: (0.01 * (i + 1), 0.05, [0.001 * (i + 1), 0.02 * (i + 1)])
            for i, m in enumerate(names)}
     acc = {m: (0.98, 0.05, [0.95, 1.0]) for m in names}
-    fig = plots.comparison({"overwrite": mse, "parity": acc},
+    fig = comparison({"overwrite": mse, "parity": acc},
                            {"overwrite": "mse", "parity": "accuracy"})
     renderer = _drawn(fig)
     for ax in fig.axes:
@@ -401,7 +411,7 @@ def test_hop_gate_shares_are_clipped_to_0_and_1():
     curves = {"projecting where it hops": ([1.0, 2.0], [0.95, 0.05], [0.2, 0.2]),
               "projecting elsewhere": ([1.0, 2.0], [0.5, 0.5], [0.1, 0.1]),
               "hops its attention looked at": ([1.0, 2.0], [1.0, 0.9], [0.3, 0.3])}
-    fig = plots.hop_gates({"var-chain": (curves, {1.0: [0.9, 1.0], 2.0: [1.0, 1.1]})},
+    fig = hop_gates({"var-chain": (curves, {1.0: [0.9, 1.0], 2.0: [1.0, 1.1]})},
                           "ddl-transformer", "hops")
     left = fig.axes[0]
     ends = np.concatenate([c.lines[2][0].get_segments() for c in left.containers])[..., 1]
@@ -413,13 +423,13 @@ def test_hop_gate_shares_are_clipped_to_0_and_1():
 def test_gate_figures_name_the_model_and_the_task():
     rng = np.random.default_rng(0)
     pooled = {"overwrite": rng.uniform(0.9, 1.1, (64, 4)), "parity": rng.uniform(0, 2, (64, 4))}
-    atlas = plots.regime_atlas({t: regime_fractions(b) for t, b in pooled.items()}, "ddl-tied")
-    hist = plots.beta_histograms(pooled, "ddl-tied")
+    atlas = regime_atlas({t: regime_fractions(b) for t, b in pooled.items()}, "ddl-tied")
+    hist = beta_histograms(pooled, "ddl-tied")
     for fig in (atlas, hist):
         titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
         assert {"overwrite", "parity"} <= {t.split(" on ")[-1] for t in titles}
         assert all("ddl-tied" in t for t in titles)
-    det = plots.determinant_plot({t: depth_determinant(b) for t, b in pooled.items()}, "ddl-tied")
+    det = determinant_plot({t: depth_determinant(b) for t, b in pooled.items()}, "ddl-tied")
     (ax,) = det.axes
     assert "ddl-tied" in ax.get_title()
     assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["overwrite", "parity"]
@@ -427,7 +437,7 @@ def test_gate_figures_name_the_model_and_the_task():
 
 def test_the_beta_histogram_colour_scale_shows_a_rare_bin():
     beta = np.r_[np.full(980, 1.0), np.full(20, 2.0 - 1e-3)][:, None]  # 98% project, 2% reflect
-    fig = plots.beta_histograms({"parity": beta}, "ddl")
+    fig = beta_histograms({"parity": beta}, "ddl")
     image = fig.axes[0].get_images()[0]
     assert image.norm(0.98) > 0.95 and image.norm(0.02) > 0.3  # linear would give 0.02
 
@@ -437,7 +447,7 @@ def test_the_probe_check_says_what_it_expects_and_sets_known_deviations_apart():
     measured = np.array([0.0, 0.5, 1.0, 0.6, 0.25])
     relative = np.array([0.5, 0.5, 0.5, 1e-6, 0.5])  # the fourth: little left to erase
     key = np.array([1.0, 1.0, 1.0, 1.0, 5e-5])  # the fifth: a key too short to be unit
-    fig = plots.probe_consistency({"parity": (expected, measured, relative, key)})
+    fig = probe_consistency({"parity": (expected, measured, relative, key)})
     title = fig.axes[0].get_title()
     assert "max deviation 0.0e+00" in title and "(2 of 5): 1.0e-01" in title
     text = fig._suptitle.get_text()
@@ -449,8 +459,8 @@ def test_phase_portrait_axes_are_named_by_the_task():
     assert dd.make_task("oscillator").state_names == ("q", "p")
     assert dd.make_task("parity").state_names is None
     panel = {"ddl": (np.zeros((1, 4, 2)), np.zeros((1, 4, 2)))}
-    named = plots.phase_portraits(panel, "oscillator", 4, ("q", "p")).axes[0]
-    plain = plots.phase_portraits(panel, "switched", 4).axes[0]
+    named = phase_portraits(panel, "oscillator", 4, ("q", "p")).axes[0]
+    plain = phase_portraits(panel, "switched", 4).axes[0]
     assert (named.get_xlabel(), named.get_ylabel()) == ("q", "p")
     assert (plain.get_xlabel(), plain.get_ylabel()) == ("x1", "x2")
     assert "ddl" in named.get_title() and "oscillator" in named.get_title()
@@ -465,13 +475,13 @@ def captured(monkeypatch):
         figures[Path(stem).name] = fig
         return [Path(f"{stem}.png")]
 
-    monkeypatch.setattr(plots, "save_figure", capture)
+    monkeypatch.setattr("ddl_dynamics.analysis.figures.save_figure", capture)
     return figures
 
 
 def test_a_model_keeps_its_colour_in_every_figure_of_a_run(tiny_run, captured):
     make_figures(tiny_run, ("curves", "compare", "trajectories"), progress=False)
-    run_colors = {m: to_rgb(c) for m, c in plots.row_colors(
+    run_colors = {m: to_rgb(c) for m, c in row_colors(
         label for _, label in load_run(tiny_run).rows).items()}
     seen = {name: _legend_colors(fig) for name, fig in captured.items() if name != "verdicts"}
     assert {"curves_step", "curves_flops", "nfe", "state_norms"} <= set(seen)

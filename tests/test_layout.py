@@ -1,13 +1,29 @@
 """The library's wings import one way: cli → analysis → experiment → task interface → models →
 registry, and no two sibling modules import each other. The contracts live in pyproject.toml
-(``[tool.importlinter]``); import-linter checks them, lazy imports inside functions included."""
+(``[tool.importlinter]``); import-linter checks them, lazy imports inside functions included.
+And a module holds one idea: none is longer than :data:`MAX_LINES`."""
 
 from pathlib import Path
 
 from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ddl_dynamics"
+
+#: The most lines a module of the package may have; past it, it holds several ideas.
+MAX_LINES = 500
+#: Modules longer on purpose (package-relative): the Transformer is one idea in one file.
+LONG_ON_PURPOSE = frozenset({"models/transformer.py"})
 
 
 def test_import_contracts_hold() -> None:
     assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
+
+
+def test_no_module_of_the_package_exceeds_the_line_limit() -> None:
+    lengths = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines())
+               for path in sorted(PACKAGE.rglob("*.py"))}
+    assert lengths.keys() >= LONG_ON_PURPOSE, "an exemption names a module that is gone"
+    over = [f"{name} ({n} lines)" for name, n in lengths.items()
+            if n > MAX_LINES and name not in LONG_ON_PURPOSE]
+    assert not over, f"over {MAX_LINES} lines, split by idea: {', '.join(over)}"

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.report import render
+from ddl_dynamics.analysis.render import render
 from ddl_dynamics.analysis.stats import holm, mean_ci
 
 

@@ -10,7 +10,8 @@ from scipy import stats
 
 import ddl_dynamics as dd
 from ddl_dynamics.analysis.comparisons import Request, judge
-from ddl_dynamics.analysis.report import comparison_cells, render
+from ddl_dynamics.analysis.render import render
+from ddl_dynamics.analysis.report_text import comparison_cells
 from ddl_dynamics.analysis.run import run_of
 from ddl_dynamics.analysis.stats import (
     ALPHA,

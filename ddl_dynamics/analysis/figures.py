@@ -2,7 +2,7 @@
 
 Every figure group is drawn from one :class:`~.run.Run` and its :class:`~.report.Report`,
 read once; each row appears at its chosen grid value, as in the report, and in one colour
-in every figure of the run (:func:`~.plots.row_colors` of its labels). A group with
+in every figure of the run (:func:`~.plots.style.row_colors` of its labels). A group with
 nothing to draw says why (:class:`NothingToDraw`, collected in :attr:`Figures.skipped`).
 """
 
@@ -18,12 +18,18 @@ import numpy as np
 
 from .._registry import first_paragraph
 from .._task import make_task
-from . import plots
 from .crossover import curve, gate_use
 from .hops import auditable, hop_audit
+from .plots.depth import depth_profiles, phase_portraits
+from .plots.gates import beta_histograms, determinant_plot, probe_consistency, regime_atlas
+from .plots.style import row_colors, save_figure
+from .plots.summary import comparison, verdict_matrix
+from .plots.sweeps import crossover, hop_gates
+from .plots.training import nfe_curves, training_curves
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
-from .report import Report, build_report, signed
+from .report import Report, build_report
+from .report_text import signed
 from .run import Run, load_run
 
 #: The figure groups of ``ddl-dyn plot``.
@@ -104,16 +110,16 @@ def regime_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     for label, by_task in sorted(betas.items()):
         pooled = {task: np.concatenate(b) for task, b in sorted(by_task.items())}
         fractions = {task: regime_fractions(b) for task, b in pooled.items()}
-        out += plots.save_figure(plots.regime_atlas(fractions, label),
-                                 out_dir / f"regime_atlas_{label}")
-        out += plots.save_figure(plots.beta_histograms(pooled, label),
-                                 out_dir / f"beta_hist_{label}")
+        out += save_figure(regime_atlas(fractions, label),
+                           out_dir / f"regime_atlas_{label}")
+        out += save_figure(beta_histograms(pooled, label),
+                           out_dir / f"beta_hist_{label}")
         dets = {task: depth_determinant(b) for task, b in pooled.items()}
-        out += plots.save_figure(plots.determinant_plot(dets, label),
-                                 out_dir / f"determinant_{label}")
+        out += save_figure(determinant_plot(dets, label),
+                           out_dir / f"determinant_{label}")
     points = {task: tuple(np.concatenate(parts) for parts in zip(*found, strict=True))
               for task, found in sorted(checks.items())}
-    out += plots.save_figure(plots.probe_consistency(points), out_dir / "probe_consistency")
+    out += save_figure(probe_consistency(points), out_dir / "probe_consistency")
     return out
 
 
@@ -145,11 +151,11 @@ def trajectory_figures(run: Run, report: Report, colors: Colors, samples: int = 
     out: list[Path] = []
     out_dir = figure_dir(run.run_dir)
     for task, panels in sorted(portraits.items()):
-        fig = plots.phase_portraits(dict(sorted(panels.items())), task, train_steps[task],
-                                    names[task])
-        out += plots.save_figure(fig, out_dir / f"trajectories_{task}")
-    fig = plots.depth_profiles(dict(sorted(norms.items())), "mean ‖hidden state‖", colors)
-    out += plots.save_figure(fig, out_dir / "state_norms")
+        fig = phase_portraits(dict(sorted(panels.items())), task, train_steps[task],
+                              names[task])
+        out += save_figure(fig, out_dir / f"trajectories_{task}")
+    fig = depth_profiles(dict(sorted(norms.items())), "mean ‖hidden state‖", colors)
+    out += save_figure(fig, out_dir / "state_norms")
     return out
 
 
@@ -170,12 +176,12 @@ def curve_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     if not by_step:
         raise NothingToDraw("no finished cell with stored weights and a training curve")
     out_dir = figure_dir(run.run_dir)
-    out = plots.save_figure(plots.training_curves(by_step, metric, colors=colors),
-                            out_dir / "curves_step")
-    out += plots.save_figure(plots.training_curves(by_flops, metric, x="FLOPs", colors=colors),
-                             out_dir / "curves_flops")
+    out = save_figure(training_curves(by_step, metric, colors=colors),
+                      out_dir / "curves_step")
+    out += save_figure(training_curves(by_flops, metric, x="FLOPs", colors=colors),
+                       out_dir / "curves_flops")
     if nfe:
-        out += plots.save_figure(plots.nfe_curves(nfe, colors), out_dir / "nfe")
+        out += save_figure(nfe_curves(nfe, colors), out_dir / "nfe")
     return out
 
 
@@ -192,8 +198,8 @@ def compare_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
         difference = signed(c.paired) if c.paired else c.label
         cells[task][c.model] = (c.label, f"{difference}\n{n} vs {c.control_text}")
     if cells:
-        out += plots.save_figure(plots.verdict_matrix(cells),
-                                 figure_dir(run.run_dir) / "verdicts")
+        out += save_figure(verdict_matrix(cells),
+                           figure_dir(run.run_dir) / "verdicts")
     tables = {
         t.task: {r.model: (r.test.mean, r.test.ci or 0.0,
                            [v for v in r.per_seed.values() if not isinstance(v, str)])
@@ -203,8 +209,8 @@ def compare_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     }
     if tables:
         metric = {t.task: t.metric for t in report.tables}
-        out += plots.save_figure(plots.comparison(tables, metric, colors),
-                                 figure_dir(run.run_dir) / "compare")
+        out += save_figure(comparison(tables, metric, colors),
+                           figure_dir(run.run_dir) / "compare")
     if not out:
         raise NothingToDraw("no finished cell with a test metric")
     return out
@@ -229,9 +235,9 @@ def crossover_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
             if g.setting.family == family:
                 uses[g.setting.label or family][g.model, g.regime] = (
                     curve(g.at_events), curve(g.elsewhere))
-        fig = plots.crossover(differences, uses, found[0].setting.knob, found[0].metric,
-                              found[0].higher_is_better, colors)
-        out += plots.save_figure(fig, figure_dir(run.run_dir) / f"crossover_{family}")
+        fig = crossover(differences, uses, found[0].setting.knob, found[0].metric,
+                        found[0].higher_is_better, colors)
+        out += save_figure(fig, figure_dir(run.run_dir) / f"crossover_{family}")
     return out
 
 
@@ -259,8 +265,8 @@ def hop_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
                  "hops its attention looked at": curve(a.followed)},
                 dict(a.profile))
             for a in audits}
-        fig = plots.hop_gates(settings, model, audits[0].knob)
-        out += plots.save_figure(fig, figure_dir(run.run_dir) / f"hop_gates_{model}")
+        fig = hop_gates(settings, model, audits[0].knob)
+        out += save_figure(fig, figure_dir(run.run_dir) / f"hop_gates_{model}")
     return out
 
 
@@ -288,7 +294,7 @@ def _unprobed_reason(run: Run, report: Report, kind: str) -> str | None:
 
 def run_colors(run: Run) -> Colors:
     """One colour per row label, the same in every figure of the run."""
-    return plots.row_colors(label for _, label in run.rows)
+    return row_colors(label for _, label in run.rows)
 
 
 def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,

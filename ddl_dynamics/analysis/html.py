@@ -13,15 +13,15 @@ from pathlib import Path
 
 from .figures import drawn_where_possible, make_figures, writable
 from .probes import probe_run
-from .report import (
+from .render import render_markdown
+from .report import Report, build_report
+from .report_text import (
     COMPARISON_NOTE,
     CROSSOVER_NOTE,
     EXPECTATION_NOTE,
     REGIME_NOTE,
     TABLE_NOTE,
     UNTUNED_NOTE,
-    Report,
-    build_report,
     comparison_cells,
     crossover_cells,
     expectation_cells,
@@ -29,7 +29,6 @@ from .report import (
     lead_text,
     matrix_cells,
     regime_cells,
-    render_markdown,
     summary_lines,
     table_cells,
     untuned,

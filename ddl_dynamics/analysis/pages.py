@@ -51,7 +51,7 @@ from ..experiment.config import (
 from ..models.operator import REGIMES
 from .html import CAPTIONS
 from .publish import FIGURES, load_study, studies
-from .report import REGIME_NOTE
+from .report_text import REGIME_NOTE
 from .run import in_tasks
 from .verdicts import INCONCLUSIVE, LABELS
 from .wording import (
@@ -150,7 +150,7 @@ def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plots import MARK_COLORS
+    from .plots.summary import MARK_COLORS
 
     heights = [max(len(v), 1) * 0.32 + 0.7 for v in drawn.values()] or [1.0]
     fig, axes = plt.subplots(len(heights), 1, figsize=(8, sum(heights)),

@@ -1,7 +1,7 @@
 """A study's reference results, shipped as data: ``results/<study>/`` from a run folder.
 
 A published study holds everything the documentation quotes and nothing a reader cannot
-check: ``report.json`` (the report, :func:`~.report.render_json`), ``experiment.toml`` (the
+check: ``report.json`` (the report, :func:`~.render.render_json`), ``experiment.toml`` (the
 file as it ran), ``run.json`` (what ran it: command, versions, machine, wall time, dates)
 and ``figures/*.png`` (the verdict matrix and the per-seed comparison drawn now, from the
 report, plus every other figure already in the run folder's ``figures/``: run ``ddl-dyn plot
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .figures import compare_figures, run_colors
-from .report import Report, build_report, render_json
+from .render import render_json
+from .report import Report, build_report
 from .run import Run, load_run
 
 #: The files of a published study.

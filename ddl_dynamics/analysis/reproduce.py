@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .publish import load_study
-from .report import build_report, render_json
+from .render import render_json
+from .report import build_report
 from .wording import difference
 
 Key = tuple[str, str, str, str]

@@ -1,0 +1,113 @@
+"""Figures of the results: every model's test metric per task, and the verdict matrix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from ..verdicts import (
+    BOTH_SOLVED,
+    EQUIVALENT,
+    FAILS,
+    INCONCLUSIVE,
+    LOSS,
+    UNEQUAL_BUDGET,
+    UNEQUAL_TUNING,
+    UNMATCHED_SIZE,
+    WIN,
+)
+from .style import METRIC_RANGE, clipped_error, log_axis, model_colors, panel_grid, styled
+
+
+@styled
+def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[float]]]],
+               metric: Mapping[str, str], colors: Mapping[str, str] | None = None) -> Figure:
+    """Per task, every model's test metric: each finished seed, and their mean with its
+    95% CI, so that a bimodal result (two seeds solved, one not) shows as such.
+
+    Points, not bars, so that a log axis (MSE) does not exaggerate; the models down the
+    side, so that their names never overlap; each interval clipped to the metric's range
+    (:data:`~.style.METRIC_RANGE`; on a log axis, to the lowest point drawn).
+
+    Args:
+        tables: task → model → (mean, CI half-width; 0 for a single seed, per-seed values).
+        metric: task → metric name.
+        colors: model → colour (default: :func:`~.style.model_colors`).
+    """
+    most = max((len(by_model) for by_model in tables.values()), default=1)
+    fig, axes = panel_grid(len(tables), width=3.6, height=0.8 + 0.28 * most, cols=3)
+    colors = colors or model_colors(tables)
+    for ax, (task, by_model) in zip(axes, tables.items(), strict=True):
+        names = list(by_model)
+        values = np.array([v for m in names for v in (*by_model[m][2], by_model[m][0])], float)
+        finite = values[np.isfinite(values)]
+        low, high = METRIC_RANGE.get(metric[task], (-np.inf, np.inf))
+        log = metric[task] == "mse" and finite.size > 0 and bool(np.all(finite > 0))
+        if log:
+            low = max(low, float(finite.min()) / 2)
+        for y, name in enumerate(names):
+            mean, half, seeds = by_model[name]
+            ax.scatter(seeds, np.full(len(seeds), y + 0.22), s=12, facecolors="none",
+                       edgecolors=colors[name], linewidths=0.9)
+            ax.errorbar(mean, y, xerr=clipped_error(mean, half, low, high), fmt="o", ms=6,
+                        capsize=3, color=colors[name])
+        ax.set_yticks(range(len(names)), names)
+        ax.set_ylim(len(names) - 0.5, -0.6)
+        ax.set(title=task, xlabel=f"test {metric[task]}")
+        if log:
+            log_axis(ax, "x", finite)
+    fig.suptitle("filled: mean over finished seeds with 95% CI (none for one seed), cut at "
+                 "the metric's range (on a log axis, at half the lowest point); hollow: each "
+                 "seed", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+#: Cell colour of each verdict label (Okabe–Ito green, vermillion, blue, sky blue and
+#: orange); the labels where no test was drawn (unequal tuning or budget, unmatched size)
+#: are white and hatched.
+MARK_COLORS = {WIN: "#009E73", LOSS: "#D55E00", EQUIVALENT: "#0072B2", INCONCLUSIVE: "#DDDDDD",
+               BOTH_SOLVED: "#56B4E9", FAILS: "#E69F00", UNEQUAL_TUNING: "#FFFFFF",
+               UNEQUAL_BUDGET: "#FFFFFF", UNMATCHED_SIZE: "#FFFFFF"}
+NO_VERDICT = (UNEQUAL_TUNING, UNEQUAL_BUDGET, UNMATCHED_SIZE)
+
+
+@styled
+def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure:
+    """Task × model grid of every model's verdict against its baseline.
+
+    Args:
+        cells: task → model → (mark, text): the mark (a key of :data:`MARK_COLORS`) colours
+            the cell and the text (the paired difference) is written in it; a model with no
+            comparison on a task (its baseline, or not run there) leaves the cell blank.
+    """
+    tasks = list(cells)
+    models = sorted({m for row in cells.values() for m in row})
+    fig = Figure(figsize=(max(4.0, 1.3 * len(models) + 2.0), 0.75 * len(tasks) + 1.6))
+    ax = fig.subplots()
+    for i, task in enumerate(tasks):
+        for j, model in enumerate(models):
+            if model in cells[task]:
+                mark, text = cells[task][model]
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=MARK_COLORS[mark],
+                                       edgecolor="0.8", hatch="///" if mark in NO_VERDICT else None,
+                                       lw=0.6))
+                ax.text(j, i, f"{mark}\n{text}", ha="center", va="center", fontsize=6.5,
+                        color="white" if mark in (WIN, LOSS, EQUIVALENT) else "black")
+    ax.set(xlim=(-0.5, len(models) - 0.5), ylim=(len(tasks) - 0.5, -0.5))
+    ax.set_xticks(range(len(models)), models, rotation=35, ha="right")
+    ax.set_yticks(range(len(tasks)), tasks)
+    ax.grid(False)
+    ax.spines[:].set_visible(False)
+    handles = [Patch(facecolor=c, edgecolor="0.6", hatch="///" if m in NO_VERDICT else None,
+                     label=m) for m, c in MARK_COLORS.items()]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7,
+               bbox_to_anchor=(0.5, 1.0))
+    fig.suptitle("test metric, model − baseline over paired seeds: mean ± 95% CI; labels on "
+                 "Holm-adjusted p < 0.05 (equivalent: TOST at the task's margin)", fontsize=8,
+                 y=1.06)
+    fig.tight_layout()
+    return fig

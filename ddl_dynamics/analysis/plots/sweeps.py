@@ -1,0 +1,147 @@
+"""Figures across a task's knob: the crossover of a comparison, and a Delta row's gates
+on a multi-hop task."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ...models.operator import REGIME_BOUNDS
+from ..crossover import star_text
+from .style import PALETTE, REGIME_COLORS, clipped_error, row_colors, styled
+
+#: One knob value's point of a curve: (knob value, mean, 95% CI half-width; 0 for none).
+Curve = tuple[Sequence[float], Sequence[float], Sequence[float]]
+
+
+def _knob_axis(ax, values: Sequence[float], knob: str) -> None:
+    """A symlog x-axis that keeps 0 in view, linear below the smallest positive value."""
+    positive = [v for v in values if v > 0]
+    if positive and min(values) == 0 and max(positive) / min(positive) > 4:
+        ax.set_xscale("symlog", linthresh=min(positive), linscale=0.6)
+    ax.set_xticks(sorted(set(values)), [f"{v:g}" for v in sorted(set(values))])
+    ax.minorticks_off()
+    ax.set_xlabel(knob)
+
+
+@styled
+def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]],
+              gates: Mapping[str, Mapping[tuple[str, str], tuple[Curve, Curve]]], knob: str,
+              metric: str, higher_is_better: bool,
+              colors: Mapping[str, str] | None = None) -> Figure:
+    """One row per setting: the paired test-metric difference model − control against the
+    knob, with 95% CIs and each curve's crossover in its legend (a dotted line where it
+    lies); beside it, where gates were probed, the Delta stacks' gate use against the knob.
+    A curve has the colour of its model, and one style per control, in every row; the
+    gate shares' intervals are clipped to [0, 1].
+
+    Args:
+        differences: setting → ``"model − control"`` → ((values, means, CI half-widths),
+            the crossover value or None).
+        gates: setting → (stack, regime) → (the share of gates in the regime at the steps
+            of that event, the share at steps without an event), each a curve.
+        knob, metric, higher_is_better: axis labels and the sign of a win.
+        colors: model → colour (default: one per model of the figure, sorted).
+    """
+    settings = list(differences)
+    columns = 2 if any(gates.get(s) for s in settings) else 1
+    fig = Figure(figsize=(6.2 * columns, 5.2 * len(settings)))
+    axes = fig.subplots(len(settings), columns, squeeze=False)
+    names = list(dict.fromkeys(n for curves in differences.values() for n in curves))
+    models = {n: n.split(" − ")[0] for n in names}
+    stacks = {m for g in gates.values() for m, _ in g}
+    colors = colors or row_colors([*models.values(), *stacks])
+    styles = {n: ("o-", "s--", "^:", "D-.")[[k for k in names if models[k] == models[n]]
+                                            .index(n) % 4] for n in names}
+    better = "above" if higher_is_better else "below"
+    legend = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncol": 2}
+    for row, setting in zip(axes, settings, strict=True):
+        left, curves = row[0], differences[setting]
+        means = np.array([m for (_, ms, _), _ in curves.values() for m in ms], dtype=float)
+        scale = np.abs(means[np.isfinite(means) & (means != 0)])
+        for name, ((values, mean, half), star) in curves.items():
+            color = colors[models[name]]
+            left.errorbar(values, mean, yerr=half, fmt=styles[name], ms=4, lw=1.2, capsize=3,
+                          color=color, label=f"{name}: {star_text(star, knob)}")
+            if star is not None:
+                left.axvline(star, color=color, lw=0.9, ls=":")
+        left.axhline(0.0, color="black", lw=0.8)
+        if scale.size:  # linear within a decade of 0, its ticks a decade's height apart
+            decade = 10.0 ** np.floor(np.log10(np.percentile(scale, 10)))
+            left.set_yscale("symlog", linthresh=decade, linscale=1.0)
+        _knob_axis(left, [v for (vs, _, _), _ in curves.values() for v in vs], knob)
+        left.set(title=f"{setting}: model − control ({better} 0: model better)",
+                 ylabel=f"Δ test {metric} (mean, 95% CI)")
+        left.legend(**legend)
+        if columns == 1:
+            continue
+        right = row[1]
+        if not gates.get(setting):
+            right.set_visible(False)
+            continue
+        for (model, regime), pair in gates[setting].items():
+            for (values, mean, half), style, where in zip(
+                    pair, ("o-", "s--"), ("at its events", "elsewhere"), strict=True):
+                if len(values):
+                    right.errorbar(values, mean, yerr=clipped_error(mean, half, 0.0, 1.0),
+                                   fmt=style, ms=3.5, lw=1.1, capsize=2, color=colors[model],
+                                   label=f"{model}: {regime} {where}")
+        _knob_axis(right, [v for pair in gates[setting].values() for c in pair for v in c[0]],
+                   knob)
+        right.set(title=f"{setting}: do the gates follow the events?", ylim=(-0.02, 1.02),
+                  ylabel="share of gates in the event's regime")
+        right.legend(**legend)
+    fig.suptitle(f"paired over seeds, mean and 95% CI; {knob}*: the smallest {knob} from which "
+                 "on the model wins (Holm-adjusted p < 0.05) at every larger value", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
+    return fig
+
+
+@styled
+def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, Sequence[float]]]],
+              model: str, knob: str) -> Figure:
+    """One Delta row on a multi-hop task: per setting, the share of its gates that project at
+    the query tokens' sublayers that hop, at their other sublayers, and the share of hops
+    its attention looked at, against the knob (mean, 95% CI over seeds); beside it, the mean
+    gate of every sublayer at query tokens, one line per knob value, the projection band
+    shaded.
+
+    Args:
+        settings: task and setting → (curve name → (values, means, CI half-widths), knob
+            value → the mean β of every sublayer, attention and MLP alternating); shares'
+            intervals are clipped to [0, 1].
+        model, knob: the row's label and the knob's name.
+    """
+    fig = Figure(figsize=(11.0, 4.2 * len(settings)))
+    axes = fig.subplots(len(settings), 2, squeeze=False)
+    styles = {"projecting where it hops": ("o-", PALETTE[2]),
+              "projecting elsewhere": ("s--", PALETTE[7]),
+              "hops its attention looked at": ("^:", PALETTE[0])}
+    legend = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncol": 2}
+    for (left, right), (setting, (curves, profile)) in zip(axes, settings.items(), strict=True):
+        for name, (values, mean, half) in curves.items():
+            if len(values):
+                fmt, color = styles[name]
+                left.errorbar(values, mean, yerr=clipped_error(mean, half, 0.0, 1.0), fmt=fmt,
+                              ms=4, lw=1.2, capsize=3, color=color, label=name)
+        _knob_axis(left, [v for values, _, _ in curves.values() for v in values], knob)
+        left.set(title=f"{model} on {setting}: query tokens",
+                 ylabel="share (mean, 95% CI over seeds)", ylim=(-0.02, 1.02))
+        left.legend(**legend)
+        low, high = REGIME_BOUNDS[1], REGIME_BOUNDS[2]
+        right.axhspan(low, high, color=REGIME_COLORS["projection"], alpha=0.15,
+                      label="projection")
+        for i, (value, betas) in enumerate(sorted(profile.items())):
+            layers = np.arange(1, len(betas) + 1)
+            right.plot(layers, betas, "o-", ms=3.5, lw=1.1, color=PALETTE[i % len(PALETTE)],
+                       label=f"{knob} = {value:g}")
+            right.set_xticks(layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}"
+                                      for j in layers], fontsize=7)
+        right.set(title=f"{model} on {setting}: mean gate of every sublayer at query "
+                        "tokens", ylabel="β",
+                  ylim=(0, 2))
+        right.legend(**legend)
+    fig.tight_layout()
+    return fig
