@@ -285,7 +285,7 @@ class _Loop:
                      if self.ode and size > 1 else [counter.get_total_flops() / size] * size)
         self.flops_per_unit = [f / u for f, u in zip(flops, units, strict=True)]
 
-    def _record(self, step: int, losses: list[float], nfe: list[tuple[float, float]] | None,
+    def _record(self, step: int, losses: list[float], nfe: Sequence[tuple[float, float]] | None,
                 units: list[int]) -> None:
         """Count step ``step`` for the members still training; on an evaluation step, add
         their curve points and stop those that reached ``target_metric``."""
