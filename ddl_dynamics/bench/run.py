@@ -4,6 +4,7 @@ measured, every row returned for the JSON."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def run_bench(
     neural ODE's step goes (:func:`~.ode.bench_ode`); ``scaling``: a step's time and memory
     against members, width and depth (:func:`~.scaling.bench_scaling`, CPU only); ``suite``:
     :func:`~.suite.bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``cuda``:
-    the same three on CUDA in bfloat16 (autocast for training), or a note that it was
+    every part but ``scaling`` on CUDA in bfloat16 (autocast for training), or a note that it was
     skipped where CUDA is not available.
     """
     parts = list(parts)
@@ -82,18 +83,41 @@ def run_bench(
         else:
             results["cuda"] = {"skipped": "CUDA is not available here"}
             echo("cuda: skipped, CUDA is not available here")
+    plan = _Plan(parts, repeats, experiment, only, seeds, suite, variants, echo)
     for device, dtype in devices:
-        cuda = device == "cuda"
-        into = results
-        if cuda:
-            into = results["cuda"] = {"device": torch.cuda.get_device_name()}
+        if device == "cuda":
+            results["cuda"] = {"device": torch.cuda.get_device_name(), **plan.on(device, dtype)}
+        else:
+            results |= plan.on(device, dtype)
+    results["load_after"] = machine_load()
+    return results
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What :func:`run_bench` was asked for, its files read and checked."""
+
+    parts: list[str]
+    repeats: int
+    experiment: str | Path
+    only: Mapping[str, Sequence[str]] | None
+    seeds: Sequence[int] | None
+    suite: ExperimentConfig | None
+    variants: dict[str, tuple[str, dict[str, Any]]]
+    echo: Callable[[str], None]
+
+    def on(self, device: str, dtype: torch.dtype) -> dict[str, Any]:
+        """The parts' rows on ``device``: every part but ``scaling`` on CUDA (bfloat16),
+        those asked for on the CPU, on one thread."""
+        cuda, echo, repeats = device == "cuda", self.echo, self.repeats
         threads = None if cuda else 1
-        if "operator" in parts or cuda:
+        into: dict[str, Any] = {}
+        if "operator" in self.parts or cuda:
             echo(f"\n{device}: the Delta update against an add ({dtype})")
             into["operator"] = bench_operator(repeats=repeats, threads=threads, device=device,
                                               dtype=dtype)
             echo(format_operator_table(into["operator"]))
-        if "steps" in parts or cuda:
+        if "steps" in self.parts or cuda:
             autocast = " (bf16 autocast)" if cuda else ""
             echo(f"\n{device}: one training step, vector families against "
                  f"{STEP_BASELINE}{autocast}")
@@ -102,24 +126,24 @@ def run_bench(
             echo(format_steps_table(into["steps"]))
             echo(f"\n{device}: training steps of the Transformer variants{autocast}")
             into["transformer"] = bench_transformer(threads=threads, device=device,
-                                                    variants=variants, bf16=cuda)
+                                                    variants=self.variants, bf16=cuda)
             echo(format_transformer_table(into["transformer"]))
-        if "ode" in parts or cuda:
+        if "ode" in self.parts or cuda:
             echo(f"\n{device}: where a node training step goes")
             into["ode"] = bench_ode(repeats=repeats, threads=threads, device=device)
             echo(format_ode_table(into["ode"]))
-        if "scaling" in parts and not cuda:
+        if "scaling" in self.parts and not cuda:
             echo(f"\n{device}: a training step against members, width and depth, "
                  f"beside {STEP_BASELINE}")
             into["scaling"] = bench_scaling(repeats=max(1, repeats // 4), threads=threads,
                                             device=device)
             echo(format_scaling_table(into["scaling"]))
-        if "suite" in parts or cuda:
-            subset = f" ({only})" if only else ""
-            echo(f"\n{device}: wall time of {experiment}{subset}")
-            into["suite_of"] = {"experiment": str(experiment), "only": only, "seeds": seeds}
-            into["suite"] = bench_suite(suite or experiment, only, seeds, device=device,
-                                        bf16=cuda)
+        if "suite" in self.parts or cuda:
+            subset = f" ({self.only})" if self.only else ""
+            echo(f"\n{device}: wall time of {self.experiment}{subset}")
+            into["suite_of"] = {"experiment": str(self.experiment), "only": self.only,
+                                "seeds": self.seeds}
+            into["suite"] = bench_suite(self.suite or self.experiment, self.only, self.seeds,
+                                        device=device, bf16=cuda)
             echo(format_suite_table(into["suite"]))
-    results["load_after"] = machine_load()
-    return results
+        return into
