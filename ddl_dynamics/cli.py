@@ -133,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .experiment.bench import bench_output, run_bench
+    from .bench.run import bench_output, run_bench
 
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected at least 1 timed repeat, got {args.repeats}")
@@ -213,7 +213,7 @@ def _run_parser(run: argparse.ArgumentParser) -> None:
 
 
 def _bench_parser(bench: argparse.ArgumentParser) -> None:
-    from .experiment.bench import BENCH_PARTS
+    from .bench.run import BENCH_PARTS
 
     bench.add_argument("--parts", default=",".join(BENCH_PARTS),
                        help=f"comma-separated, of {', '.join(BENCH_PARTS)} (default: all; "

@@ -2,7 +2,7 @@
 
 The target: within 1.5× of ``X + F`` at d = 256, d_v ∈ {1, 4}, and linear in d (a
 materialised d×d operator is d times more work). Prints a table of measured ratios and,
-with ``--json PATH``, writes the rows of ``ddl_dynamics.experiment.bench.bench_operator``
+with ``--json PATH``, writes the rows of ``ddl_dynamics.bench.operator.bench_operator``
 (see its docstring for what is timed and how).
 
     python experiments/bench_operator.py [--json bench.json] [--repeats 20] [--accumulate]
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from ddl_dynamics.experiment.bench import bench_operator, format_operator_table, machine_load
+from ddl_dynamics.bench.operator import bench_operator, format_operator_table
+from ddl_dynamics.bench.timing import machine_load
 
 
 def main() -> None:

@@ -19,14 +19,9 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
 import ddl_dynamics as dd
-from ddl_dynamics.experiment.bench import machine_load, median_times
-from ddl_dynamics.experiment.train import (
-    descend,
-    fold_data,
-    make_optimizer,
-    member_losses,
-    predictor,
-)
+from ddl_dynamics.bench.steps import TrainingStep
+from ddl_dynamics.bench.timing import machine_load, median_times
+from ddl_dynamics.experiment.batches import fold_data
 from ddl_dynamics.models.ensemble import Ensemble, alone, fold
 
 
@@ -61,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     task = dd.make_task("overwrite")
-    predict, cfg = predictor(task, bf16=False), dd.TrainConfig()
+    cfg = dd.TrainConfig()
     print(f"load {machine_load()}; CPU ms per step of all seeds (× one by one)")
     for family in args.families.split(","):
         for size in map(int, args.seeds.split(",")):
@@ -75,33 +70,17 @@ def main() -> None:
 
             parts = [task.sample(128, seed, "train") for seed in range(size)]
             vmapped = VmapEnsemble(models())
-            ways = {"one by one": [(alone(m), [p]) for m, p in zip(models(), parts, strict=True)],
-                    "vmap": [(Ensemble(vmapped, models(), [(p, []) for p in vmapped.stacked]),
-                              parts)],
-                    "folded": [(fold(models()), parts)]}
-            calls = {name: _step(units, task, predict, cfg) for name, units in ways.items()}
+            one_by_one = [alone(m) for m in models()]
+            ways = {"one by one": TrainingStep(task, cfg, one_by_one, parts),
+                    "vmap": TrainingStep(task, cfg, [Ensemble(vmapped, models(), [
+                        (p, []) for p in vmapped.stacked])], [fold_data(parts)]),
+                    "folded": TrainingStep(task, cfg, [fold(models())], [fold_data(parts)])}
+            calls = {name: step.run for name, step in ways.items()}
             times = median_times(calls, args.repeats, time.thread_time, lambda: None)
             alone_ms = 1e3 * times["one by one"]
             print(f"{family:8} S={size}: " + ", ".join(
                 f"{name} {1e3 * t:5.1f} ({1e3 * t / alone_ms:.2f}×)" for name, t in times.items()))
 
-
-def _step(units: list[tuple[Ensemble, list[dd.TaskData]]], task: dd.Task, predict: object,
-          cfg: dd.TrainConfig) -> object:
-    steps = []
-    for ensemble, parts in units:
-        batch, optimizer = fold_data(parts), make_optimizer(ensemble.module)
-        training = torch.ones(len(parts), dtype=torch.bool)
-
-        def step(ensemble: Ensemble = ensemble, batch: dd.TaskData = batch,
-                 optimizer: torch.optim.Optimizer = optimizer, training: Tensor = training
-                 ) -> None:
-            losses = member_losses(ensemble.module, task, batch, predict, len(training))
-            losses.tolist()
-            descend(ensemble, optimizer, losses, training, [cfg] * len(training), 0)
-
-        steps.append(step)
-    return lambda: [step() for step in steps]
 
 
 if __name__ == "__main__":

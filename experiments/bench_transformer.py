@@ -4,15 +4,15 @@ folded training step of the Transformer studies against an earlier revision of t
 The target of the suite: d_v = 1 at ≥ 0.95× and d_v = 4 (CC) at ≥ 0.85× of the additive
 baseline at the same width; the paper reports 0.88× and 0.77× on an H200. Prints one table
 per width, every ratio measured within one call (see
-``ddl_dynamics.experiment.bench.bench_transformer`` for what is timed and how), with each
+``ddl_dynamics.bench.transformer.bench_transformer`` for what is timed and how), with each
 step's achieved GFLOP/s beside the machine's rate on a 256³ matmul timed in the same run.
 
 ``--folded``: the trainer's step (forward, each member's loss, backward, per-member AdamW)
-of 24 members folded at the studies' sizes (width 32, 2 heads, the released block; depth 2
-on var-chain hops = 2, T = 6; depth 4 on hops = 4, T = 10), on this tree's models and on the
-models of ``--against`` (a git revision, read with ``git show`` into a private module, never
-registered), the two interleaved in one process (:func:`median_times`). With ``--json
-PATH``, writes the rows.
+of 24 members folded at the studies' sizes (the block of ``experiments/transformer.toml``;
+depth 2 on var-chain hops = 2, T = 6; depth 4 on hops = 4, T = 10) for its rows ``ROWS``, on
+this tree's models and on the models of ``--against`` (a git revision, read with ``git
+show`` into a private module, never registered), the two interleaved in one process
+(``achieved_rates``). With ``--json PATH``, writes the rows.
 
     python experiments/bench_transformer.py [--widths 64,256] [--length 64] [--batch 32]
     python experiments/bench_transformer.py --folded [--against 89a60bc]
@@ -31,34 +31,38 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from ddl_dynamics import make_task
-from ddl_dynamics.experiment.bench import (
+from ddl_dynamics.bench.steps import TrainingStep
+from ddl_dynamics.bench.timing import achieved_rates, machine_load, timing
+from ddl_dynamics.bench.transformer import (
+    STUDY,
     bench_transformer,
     format_transformer_table,
-    machine_load,
-    matmul_rate,
-    median_times,
-    timing,
+    transformer_variants,
 )
+from ddl_dynamics.experiment.batches import fold_data
 from ddl_dynamics.experiment.config import TrainConfig
-from ddl_dynamics.experiment.train import (
-    descend,
-    fold_data,
-    make_optimizer,
-    member_losses,
-    predictor,
-)
+from ddl_dynamics.experiment.reader import load_experiment
+from ddl_dynamics.experiment.step import member_losses, predictor
 from ddl_dynamics.models import base, ensemble, transformer
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The released block's options of the Transformer studies (transformer.toml).
-STUDY = {"width": 32, "heads": 2, "qk_norm": True, "norm_eps": 1e-5, "compressor_init": "random"}
 #: (depth, var-chain hops) of the studies: 2 blocks at hops = 2 (T = 6), 4 at hops = 4 (T = 10).
 SIZES = ((2, 2), (4, 4))
-ROWS = {"transformer": ("Transformer", {}), "ddl-dv1": ("DeltaTransformer", {}),
-        "ddl-dv4": ("DeltaTransformer", {"value_channels": 4})}
+#: The study's rows timed folded: the baseline and the Delta block at d_v = 1 and 4.
+ROWS = ("transformer", "ddl-dv1", "ddl-dv4")
+
+
+def study_rows() -> tuple[dict[str, Any], dict[str, tuple[str, dict[str, Any]]]]:
+    """The block options the study's rows share (its model defaults but the depth and the
+    parameter matching, which the sizes here set), and each of :data:`ROWS` as (model
+    class name, options)."""
+    defaults = load_experiment(STUDY).model_defaults
+    block = {k: v for k, v in defaults.items() if k not in ("depth", "match_params")}
+    variants = transformer_variants()
+    return block, {label: (base.MODELS.get(variants[label][0]).__name__, variants[label][1])
+                   for label in ROWS}
 
 
 def revision_models(rev: str) -> tuple[ModuleType, ModuleType]:
@@ -83,58 +87,49 @@ def revision_models(rev: str) -> tuple[ModuleType, ModuleType]:
 
 
 def folded_step(models: ModuleType, folding: ModuleType, cls: str, options: dict[str, Any],
-                depth: int, hops: int, members: int = 24, batch: int = 32
-                ) -> tuple[Callable[[], None], int, torch.Tensor]:
-    """The trainer's step of ``members`` seeds of ``cls`` folded, its FLOPs, and the members'
-    losses before it."""
+                block: dict[str, Any], depth: int, hops: int, members: int = 24,
+                batch: int = 32) -> tuple[Callable[[], None], torch.Tensor]:
+    """The trainer's step of ``members`` seeds of ``cls`` folded, and the members' losses
+    before it."""
     task = make_task("var-chain", hops=hops)
     built = []
     for seed in range(members):
         torch.manual_seed(seed)
         built.append(getattr(models, cls)(in_dim=task.in_dim, out_dim=task.out_dim, depth=depth,
-                                          **STUDY, **options))
+                                          **block, **options))
     folded = folding.fold(built)
     assert folded is not None and folded.size == members, "the models must fold"
     data = fold_data([task.sample(batch, seed, "train") for seed in range(members)])
-    optimizer, predict = make_optimizer(folded.module), predictor(task, bf16=False)
-    training = torch.ones(members, dtype=torch.bool)
-    cfgs = [TrainConfig(batch_size=batch, lr=1e-3)] * members
-
-    def step() -> None:
-        losses = member_losses(folded.module, task, data, predict, members)
-        losses.tolist()
-        descend(folded, optimizer, losses, training, cfgs, 0)
-
+    step = TrainingStep(task, TrainConfig(batch_size=batch, lr=1e-3), [folded], [data])
     with torch.no_grad():
-        first = member_losses(folded.module, task, data, predict, members)
-    with FlopCounterMode(display=False) as counter:
-        step()
-    return step, counter.get_total_flops(), first
+        first = member_losses(folded.module, task, data, predictor(task, bf16=False), members)
+    return step.run, first
 
 
 def bench_folded(against: str, repeats: int) -> list[dict[str, Any]]:
     """Each row's folded step on this tree and on ``against``, interleaved, once their losses
-    on the same weights and batches are found equal to float32 rounding."""
+    on the same weights and batches are found equal to float32 rounding; with its FLOPs and
+    achieved rate beside the matmul rate (:func:`achieved_rates`)."""
     old_models, old_folding = revision_models(against)
+    block, rows_of = study_rows()
     rows = []
     with timing(1, "cpu") as (clock, sync):
-        rate = matmul_rate(clock)
         for depth, hops in SIZES:
-            calls, flops, losses = {}, {}, {}
-            for label, (cls, options) in ROWS.items():
+            calls, losses = {}, {}
+            for label, (cls, options) in rows_of.items():
                 for tree, models, folding in (("new", transformer, ensemble),
                                               ("old", old_models, old_folding)):
-                    calls[label, tree], flops[label, tree], losses[tree] = folded_step(
-                        models, folding, cls, options, depth, hops)
+                    calls[label, tree], losses[tree] = folded_step(
+                        models, folding, cls, options, block, depth, hops)
                 torch.testing.assert_close(losses["new"], losses["old"], rtol=1e-5, atol=1e-6)
-            seconds = median_times(calls, repeats, clock, sync, warmup=2)
-            for label in ROWS:
-                new, old = seconds[label, "new"], seconds[label, "old"]
+            measured = achieved_rates(calls, repeats, clock, sync, "cpu", warmup=2)
+            for label in rows_of:
+                new, old = measured[label, "new"], measured[label, "old"]
                 rows.append({"row": label, "depth": depth, "hops": hops, "members": 24,
-                             "old_ms": 1e3 * old, "new_ms": 1e3 * new, "x_old": old / new,
-                             "gflop": flops[label, "new"] / 1e9,
-                             "gflop_per_s": flops[label, "new"] / new / 1e9,
-                             "matmul_gflop_per_s": rate})
+                             "old_ms": 1e3 * old["seconds"], "new_ms": 1e3 * new["seconds"],
+                             "x_old": old["seconds"] / new["seconds"],
+                             "gflop": new["flops"] / 1e9, "gflop_per_s": new["gflop_per_s"],
+                             "matmul_gflop_per_s": new["matmul_gflop_per_s"]})
     return rows
 
 

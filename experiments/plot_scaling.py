@@ -18,7 +18,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ddl_dynamics.experiment.bench import STEP_BASELINE
+from ddl_dynamics.bench.steps import STEP_BASELINE
 
 LABELS = {"members": "members folded (seeds)", "width": "width", "depth": "depth"}
 

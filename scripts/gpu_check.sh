@@ -38,7 +38,7 @@ part() {  # part NAME SECONDS COMMAND...: run COMMAND under a limit, its output 
 }
 
 part tests 70 "$PYTHON" -m pytest -q -p no:cacheprovider \
-    tests/test_operator.py tests/test_transformer.py tests/test_bench.py -k "triton or cuda"
+    tests/test_operator.py tests/test_transformer.py tests/test_bench_*.py -k "triton or cuda"
 part bench 95 "$PYTHON" -m ddl_dynamics.cli bench --parts cuda --only task=overwrite \
     --seeds 0 --repeats 5 --output "$OUT/bench.json"
 part study 280 "$PYTHON" -m ddl_dynamics.cli run experiments/transformer-gpu.toml \

@@ -7,7 +7,7 @@ import torch
 from torchdiffeq import odeint
 
 import ddl_dynamics as dd
-from ddl_dynamics.experiment.train import fold_data
+from ddl_dynamics.experiment.batches import fold_data
 from ddl_dynamics.models.dopri5 import _MID, _STAGES, DENSE, SolverCapped, dopri5
 from ddl_dynamics.models.ensemble import fold
 

@@ -23,7 +23,7 @@ from ddl_dynamics import (
     split_generator,
 )
 from ddl_dynamics._task import LONG_FACTOR, MAX_OVERLAP, content_overlap
-from ddl_dynamics.experiment.train import TaskDataError
+from ddl_dynamics.experiment.splits import TaskDataError
 
 NAMES = list_tasks()
 N = 64

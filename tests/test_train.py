@@ -10,7 +10,8 @@ import torch
 import ddl_dynamics as dd
 from ddl_dynamics.analysis.verdicts import seed_values
 from ddl_dynamics.experiment.config import COUNTED, FINISHED
-from ddl_dynamics.experiment.train import PEAK_MEMORY_MEASURES, _lr_factor, run_cells
+from ddl_dynamics.experiment.memory import PEAK_MEMORY_MEASURES
+from ddl_dynamics.experiment.train import run_cells
 from ddl_dynamics.models.dopri5 import SolverCapped
 
 TINY = {"width": 8, "depth": 3, "hidden": 8}
@@ -259,11 +260,3 @@ def test_a_task_that_fails_one_seed_fails_that_cell_alone(change, why, monkeypat
     assert why in trained[1].result.message and trained[1].weights is None
     assert [t.result.metrics.get("ensemble") for t in trained] == [2, None, 2]
     assert [t.result.seed for t in trained] == [0, 1, 2]
-
-
-def test_schedule_warms_up_then_decays_to_zero():
-    factor = _lr_factor(dd.TrainConfig(steps=100, warmup=0.1))
-    assert factor(0) == pytest.approx(0.1) and factor(9) == pytest.approx(1.0)
-    assert factor(10) == pytest.approx(1.0) and factor(100) == pytest.approx(0.0)
-    assert all(factor(s) >= factor(s + 1) for s in range(10, 100))
-    assert _lr_factor(dd.TrainConfig(steps=100, warmup=20))(19) == pytest.approx(1.0)

@@ -4,7 +4,9 @@ Same optimiser (AdamW, linear warmup then cosine decay, gradient clipping), same
 step budget, same data per seed: only the depth dynamics differ between rows. The training
 curve and early stopping read the val split; the test split is scored once, at the end.
 Besides metrics, a run records what a fair comparison needs: parameters, FLOPs, function
-evaluations, time and memory, and how it ended.
+evaluations, time and memory, and how it ended. This module holds the loop; the step
+(:mod:`.step`), the optimiser (:mod:`.optim`), the data (:mod:`.splits`, :mod:`.batches`),
+the final scoring (:mod:`.evaluate`) and the memory measure (:mod:`.memory`) live beside it.
 """
 
 from __future__ import annotations
@@ -14,12 +16,9 @@ import dataclasses
 import json
 import math
 import os
-import re
-import resource
-import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -29,11 +28,17 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
-from .._task import MAX_OVERLAP, Task, TaskData, shared_content
-from ..models.dopri5 import SolverCapped
+from .._task import Task, TaskData
 from ..models.ensemble import Ensemble, alone, fold
 from ..models.params import count_parameters
+from .batches import fold_data, minibatches, to_device
+from .caps import Capped, SolverCap, solver_cap
 from .config import TUNABLE, Cell, TrainConfig
+from .evaluate import final_metrics, forward_flops, member_metrics, own_flops
+from .memory import peak_memory, reset_peak_memory
+from .optim import make_optimizer
+from .splits import SPLITS, sample_splits
+from .step import Predict, predictor, training_step
 from .store import ResultStore, RunResult, model_path, store_path
 
 if TYPE_CHECKING:
@@ -42,14 +47,6 @@ if TYPE_CHECKING:
 #: A training loss above this multiple of the first step's loss (or a non-finite one)
 #: means the run diverged: a finite blow-up (lr far too high, no clipping) is not a result.
 DIVERGENCE_FACTOR = 1e6
-
-
-class _Capped(Exception):
-    """A time or solver-step cap stopped training."""
-
-
-class _SolverCapped(_Capped):
-    """An ODE solve ran out of steps (``ode_max_steps``)."""
 
 
 def train(
@@ -125,7 +122,7 @@ class _Since:
 
     @classmethod
     def now(cls, device: str) -> _Since:
-        return cls(time.perf_counter(), _reset_peak_memory(torch.device(device)))
+        return cls(time.perf_counter(), reset_peak_memory(torch.device(device)))
 
 
 def _train_members(task: Task, models: Sequence[nn.Module], members: Sequence[_Member],
@@ -146,56 +143,6 @@ def _train_members(task: Task, models: Sequence[nn.Module], members: Sequence[_M
 def _budget(cfg: TrainConfig) -> dict[str, Any]:
     """What members trained together must share: the config but its tunable fields."""
     return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in TUNABLE}
-
-
-class TaskDataError(ValueError):
-    """A task's sampler returned data that cannot be trained on: a failure of the task."""
-
-
-#: The splits a member samples before it trains (test is scored once, at the end).
-SPLITS = ("train", "val", "test")
-
-
-def sample_splits(task: Task, cfg: TrainConfig, seed: int,
-                  splits: Sequence[str] = SPLITS) -> list[TaskData]:
-    """The task's ``splits`` for one seed, at the sizes ``cfg`` asks for, each checked
-    (:func:`check_sample`), val and test also for content they share with train (which
-    comes first)."""
-    sizes = {"train": cfg.n_train, "val": cast(int, cfg.n_val)}  # (n_test where not given)
-    found: dict[str, TaskData] = {}
-    for split in splits:
-        n = sizes.get(split, cfg.n_test)
-        found[split] = check_sample(task.sample(n, seed, split), n, seed, split)
-        if split in ("val", "test") and "train" in found:
-            check_held_out(found["train"], found[split], seed, split)
-    return list(found.values())
-
-
-def check_held_out(train: TaskData, data: TaskData, seed: int, split: str) -> None:
-    """:class:`TaskDataError` unless at most :data:`~ddl_dynamics._task.MAX_OVERLAP` of the
-    examples of ``split`` also occur in ``train``, at the run's own sizes and seed (a small
-    sample can miss an overlap that a large training set makes)."""
-    shared = shared_content(train, data)
-    if shared > MAX_OVERLAP:
-        raise TaskDataError(f"{shared:.1%} of the {split} examples for seed {seed} also occur "
-                            f"among its {len(train)} training examples (at most "
-                            f"{MAX_OVERLAP:.0%} allowed): hold whole inputs out, e.g. with "
-                            "held_out()")
-
-
-def check_sample(data: TaskData, n: int, seed: int, split: str) -> TaskData:
-    """``data`` if it holds ``n`` examples with finite inputs and targets, else
-    :class:`TaskDataError` naming what is wrong (a bad sample would otherwise read as the
-    model diverging, or train on less than asked for without a word)."""
-    where = f"the task's {split} split for seed {seed}"
-    if len(data) != n or len(data.targets) != n:
-        raise TaskDataError(f"{where} has {len(data)} inputs and {len(data.targets)} targets; "
-                            f"{n} were asked for")
-    for name in ("inputs", "targets", "controls"):
-        value = getattr(data, name)
-        if value is not None and value.is_floating_point() and not value.isfinite().all():
-            raise TaskDataError(f"{where}: the task returned non-finite {name} (NaN or ±inf)")
-    return data
 
 
 class _Unfolded(Exception):
@@ -219,117 +166,173 @@ class _Member:
     def stop(self, status: str, message: str) -> None:
         self.status, self.message, self.training = status, message, False
 
+    def point(self, step: int, metric: float) -> None:
+        """Add a point to the curve: the step, the mean training loss since the last point,
+        the val metric, the FLOPs so far and the mean forward NFE since the last point."""
+        recent = [f for f, _ in self.nfe[-len(self.losses):]]
+        self.curve.append([step, sum(self.losses) / len(self.losses), metric, self.flops,
+                           sum(recent) / len(recent) if recent else None])
+        self.losses.clear()
+
 
 def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _Since,
            progress: bool) -> list[RunResult]:
-    """The training loop of :func:`train_seeds`, over the folded batches of ``ensemble``."""
-    start = since.start
-    cfg = members[0].cfg  # the budget every member shares
-    cfgs = [m.cfg for m in members]
-    device = torch.device(cfg.device)
-    size = ensemble.size
-    module = ensemble.module.to(device).train()
-    for model in ensemble.members:
-        model.to(device).train()
-    ode = hasattr(module, "reset_nfe")
-    solver = cast("NeuralODE", module)  # its ODE counters: read only where ode
-    for member in members:
-        member.data, member.val = to_device(member.data, device), to_device(member.val, device)
-    data, val = fold_data([m.data for m in members]), fold_data([m.val for m in members])
-    predict = predictor(task, cfg.bf16 and device.type == "cuda")
-    if size > 1:
-        _check_fold(ensemble, task, members, min(cfg.batch_size, cfg.n_train))
-
-    optimizer = make_optimizer(module)
-    orders = [_batches(len(m.data), cfg.batch_size, torch.Generator().manual_seed(m.seed))
-              for m in members]
-    flops_per_unit = [0.0] * size
+    """The training loop of :func:`train_seeds`, over the folded batches of ``ensemble``:
+    a step at a time until every member has stopped or the budget is spent; a cap stops
+    the members still training (a solver cap in an ensemble raises :class:`_Unfolded`, so
+    that the members train alone and one's cap stops no other)."""
+    loop = _Loop(ensemble, task, members)
+    cfg = loop.cfg
     bar = tqdm(total=cfg.steps, disable=not progress, leave=False, unit="step")
     try:
         for step in range(1, cfg.steps + 1):
-            index = torch.cat([next(order) + i * len(members[i].data)
-                               for i, order in enumerate(orders)])
-            batch = data.subset(index)
-            counter = FlopCounterMode(display=False) if step == 1 else contextlib.nullcontext()
-            if ode:
-                solver.reset_nfe()
-            with _solver_cap(), counter:
-                losses = member_losses(module, task, batch, predict, size)
-                values = losses.tolist()
-                for i, member in enumerate(members):
-                    if step == 1:
-                        member.first_loss = values[i]
-                    if member.training and _diverged(values[i], member.first_loss):
-                        member.stop("diverged", f"loss became {values[i]:.4g} at step {step} "
-                                    f"(first step: {member.first_loss:.4g}); training stopped")
-                        ensemble.export(i)
-                training = [m.training for m in members]
-                if not any(training):
-                    break
-                descend(ensemble, optimizer, losses, torch.tensor(training, device=device),
-                        cfgs, step - 1)
-            # each member's (forward, backward) NFE; an ODE step's FLOPs scale with its NFE
-            nfe = list(zip(solver.nfe_forward, solver.nfe_backward, strict=True)) if ode else None
-            units = [max(sum(n), 1) for n in nfe] if nfe else [1] * size
-            if step == 1:  # FLOPs are counted on step 1
-                with _solver_cap():
-                    flops = (_own_flops(ensemble, task, batch, predict) if ode and size > 1
-                             else [cast(FlopCounterMode, counter).get_total_flops() / size]
-                             * size)
-                flops_per_unit = [f / u for f, u in zip(flops, units, strict=True)]
-            bar.update()
-            evaluate = step % cfg.eval_every == 0 or step == cfg.steps
-            metrics = _evaluate(module, task, val, predict, size) if evaluate else []
-            for i, member in enumerate(members):
-                if not member.training:
-                    continue
-                member.done = step
-                member.losses.append(values[i])
-                member.flops += flops_per_unit[i] * units[i]
-                if nfe:
-                    member.nfe.append(nfe[i])
-                if evaluate:
-                    recent = [f for f, _ in member.nfe[-len(member.losses):]]
-                    member.curve.append([step, sum(member.losses) / len(member.losses),
-                                         metrics[i], member.flops,
-                                         sum(recent) / len(recent) if recent else None])
-                    member.losses.clear()
-                    if cfg.target_metric is not None and _reached(task, metrics[i],
-                                                                 cfg.target_metric):
-                        member.stop("ok", f"val metric reached target_metric "
-                                          f"{cfg.target_metric} at step {step}")
-                        ensemble.export(i)
-            if not any(m.training for m in members):
+            if not loop.step(step):
                 break
-            elapsed = (time.perf_counter() - start) / size  # each member's share
-            if cfg.max_seconds is not None and elapsed > cfg.max_seconds and step < cfg.steps:
-                raise _Capped(f"time cap: stopped at step {step}/{cfg.steps} after "
-                              f"{elapsed:.1f} s (max_seconds={cfg.max_seconds})")
-    except _Capped as cap:
-        if size > 1 and isinstance(cap, _SolverCapped):  # one member's cap must not stop all
+            bar.update()
+            _check_time(cfg, (time.perf_counter() - since.start) / ensemble.size, step)
+    except Capped as cap:
+        if ensemble.size > 1 and isinstance(cap, SolverCap):  # one member's cap must not stop all
             raise _Unfolded from cap
         for member in members:
             if member.training:
                 member.stop("capped", str(cap))
     finally:
         bar.close()
+    return _results(loop, since)
+
+
+def _check_time(cfg: TrainConfig, elapsed: float, step: int) -> None:
+    """Raise :class:`Capped` where each member's share of the time, ``elapsed``, is past
+    ``cfg.max_seconds`` before the last step."""
+    if cfg.max_seconds is not None and elapsed > cfg.max_seconds and step < cfg.steps:
+        raise Capped(f"time cap: stopped at step {step}/{cfg.steps} after {elapsed:.1f} s "
+                     f"(max_seconds={cfg.max_seconds})")
+
+
+class _Loop:
+    """One ensemble in training: on its device, with its members' data folded, its
+    optimiser, each member's minibatch order and, counted on step 1, each member's FLOPs
+    per unit of work (per function evaluation for an ODE, else per step)."""
+
+    def __init__(self, ensemble: Ensemble, task: Task, members: Sequence[_Member]) -> None:
+        self.ensemble, self.task, self.members = ensemble, task, members
+        self.cfg = cfg = members[0].cfg  # the budget every member shares
+        self.cfgs = [m.cfg for m in members]
+        self.device = device = torch.device(cfg.device)
+        self.module = ensemble.module.to(device).train()
+        for model in ensemble.members:
+            model.to(device).train()
+        self.ode = hasattr(self.module, "reset_nfe")
+        self.solver = cast("NeuralODE", self.module)  # its ODE counters: read only where ode
+        for member in members:
+            member.data, member.val = to_device(member.data, device), to_device(member.val, device)
+        self.data = fold_data([m.data for m in members])
+        self.val = fold_data([m.val for m in members])
+        self.predict = predictor(task, cfg.bf16 and device.type == "cuda")
+        if ensemble.size > 1:
+            _check_fold(ensemble, task, members, min(cfg.batch_size, cfg.n_train))
+        self.optimizer = make_optimizer(self.module)
+        self.orders = [minibatches(len(m.data), cfg.batch_size,
+                                   torch.Generator().manual_seed(m.seed)) for m in members]
+        self.flops_per_unit = [0.0] * ensemble.size
+
+    def step(self, step: int) -> bool:
+        """Training step ``step`` (from 1) of the members still training, then their curve
+        points and early stops where it is an evaluation step; whether any still trains."""
+        index = torch.cat([next(order) + i * len(self.members[i].data)
+                           for i, order in enumerate(self.orders)])
+        batch = self.data.subset(index)
+        counter = FlopCounterMode(display=False) if step == 1 else contextlib.nullcontext()
+        if self.ode:
+            self.solver.reset_nfe()
+        with solver_cap(), counter:
+            losses = training_step(self.ensemble, self.optimizer, self.task, batch, self.cfgs,
+                                   step - 1, keep=lambda values: self._watch(step, values))
+        if not self.training:
+            return False
+        # each member's (forward, backward) NFE; an ODE step's FLOPs scale with its NFE
+        nfe = (list(zip(self.solver.nfe_forward, self.solver.nfe_backward, strict=True))
+               if self.ode else None)
+        units = [max(sum(n), 1) for n in nfe] if nfe else [1] * self.ensemble.size
+        if step == 1:  # FLOPs are counted on step 1
+            self._count_flops(batch, cast(FlopCounterMode, counter), units)
+        self._record(step, losses, nfe, units)
+        return self.training
+
+    @property
+    def training(self) -> bool:
+        return any(m.training for m in self.members)
+
+    def _watch(self, step: int, losses: list[float]) -> list[bool]:
+        """Stop the members whose ``losses`` diverged (frozen with their weights of now);
+        which members still train."""
+        for i, member in enumerate(self.members):
+            if step == 1:
+                member.first_loss = losses[i]
+            if member.training and _diverged(losses[i], member.first_loss):
+                member.stop("diverged", f"loss became {losses[i]:.4g} at step {step} "
+                                        f"(first step: {member.first_loss:.4g}); training "
+                                        "stopped")
+                self.ensemble.export(i)
+        return [m.training for m in self.members]
+
+    def _count_flops(self, batch: TaskData, counter: FlopCounterMode, units: list[int]) -> None:
+        """Each member's FLOPs per unit of work, from the first step's count (an ODE
+        ensemble's members counted alone: see :func:`~.evaluate.own_flops`)."""
+        size = self.ensemble.size
+        with solver_cap():
+            flops = (own_flops(self.ensemble, self.task, batch, self.predict)
+                     if self.ode and size > 1 else [counter.get_total_flops() / size] * size)
+        self.flops_per_unit = [f / u for f, u in zip(flops, units, strict=True)]
+
+    def _record(self, step: int, losses: list[float], nfe: Sequence[tuple[float, float]] | None,
+                units: list[int]) -> None:
+        """Count step ``step`` for the members still training; on an evaluation step, add
+        their curve points and stop those that reached ``target_metric``."""
+        cfg = self.cfg
+        evaluate = step % cfg.eval_every == 0 or step == cfg.steps
+        metrics = (member_metrics(self.module, self.task, self.val, self.predict,
+                                  self.ensemble.size) if evaluate else [])
+        for i, member in enumerate(self.members):
+            if not member.training:
+                continue
+            member.done = step
+            member.losses.append(losses[i])
+            member.flops += self.flops_per_unit[i] * units[i]
+            if nfe:
+                member.nfe.append(nfe[i])
+            if not evaluate:
+                continue
+            member.point(step, metrics[i])
+            if cfg.target_metric is not None and _reached(self.task, metrics[i],
+                                                         cfg.target_metric):
+                member.stop("ok", f"val metric reached target_metric {cfg.target_metric} at "
+                                  f"step {step}")
+                self.ensemble.export(i)
+
+
+def _results(loop: _Loop, since: _Since) -> list[RunResult]:
+    """Each member's row once training has stopped: the members still training take their
+    weights from the ensemble; all share its peak memory and its time per member."""
+    ensemble = loop.ensemble
     models = [ensemble.export(i) if m.training else ensemble.members[i]
-              for i, m in enumerate(members)]
-    results = [_result(model, task, member, predict, ode)
-               for model, member in zip(models, members, strict=True)]
-    peak_mem, measure = _peak_memory(device, since.memory)
-    wall_time = (time.perf_counter() - start) / size
+              for i, m in enumerate(loop.members)]
+    results = [_result(model, loop.task, member, loop.predict, loop.ode)
+               for model, member in zip(models, loop.members, strict=True)]
+    peak_mem, measure = peak_memory(loop.device, since.memory)
+    wall_time = (time.perf_counter() - since.start) / ensemble.size
     for result in results:
-        result.metrics.update(peak_mem_measure=measure, ensemble=size)
+        result.metrics.update(peak_mem_measure=measure, ensemble=ensemble.size)
         result.peak_mem, result.wall_time = peak_mem, wall_time
     return results
 
 
-def _result(model: nn.Module, task: Task, member: _Member,
-            predict: Callable[[nn.Module, TaskData], Tensor], ode: bool) -> RunResult:
+def _result(model: nn.Module, task: Task, member: _Member, predict: Predict,
+            ode: bool) -> RunResult:
     """One trained member's row: its final metrics, counts and curve."""
     cfg = member.cfg
-    metrics, cap_note = _final_metrics(model, task, cfg, member, predict, ode)
+    metrics, cap_note = final_metrics(model, task, cfg, member.seed,
+                                      (member.data, member.val, member.test), predict, ode)
     metrics["steps"] = member.done
     status, message = member.status, member.message
     if cap_note and status == "ok":
@@ -344,88 +347,10 @@ def _result(model: nn.Module, task: Task, member: _Member,
         metrics=metrics,
         curve=member.curve,
         params=count_parameters(model),
-        flops=_forward_flops(model, member.val.subset(slice(0, cfg.batch_size)), predict),
+        flops=forward_flops(model, member.val.subset(slice(0, cfg.batch_size)), predict),
         nfe_forward=nfe[0] if nfe else None,
         nfe_backward=nfe[1] if nfe else None,
     )
-
-
-def make_optimizer(module: nn.Module) -> torch.optim.Optimizer:
-    """AdamW over every parameter at learning rate 1 and no weight decay: :func:`descend`
-    scales each member's step by its own rate and applies its own decay. AdamW acts per
-    element, so it serves an ensemble's members as it would each alone."""
-    return torch.optim.AdamW(module.parameters(), lr=1.0, weight_decay=0.0,
-                             fused=True)  # one kernel for all tensors: ~6x faster on CPU
-
-
-def member_losses(module: nn.Module, task: Task, batch: TaskData,
-                  predict: Callable[[nn.Module, TaskData], Tensor], size: int) -> Tensor:
-    """Each member's training loss on its rows of the folded ``batch``, ``(size,)``."""
-    preds, targets = _unfold(predict(module, batch), size), _unfold(batch.targets, size)
-    return torch.stack([task.loss(p, t) for p, t in zip(preds, targets, strict=True)])
-
-
-def descend(ensemble: Ensemble, optimizer: torch.optim.Optimizer, losses: Tensor,
-            training: Tensor, cfgs: Sequence[TrainConfig], index: int) -> None:
-    """Optimiser step ``index`` (from 0) of the members still ``training`` (a bool mask),
-    each on its own loss with its own config: gradient clipped to its ``grad_clip`` (0:
-    unclipped), then AdamW at its rate on its schedule (:func:`_lr_factor`) and decay.
-
-    AdamW's step is linear in the rate, and its decay a separate shrink: the optimiser
-    (:func:`make_optimizer`) steps at rate 1, and each member's parameters then move that
-    step times its rate, ``p ← p + lr·(p₁ − p) − lr·wd·p``; a frozen member gets rate 0.
-    """
-    optimizer.zero_grad(set_to_none=True)
-    torch.where(training, losses, 0.0).sum().backward()
-    params: list[Tensor] = [p for p in ensemble.module.parameters() if p.grad is not None]
-    device = losses.device
-    clips = torch.tensor([cfg.grad_clip for cfg in cfgs], device=device)
-    if clips.any():
-        _clip_per_member(ensemble, params, clips)
-    rates = torch.tensor([cfg.lr * _lr_factor(cfg)(index) for cfg in cfgs], device=device)
-    rates = torch.where(training, rates, 0.0)
-    decays = rates * torch.tensor([cfg.weight_decay for cfg in cfgs], device=device)
-    with torch.no_grad():
-        before = torch._foreach_mul(params, 1.0)
-        optimizer.step()
-        torch._foreach_lerp_(params, before, [1 - _per_member(rates, p, ensemble.size)
-                                              for p in params])
-        if decays.any():
-            torch._foreach_sub_(params, torch._foreach_mul(
-                before, [_per_member(decays, p, ensemble.size) for p in params]))
-
-
-def _per_member(values: Tensor, like: Tensor, size: int) -> Tensor:
-    """Per-member ``values`` shaped to scale ``like``, a parameter of an ensemble of
-    ``size`` (member axis first), or of a model alone."""
-    return values.view(-1, *(1,) * (like.dim() - 1)) if size > 1 else values[0]
-
-
-def predictor(task: Task, bf16: bool) -> Callable[[nn.Module, TaskData], Tensor]:
-    """``predict(model, batch)``: the model's output for the task in float32, computed under
-    bfloat16 autocast on CUDA if ``bf16``."""
-
-    def predict(model: nn.Module, batch: TaskData) -> Tensor:
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if bf16
-                    else contextlib.nullcontext())
-        with autocast:
-            out = model(batch.inputs, u=batch.controls, steps=batch.steps,
-                        per_step=task.supervise == "trajectory")
-        return out.float()
-
-    return predict
-
-
-def fold_data(parts: Sequence[TaskData]) -> TaskData:
-    """The members' data as one batch, member by member."""
-    folded: dict[str, Any] = {n: torch.cat([getattr(p, n) for p in parts])
-                              for n in _tensors(parts[0])}
-    return dataclasses.replace(parts[0], **folded)
-
-
-def _unfold(folded: Tensor, size: int) -> Tensor:
-    """``(size · n, …)`` → ``(size, n, …)``: each member's rows."""
-    return folded.unflatten(0, (size, -1))
 
 
 @torch.no_grad()
@@ -436,41 +361,14 @@ def _check_fold(ensemble: Ensemble, task: Task, members: Sequence[_Member], rows
     predict = predictor(task, bf16=False)
     parts = [member.data.subset(slice(0, rows)) for member in members]
     try:
-        with _solver_cap():
+        with solver_cap():
             own = torch.cat([predict(model, part)
                              for model, part in zip(ensemble.members, parts, strict=True)])
             folded = predict(ensemble.module, fold_data(parts))
-    except _SolverCapped as cap:
+    except SolverCap as cap:
         raise _Unfolded from cap
     if not torch.allclose(folded, own, rtol=1e-4, atol=1e-5, equal_nan=True):
         raise _Unfolded
-
-
-def _own_flops(ensemble: Ensemble, task: Task, batch: TaskData,
-               predict: Callable[[nn.Module, TaskData], Tensor]) -> list[float]:
-    """Each member's FLOPs in a forward and backward of its own on its rows of ``batch``.
-
-    An ODE member's evaluations in an ensemble are its own, but the ensemble evaluates every
-    member's rows until the slowest is done, so its FLOPs do not split by NFE."""
-    flops: list[float] = []
-    rows = len(batch) // ensemble.size
-    for i, model in enumerate(ensemble.members):
-        counter = FlopCounterMode(display=False)
-        with counter:
-            member_losses(model, task, batch.subset(slice(i * rows, (i + 1) * rows)), predict,
-                          1).sum().backward()
-        model.zero_grad(set_to_none=True)
-        flops.append(counter.get_total_flops())
-    return flops
-
-
-def _clip_per_member(ensemble: Ensemble, params: Sequence[Tensor], max_norms: Tensor) -> None:
-    """Clip each member's gradient to total norm ``max_norms[member]`` (0: unclipped), as
-    ``clip_grad_norm_`` does."""
-    grads = [cast(Tensor, p.grad) for p in params]  # the member axis first; all set
-    norms = torch.cat([g.reshape(ensemble.size, -1) for g in grads], dim=1).norm(dim=1)
-    scale = torch.where(max_norms > 0, (max_norms / (norms + 1e-6)).clamp(max=1.0), 1.0)
-    torch._foreach_mul_(grads, [_per_member(scale, g, ensemble.size) for g in grads])
 
 
 @dataclass
@@ -562,185 +460,11 @@ def describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}{at}"
 
 
+
 def _diverged(loss: float, first: float) -> bool:
     """Non-finite, or above :data:`DIVERGENCE_FACTOR` × the first step's (positive) loss."""
     return not math.isfinite(loss) or (first > 0 and loss > DIVERGENCE_FACTOR * first)
 
 
-def _lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
-    """Linear warmup to the base rate, then cosine decay to zero at ``cfg.steps``."""
-    warmup = min(cfg.warmup_steps, cfg.steps - 1)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, cfg.steps - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-
-    return factor
-
-
-def _batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[Tensor]:
-    """Endless minibatch indices: a fresh permutation of the training set each epoch."""
-    batch_size = min(batch_size, n)
-    while True:
-        perm = torch.randperm(n, generator=generator)
-        for i in range(0, n - batch_size + 1, batch_size):
-            yield perm[i:i + batch_size]
-
-
-@contextlib.contextmanager
-def _solver_cap() -> Iterator[None]:
-    """Turn an ODE solve that ran out of steps (``ode_max_steps``) into :class:`_Capped`."""
-    try:
-        yield
-    except SolverCapped as err:
-        raise _SolverCapped(f"solver cap: {err}") from err
-
-
-def to_device(data: TaskData, device: torch.device | str) -> TaskData:
-    """``data`` with every tensor on ``device``."""
-    return dataclasses.replace(data, **{n: getattr(data, n).to(device) for n in _tensors(data)})
-
-
-def _tensors(data: TaskData) -> list[str]:
-    """The names of the fields of ``data`` that hold tensors."""
-    return [f.name for f in dataclasses.fields(data) if isinstance(getattr(data, f.name), Tensor)]
-
-
-@torch.no_grad()
-def _evaluate(model: nn.Module, task: Task, data: TaskData,
-              predict: Callable[[nn.Module, TaskData], Tensor], size: int) -> list[float]:
-    """Each member's metric on its rows of the folded ``data``."""
-    model.eval()
-    try:
-        preds, targets = _unfold(predict(model, data), size), _unfold(data.targets, size)
-        return [task.metric(p, t) for p, t in zip(preds, targets, strict=True)]
-    finally:
-        model.train()
-
-
 def _reached(task: Task, metric: float, target: float) -> bool:
     return metric >= target if task.higher_is_better else metric <= target
-
-
-def _final_metrics(
-    model: nn.Module, task: Task, cfg: TrainConfig, member: _Member,
-    predict: Callable[[nn.Module, TaskData], Tensor], ode: bool,
-) -> tuple[dict[str, Any], str]:
-    """Train/val/test/OOD metrics, task extras and ODE checks: the only time the test
-    split is sampled and scored. A solver cap hit here leaves the affected figures
-    ``None``. On train or val it is returned as a note (the cell is capped); on test, OOD
-    data or the reconstruction check it is kept per split in ``metrics["capped"]``, a
-    failure of that split alone, so that test data never steers the choice of a grid value
-    or fails the trained split."""
-    metrics: dict[str, Any] = {"metric": task.metric_name,
-                               "higher_is_better": task.higher_is_better, "train": None,
-                               "val": None, "test": None, "ood": {}, "skipped": {}, "extra": {},
-                               "capped": {}}
-    notes = []
-    seed, data, val = member.seed, member.data, member.val
-    test = to_device(member.test, val.inputs.device)
-
-    @torch.no_grad()
-    def score(split: str, split_data: TaskData, extras: bool = True) -> float | None:
-        model.eval()
-        try:
-            with _solver_cap():
-                pred = predict(model, split_data)
-        except _Capped as cap:
-            if split in ("train", "val"):
-                notes.append(f"{split}: {cap}")
-            else:
-                metrics["capped"][split] = str(cap)
-            return None
-        finally:
-            model.train()
-        prefix = "" if split == "test" else f"{split}/"
-        for name, value in (task.extra_metrics(pred, split_data) if extras else {}).items():
-            metrics["extra"][prefix + name] = value
-        return task.metric(pred, split_data.targets)
-
-    metrics["train"] = score("train", data.subset(slice(0, cfg.n_val)), extras=False)
-    metrics["val"] = score("val", val, extras=False)
-    solver = cast("NeuralODE", model)  # its ODE counters and checks: read only where ode
-    if ode:
-        solver.reset_nfe()
-    metrics["test"] = score("test", test)
-    if ode:
-        metrics["nfe_test"] = float(solver.nfe_forward[0])  # the model alone: one member
-        metrics["reconstruction_tolerance"] = solver.reconstruction_tolerance
-        try:
-            with _solver_cap(), torch.no_grad():
-                error = float(solver.reconstruction_error(test.inputs, test.controls))
-        except _Capped as cap:
-            error = None
-            metrics["capped"]["reconstruction"] = str(cap)
-        metrics["reconstruction_error"] = error
-        metrics["reconstruction_flag"] = (None if error is None
-                                          else not error <= solver.reconstruction_tolerance)
-    depth = getattr(model, "depth", None)
-    for split in task.ood_splits:
-        split_data = to_device(task.sample(cfg.n_test, seed, split), test.inputs.device)
-        if model.can_extrapolate or split_data.steps == depth:
-            metrics["ood"][split] = score(split, split_data)
-        else:
-            metrics["ood"][split] = None
-            metrics["skipped"][split] = (f"an untied model of depth {depth} cannot run "
-                                         f"{split_data.steps} steps")
-    return metrics, "; ".join(notes)
-
-
-@torch.no_grad()
-def _forward_flops(model: nn.Module, batch: TaskData,
-                   predict: Callable[[nn.Module, TaskData], Tensor]) -> float | None:
-    """Forward FLOPs per sample, counted on one test batch of the trained model."""
-    model.eval()
-    counter = FlopCounterMode(display=False)
-    try:
-        with _solver_cap(), counter:
-            predict(model, batch)
-    except _Capped:
-        return None
-    finally:
-        model.train()
-    return counter.get_total_flops() / len(batch)
-
-
-#: Linux: writing "5" here resets the process's resident-set high-water mark, ``VmHWM``.
-_CLEAR_REFS = Path("/proc/self/clear_refs")
-_STATUS = Path("/proc/self/status")
-#: What ``peak_mem`` measured, by how the peak could be reset.
-PEAK_MEMORY_MEASURES = {
-    "cuda": "CUDA memory allocated, peak during this cell",
-    "cell": "resident set size, peak during this cell (VmHWM reset at its start)",
-    "process": "resident set size, peak of the worker process since it started "
-               "(not reset per cell: includes earlier cells in the same process)",
-}
-
-
-def _reset_peak_memory(device: torch.device) -> str:
-    """Start measuring this cell's peak memory; returns the key of what will be measured."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return "cuda"
-    try:
-        _CLEAR_REFS.write_text("5")
-        return "cell" if "VmHWM" in _STATUS.read_text() else "process"
-    except OSError:
-        return "process"
-
-
-def _peak_memory(device: torch.device, measure: str) -> tuple[int, str]:
-    """Peak memory in bytes since :func:`_reset_peak_memory`, and what it measured."""
-    if measure == "cuda":
-        peak = int(torch.cuda.max_memory_allocated(device))
-    elif measure == "cell":
-        found = re.search(r"VmHWM:\s*(\d+) kB", _STATUS.read_text())
-        if found is None:  # (the measure is "cell" only where the status has it)
-            raise RuntimeError(f"no VmHWM in {_STATUS}")
-        peak = int(found[1]) * 1024
-    else:
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        peak = int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, else KiB
-    return peak, PEAK_MEMORY_MEASURES[measure]
