@@ -4,6 +4,7 @@ included; each twin layer applies each member's own layer to its rows, and a fam
 its layers' twins itself."""
 
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -301,21 +302,21 @@ def test_layers_without_a_twin_do_not_fold():
 #: folding; prints the modules the folding imported on its own and the family's layers and
 #: twins in the folded module.
 _FOLD_FRESH = """
-import sys, torch
+import json, sys
 first = sys.argv[1]
 if first == "family":
     from ddl_dynamics.models.transformer import DeltaTransformer
     from ddl_dynamics.models.ensemble import fold
 else:
     from ddl_dynamics.models.ensemble import fold
-    print(sorted(m for m in sys.modules if m.startswith("ddl_dynamics.models.")))
+    print(json.dumps(sorted(m for m in sys.modules if m.startswith("ddl_dynamics.models."))))
     from ddl_dynamics.models.transformer import DeltaTransformer
 models = [DeltaTransformer(in_dim=9, out_dim=9, width=8, depth=1, value_channels=2)
           for _ in range(2)]
 ensemble = fold(models)
-print(sorted({type(m).__name__ for m in ensemble.module.modules()}
-             & {"EnsembleFloatLinear", "EnsembleScale", "EnsembleCausalConv", "FloatLinear",
-                "Scale", "CausalConv"}))
+print(json.dumps(sorted({type(m).__name__ for m in ensemble.module.modules()}
+                        & {"EnsembleFloatLinear", "EnsembleScale", "EnsembleCausalConv",
+                           "FloatLinear", "Scale", "CausalConv"})))
 """
 
 
@@ -323,9 +324,9 @@ print(sorted({type(m).__name__ for m in ensemble.module.modules()}
 def test_a_transformer_folds_whichever_module_is_imported_first(first):
     out = subprocess.run([sys.executable, "-c", _FOLD_FRESH, first], capture_output=True,
                          text=True, check=True).stdout.splitlines()
-    assert eval(out[-1]) == ["EnsembleCausalConv", "EnsembleFloatLinear", "EnsembleScale"]
+    assert json.loads(out[-1]) == ["EnsembleCausalConv", "EnsembleFloatLinear", "EnsembleScale"]
     if first == "ensemble":  # the generic folding loaded no family
-        assert eval(out[0]) == ["ddl_dynamics.models.base", "ddl_dynamics.models.ensemble"]
+        assert json.loads(out[0]) == ["ddl_dynamics.models.base", "ddl_dynamics.models.ensemble"]
 
 
 def test_a_layer_type_has_one_twin():

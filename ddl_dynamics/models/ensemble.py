@@ -2,13 +2,13 @@
 
 The members' parameters are stacked along a leading member axis, and their batches are
 concatenated along the batch axis, member by member. Every layer that holds parameters is
-replaced by its ensemble twin (:data:`TWINS`: torch's layers here, each family's own added by
-its module with :func:`register_twin`), which applies member ``s``'s weights to member ``s``'s
-rows (a batched matmul, a lookup in its slice of a stacked table, a gain on
-its rows); a parameter that several layers share, as a head tied to the embedding, stays
-one stack. Every other op of a depth model or Transformer acts on each sample (each
-sequence) alone, so it serves all members at once as it is. An ensemble of a few small
-models thus costs little more than one where per-op overhead, not arithmetic, dominates.
+replaced by its ensemble twin (:data:`TWINS`: torch's layers here, each family's own added
+by its module with :func:`register_twin`), which applies member ``s``'s weights to member
+``s``'s rows (a batched matmul, a lookup in its slice of a stacked table, a gain on its
+rows); a parameter that several layers share, as a head tied to the embedding, stays one
+stack. Every other op of a depth model or Transformer acts on each sample (each sequence)
+alone, so it serves all members at once as it is. An ensemble of a few small models thus
+costs little more than one where per-op overhead, not arithmetic, dominates.
 
 This needs no ``torch.func`` transform: ``vmap`` over ``functional_call`` measured
 1.3–3.3× as slow per training step (README, Performance), and the Delta operator's
