@@ -19,6 +19,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from ._registry import BUILTINS as _BUILTINS
+
 #: The public names, by group: ``module → names`` (modules relative to this package).
 API: dict[str, dict[str, tuple[str, ...]]] = {
     "the Delta operator": {
@@ -57,6 +59,15 @@ _HOME = {name: module for group in API.values() for module, names in group.items
 _SUBPACKAGES = ("analysis", "experiment", "models", "tasks")
 
 __all__ = sorted(_HOME)
+
+# The modules whose import registers the built-in tasks and model families, loaded on their
+# registry's first lookup: named here, above the registries, so that no registry names the
+# modules that import it.
+_BUILTINS.update(
+    task=("ddl_dynamics.tasks",),
+    model=tuple(f"ddl_dynamics.models.{family}" for family in (
+        "delta", "decoupled", "hyper", "ode", "product", "residual", "transformer")),
+)
 
 
 def _version() -> str:

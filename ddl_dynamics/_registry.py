@@ -4,6 +4,10 @@ Names resolve in this order: registered here (the built-in modules are imported 
 lookup, so no caller has to import them first), then ``"module:Name"`` import paths, then the
 package entry-point group (scanned lazily, once). Unknown names fail with one ``ValueError``
 that lists the valid names and a did-you-mean hint.
+
+Which modules hold a kind's built-ins is said from above (:data:`BUILTINS`, filled by the
+package's root), so the module that defines a registry never names the modules that register
+into it: imports run one way, from the built-ins to the registry.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+#: Per kind of registry (``"task"``, ``"model"``), the modules whose import registers its
+#: built-in names, imported on the registry's first lookup.
+BUILTINS: dict[str, tuple[str, ...]] = {}
 
 
 def did_you_mean(name: str, choices: list[str]) -> str:
@@ -123,15 +131,12 @@ def _clauses(text: str) -> list[str]:
 class Registry(Generic[T]):
     """Maps names to factories (classes or functions) of one kind of object."""
 
-    def __init__(self, kind: str, entry_point_group: str | None = None,
-                 builtins: tuple[str, ...] = ()) -> None:
+    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
         self.kind = kind
         self.entry_point_group = entry_point_group
-        #: Modules whose import registers the built-in names, imported on the first lookup.
-        self.builtins = builtins
         self._factories: dict[str, Callable[..., T]] = {}
         self._scanned = entry_point_group is None
-        self._loaded = not builtins
+        self._loaded = False
 
     def register(
         self, name: str, factory: Callable[..., T] | None = None, *, overwrite: bool = False
@@ -150,7 +155,7 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         self._loaded = True  # first: the modules register through this registry
-        for module in self.builtins:
+        for module in BUILTINS.get(self.kind, ()):
             importlib.import_module(module)
 
     def _scan_entry_points(self) -> None:

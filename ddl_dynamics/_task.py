@@ -3,8 +3,9 @@
 A task says what the model sees (inputs, optional per-step controls), what it must
 produce (the final output, or one output per depth step), how that is scored, and which
 gate regime of the Delta operator it probes. Built-in tasks live in the top-level
-``tasks/`` folder (imported as ``ddl_dynamics.tasks``); a user adds one with
-:func:`register_task` in a single file.
+``tasks/`` folder (imported as ``ddl_dynamics.tasks``, which the registry loads on its first
+lookup: the package's root names it); a user adds one with :func:`register_task` in a single
+file.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from torch import Tensor
 from ._registry import Registry
 from .models.operator import REGIMES
 
-TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks",
-                                 builtins=("ddl_dynamics.tasks",))
+TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks")
 
 Loss = Literal["mse", "bce", "ce"]
 Metric = Literal["mse", "accuracy", "bpc"]

@@ -1,15 +1,19 @@
 """Seeds trained together: every member of an ensemble ends as its seed does alone, for every
 family that folds (the Transformers included), a member that diverges or stops early
-included; and each twin layer applies each member's own layer to its rows."""
+included; each twin layer applies each member's own layer to its rows, and a family registers
+its layers' twins itself."""
 
 import dataclasses
+import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.experiment.train import train_seeds
-from ddl_dynamics.models.ensemble import TWINS, EnsembleLinear, fold
+from ddl_dynamics.models.ensemble import TWINS, EnsembleLinear, fold, register_twin
 from ddl_dynamics.models.residual import ResNet
 from ddl_dynamics.models.transformer import CausalConv, FloatLinear, Scale
 
@@ -292,6 +296,44 @@ def test_layers_without_a_twin_do_not_fold():
 
     assert fold([norm_model(), norm_model()]) is None
     assert fold([torch.nn.Linear(2, 4)]).module is not None  # one model: itself
+
+
+#: Folds a Transformer in a fresh interpreter, the family's module imported before or after the
+#: folding; prints the modules the folding imported on its own and the family's layers and
+#: twins in the folded module.
+_FOLD_FRESH = """
+import json, sys
+first = sys.argv[1]
+if first == "family":
+    from ddl_dynamics.models.transformer import DeltaTransformer
+    from ddl_dynamics.models.ensemble import fold
+else:
+    from ddl_dynamics.models.ensemble import fold
+    print(json.dumps(sorted(m for m in sys.modules if m.startswith("ddl_dynamics.models."))))
+    from ddl_dynamics.models.transformer import DeltaTransformer
+models = [DeltaTransformer(in_dim=9, out_dim=9, width=8, depth=1, value_channels=2)
+          for _ in range(2)]
+ensemble = fold(models)
+print(json.dumps(sorted({type(m).__name__ for m in ensemble.module.modules()}
+                        & {"EnsembleFloatLinear", "EnsembleScale", "EnsembleCausalConv",
+                           "FloatLinear", "Scale", "CausalConv"})))
+"""
+
+
+@pytest.mark.parametrize("first", ["family", "ensemble"])
+def test_a_transformer_folds_whichever_module_is_imported_first(first):
+    out = subprocess.run([sys.executable, "-c", _FOLD_FRESH, first], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert json.loads(out[-1]) == ["EnsembleCausalConv", "EnsembleFloatLinear", "EnsembleScale"]
+    if first == "ensemble":  # the generic folding loaded no family
+        assert json.loads(out[0]) == ["ddl_dynamics.models.base", "ddl_dynamics.models.ensemble"]
+
+
+def test_a_layer_type_has_one_twin():
+    register_twin(FloatLinear, TWINS[FloatLinear])  # the same again: a no-op
+    with pytest.raises(ValueError, match="FloatLinear already has an ensemble twin"):
+        register_twin(FloatLinear, EnsembleLinear)
+    assert TWINS[FloatLinear] is not EnsembleLinear
 
 
 def test_ensemble_linear_applies_each_members_layer_to_its_rows():

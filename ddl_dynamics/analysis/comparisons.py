@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from .._task import make_task
+from ..experiment.grid import grid_value, point_text
 from ..experiment.store import RunResult
 from .run import Row, Run
 from .stats import ALPHA, PAIRED_T, Paired, detectable_difference, holm
@@ -28,7 +29,6 @@ from .verdicts import (
     both_solved,
     budget_gap,
     flagged,
-    grid_value,
     label,
     non_finite,
     seed_values,
@@ -250,16 +250,14 @@ def _grid_signs(model: Row, control: Row | None, bound: str | float, split: str,
     that value where they are tuned over it, else at their chosen value."""
     tuned = model if model.grid else control
     assert tuned is not None
-    values = sorted({grid_value(c, list(tuned.grid)) for c in tuned.cells})
+    values = sorted({grid_value(c.config, list(tuned.grid)) for c in tuned.cells})
     signs = []
     for value in values:
         at = value if model.grid == tuned.grid else model.chosen
         control_at = (value if control and control.grid == tuned.grid
                       else control.chosen if control else ())
         paired = _paired(model, control, bound, split, higher, at, control_at)
-        text = ", ".join(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}"
-                         for f, v in zip(tuned.grid, value, strict=True))
-        signs.append((text, paired.better(higher)))
+        signs.append((point_text(list(tuned.grid), value), paired.better(higher)))
     return tuple(signs)
 
 

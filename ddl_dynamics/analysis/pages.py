@@ -41,13 +41,13 @@ from ..experiment.config import (
     MAX_EXAMPLES,
     MAX_STEPS,
     NO_LIMITS,
-    TUNABLE,
     ComparisonSpec,
     ModelEntry,
     Override,
     TaskEntry,
     TrainConfig,
 )
+from ..experiment.grid import TUNABLE
 from ..models.operator import REGIMES
 from .html import CAPTIONS
 from .publish import FIGURES, load_study, studies

@@ -32,6 +32,7 @@ import numpy as np
 
 from .._task import make_task
 from ..experiment.config import COUNTED
+from ..experiment.grid import grid_value, point_text
 from ..experiment.store import STATUSES, RunResult
 from ..models.operator import REGIMES
 from .comparisons import Comparison, Request, judge
@@ -309,9 +310,7 @@ def _table(run: Run, task: str) -> TaskTable:
 
 def _attempt_at(row: Row, attempt: RunResult) -> str:
     """``"at lr=0.01: "`` for an attempt of a tuned row, else empty."""
-    train = attempt.config.get("train", {})
-    values = ", ".join(f"{f}={train.get(f):g}" if isinstance(train.get(f), float)
-                       else f"{f}={train.get(f)}" for f in row.grid)
+    values = point_text(list(row.grid), grid_value(attempt.config, list(row.grid)))
     return f"at {values}: " if values else ""
 
 

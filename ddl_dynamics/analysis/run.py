@@ -25,8 +25,9 @@ from typing import Any
 
 from .._task import make_task
 from ..experiment.config import COUNTED, DEFAULT_BASELINE, ComparisonSpec
+from ..experiment.grid import grid_value, point_text, row_identity, searched
 from ..experiment.store import Progress, RunResult, open_run
-from .verdicts import chosen_value, grid_value
+from .verdicts import chosen_value
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Row:
     @property
     def grid(self) -> dict[str, list[Any]]:
         """The searched training fields and their values (empty: not tuned)."""
-        return self.cells[0].config.get("tune", {})
+        return searched(self.cells[0].config)
 
     @cached_property
     def chosen(self) -> tuple[Any, ...]:
@@ -54,7 +55,7 @@ class Row:
 
     def at(self, value: tuple[Any, ...]) -> list[RunResult]:
         """The cells at one grid value, by seed."""
-        return sorted((c for c in self.cells if grid_value(c, list(self.grid)) == value),
+        return sorted((c for c in self.cells if grid_value(c.config, list(self.grid)) == value),
                       key=lambda c: c.seed)
 
     @property
@@ -66,8 +67,7 @@ class Row:
         """``"lr=0.003"``, or empty when the row is not tuned (or "no grid value finished")."""
         if self.grid and not any(c.status in COUNTED for c in self.cells):
             return "no grid value finished"
-        return ", ".join(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}"
-                         for f, v in zip(self.grid, self.chosen, strict=True))
+        return point_text(list(self.grid), self.chosen)
 
     @property
     def ensembles(self) -> list[int]:
@@ -166,22 +166,12 @@ def run_of(cells: Sequence[RunResult], attempts: Sequence[RunResult] = (),
     rows = {}
     for (task, label), found in sorted(by_row.items()):
         newest = max(found, key=lambda c: c.created_at)
-        current = [c for c in found if _version(c) == _version(newest)]
+        current = [c for c in found if row_identity(c.config) == row_identity(newest.config)]
         rows[task, label] = Row(task, label, tuple(current),
                                 tuple(a for c in current for a in history[c.key]),
                                 len(found) - len(current))
     return Run(Path(run_dir), rows, experiment,
                recorded_comparisons(experiment.get("config", "")))
-
-
-def _version(cell: RunResult) -> str:
-    """A cell's config but its seed and tuned values: the same for every cell of one version
-    of its row."""
-    config = dict(cell.config)
-    tuned = config.get("tune", {})
-    config["seed"] = None
-    config["train"] = {k: v for k, v in config.get("train", {}).items() if k not in tuned}
-    return json.dumps(config, sort_keys=True)
 
 
 def recorded_comparisons(text: str) -> tuple[ComparisonSpec, ...]:

@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..experiment.config import COUNTED
+from ..experiment.grid import grid_value, searched, value_text
 from ..experiment.store import RunResult
 from .stats import ALPHA, Paired, finite
 
@@ -77,12 +78,6 @@ METRIC_BEST = {"accuracy": 1.0, "mse": 0.0}
 _NOT_BUDGET = ("device", "eval_every", "max_seconds")
 
 
-def grid_value(row: RunResult, fields: Sequence[str]) -> tuple[Any, ...]:
-    """A cell's values of the tuned ``fields``: its point on its row's grid."""
-    train = row.config.get("train", {})
-    return tuple(train.get(f) for f in fields)
-
-
 def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],
                  higher_is_better: bool) -> tuple[Any, ...]:
     """The grid value a tuned row is reported at: the one whose seeds finished with a
@@ -91,7 +86,7 @@ def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],
     part."""
     by_value: dict[tuple[Any, ...], list[float]] = {}
     for cell in cells:
-        found = by_value.setdefault(grid_value(cell, fields), [])
+        found = by_value.setdefault(grid_value(cell.config, fields), [])
         if cell.status in COUNTED and finite(value := cell.metrics.get("val")):
             found.append(float(value))
 
@@ -105,12 +100,8 @@ def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],
     return max(by_value, key=merit)
 
 
-def _value_text(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 def _grid(rows: Sequence[RunResult]) -> dict[str, list[Any]]:
-    return rows[0].config.get("tune", {}) if rows else {}
+    return searched(rows[0].config) if rows else {}
 
 
 def tuning_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
@@ -121,7 +112,7 @@ def tuning_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
         return ""
 
     def text(rows: Sequence[RunResult], grid: dict[str, list[Any]]) -> str:
-        searched = "; ".join(f + "=" + "/".join(map(_value_text, values))
+        searched = "; ".join(f + "=" + "/".join(map(value_text, values))
                              for f, values in sorted(grid.items()))
         return f"{rows[0].model} searched {searched}" if grid else f"{rows[0].model} none"
 

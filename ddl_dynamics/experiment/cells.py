@@ -10,11 +10,11 @@ and train options likewise (``TrainConfig`` defaults < ``[defaults.train]`` < ta
 < model entry < overrides). A cell's task always runs at its model's ``depth``.
 
 A ``tune`` table beside any ``train`` table gives a *grid* for tunable training fields
-(:data:`~.config.TUNABLE`), e.g. ``[defaults.tune] lr = [1e-3, 3e-3, 1e-2]``: the row
-trains at every combination of grid values, on every seed, and the report takes, per task
-and row, the value with the best mean val metric. At each level a field is either fixed
-(``train``) or searched (``tune``); the most specific level decides, so a model entry's
-``train = { lr = 1e-3 }`` fixes the rate that ``[defaults.tune]`` searches. A grid of one
+(:data:`~.grid.TUNABLE`; :func:`~.grid.expand`), e.g. ``[defaults.tune] lr = [1e-3, 3e-3,
+1e-2]``: the row trains at every combination of grid values, on every seed, and the report
+takes, per task and row, the value with the best mean val metric. At each level a field is
+either fixed (``train``) or searched (``tune``); the most specific level decides, so a model
+entry's ``train = { lr = 1e-3 }`` fixes the rate that ``[defaults.tune]`` searches. A grid of one
 value fixes the field.
 
 Only ``[defaults.model]`` ranks below a task's ``model_defaults``: a task that needs, say,
@@ -33,8 +33,6 @@ baseline itself.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -50,7 +48,6 @@ from ..models.params import count_parameters, match_hidden, parameter_count
 from .config import (
     DEFAULT_BASELINE,
     MAX_DEPTH,
-    MAX_GRID,
     MAX_LENGTH,
     MAX_PARAMS,
     MAX_STEPS,
@@ -68,6 +65,7 @@ from .config import (
     check_seeds,
     coerce,
 )
+from .grid import expand
 
 
 def expand_cells(
@@ -389,24 +387,10 @@ def _resolve(config: ExperimentConfig, t_index: int, m_index: int,
     entry, model = config.tasks[t_index], config.models[m_index]
     where = f"task {entry.label!r} × model {model.label!r}"
     overrides = [o for o in config.overrides if o.matches(entry.label, model.label)]
-    fixed: dict[str, Any] = {}
-    tune: dict[str, list[Any]] = {}
-    for train_layer, tune_layer in [(config.train_defaults, config.tune_defaults),
-                                    (entry.train, entry.tune), (model.train, model.tune),
-                                    *((o.train, o.tune) for o in overrides)]:
-        for key, value in train_layer.items():
-            fixed[key] = value
-            tune.pop(key, None)
-        for key, values in tune_layer.items():
-            tune[key] = list(values)
-            fixed.pop(key, None)
-    fixed |= {key: values[0] for key, values in tune.items() if len(values) == 1}
-    tune = {key: values for key, values in tune.items() if len(values) > 1}
     try:
-        size = math.prod(len(values) for values in tune.values())
-        check_limit(f"{size:,} combinations of grid values", size, MAX_GRID)
-        grid = [TrainConfig(**fixed, **dict(zip(tune, values, strict=True)))
-                for values in itertools.product(*tune.values())]
+        grid, tune = expand([(config.train_defaults, config.tune_defaults),
+                             (entry.train, entry.tune), (model.train, model.tune),
+                             *((o.train, o.tune) for o in overrides)])
         task = make_task(entry.name, **entry.spec)
     except ValueError as err:
         raise ConfigError(config.source, where, str(err)) from err

@@ -36,10 +36,6 @@ COUNTED = ("ok",)
 DEFAULT_BASELINE = "resnet"
 #: Seeds are stored as SQLite integers: 0 ≤ seed < SEED_LIMIT.
 SEED_LIMIT = 2**63
-#: The training fields a ``tune`` grid may search: how a row optimises, never its budget
-#: (steps, batch size, data), which every row of a comparison shares. A cell's grid values
-#: train as members of its seeds' ensemble, each member with its own.
-TUNABLE = ("lr", "weight_decay", "warmup", "grad_clip")
 #: The longest experiment name or label, in UTF-8 bytes: they name folders and files
 #: (``runs/<name>``, ``regime_atlas_<label>.png``), which file systems cap at 255 bytes.
 MAX_NAME = 200
@@ -85,6 +81,13 @@ class ConfigError(ValueError):
         combined = cls(source, "", f"{len(unique)} errors: {listed}")
         combined.errors = tuple(unique)
         return combined
+
+
+def unknown_key(source: str, where: str, key: str, allowed: Sequence[str]) -> ConfigError:
+    """The error for ``key``, not one of ``allowed`` at ``where``, with a did-you-mean hint."""
+    return ConfigError(source, f"{where}.{key}" if where else key,
+                       f"unknown key; valid keys: {', '.join(allowed)}."
+                       + did_you_mean(key, list(allowed)))
 
 
 class ConfigWarning(UserWarning):

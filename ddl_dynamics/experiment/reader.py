@@ -28,7 +28,6 @@ import dataclasses
 import itertools
 import math
 import tomllib
-import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,7 +40,6 @@ from .cells import check_experiment, model_options, named_entries, references
 from .config import (
     MAX_GRID,
     TASK_DIMS,
-    TUNABLE,
     ComparisonSpec,
     ConfigError,
     ExperimentConfig,
@@ -54,7 +52,9 @@ from .config import (
     check_name,
     check_seeds,
     coerce,
+    unknown_key,
 )
+from .grid import check_tune, contradictions, spelled, swept_values
 
 #: The most tables and lists an experiment file nests in one another (it needs about 6).
 MAX_NESTING = 32
@@ -117,11 +117,7 @@ class _Parser:
     def keys(self, data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
         for key in data:
             if key not in allowed:
-                raise self.fail(
-                    f"{where}.{key}" if where else key,
-                    f"unknown key; valid keys: {', '.join(allowed)}."
-                    + did_you_mean(key, list(allowed)),
-                )
+                raise unknown_key(self.source, where, key, allowed)
 
     def string(self, data: Mapping[str, Any], key: str, where: str, default: Any = None) -> str:
         value = data.get(key, default)
@@ -181,7 +177,7 @@ class _Parser:
                                       "defaults.train") or {}
         tune_defaults = self.collect(self.tune_table, defaults.get("tune", {}),
                                      "defaults.tune") or {}
-        self.fixed_and_tuned(train_defaults, tune_defaults, "defaults")
+        self.errors += contradictions(train_defaults, tune_defaults, "defaults", self.source)
         for i, entry in enumerate(tasks):
             self.collect(self.model_table, entry.model, f"tasks[{i}].model", option_names)
         overrides = self.each(self.override, self.collect(self.listed, data, "overrides"),
@@ -232,15 +228,6 @@ class _Parser:
         if not isinstance(value, list):
             raise self.fail(key, f"expected [[{key}]] entries, got {type(value).__name__}")
         return value
-
-    def fixed_and_tuned(self, train: Mapping[str, Any], tune: Mapping[str, Any],
-                        where: str) -> None:
-        """A field both fixed and searched at one level is a contradiction (which one wins
-        would be a silent guess)."""
-        for key in sorted(set(train) & set(tune)):
-            self.errors.append(self.fail(
-                f"{where}.tune.{key}", f"{key} is also fixed in {where}.train; fix it there "
-                "or search it here, not both"))
 
     def mirrors(self, comparisons: Sequence[ComparisonSpec]) -> None:
         """A comparison and its mirror (the same rows swapped, on one split) would be drawn
@@ -308,7 +295,7 @@ class _Parser:
         model = self.table(data.get("model", {}), f"{where}.model")
         train = self.train_table(data.get("train", {}), f"{where}.train")
         tune = self.tune_table(data.get("tune", {}), f"{where}.tune")
-        self.fixed_and_tuned(train, tune, where)
+        self.errors += contradictions(train, tune, where, self.source)
         cls: Any = TASKS.get(name)  # a Task dataclass
         fields = {f.name: f for f in dataclasses.fields(cls)}
         hints = typing.get_type_hints(cls)
@@ -317,7 +304,7 @@ class _Parser:
         for key, value in spec.items():
             default = fields[key].default
             default = None if default is dataclasses.MISSING else default
-            swept = _swept(value, default, hints.get(key))
+            swept = swept_values(value, default, hints.get(key))
             if swept == []:
                 raise self.fail(f"{where}.spec.{key}", "an empty list sweeps nothing; give at "
                                 "least one value")
@@ -330,7 +317,7 @@ class _Parser:
                 if v in coerced[:j]:
                     raise self.fail(f"{here}[{j}]",
                                     f"{values[j]!r} is swept twice; list each value once")
-            tags = [""] if swept is None else [f"{key}={_spelled(v)}" for v in swept]
+            tags = [""] if swept is None else [f"{key}={spelled(v)}" for v in swept]
             choices[key] = list(zip(tags, coerced, strict=True))
         self.bounded("combinations of swept values", [len(c) for c in choices.values()],
                      f"{where}.spec")
@@ -363,7 +350,7 @@ class _Parser:
             self.string(data, "baseline", where) if "baseline" in data else None,
             self.tune_table(data.get("tune", {}), f"{where}.tune"),
         )
-        self.fixed_and_tuned(entry.train, entry.tune, where)
+        self.errors += contradictions(entry.train, entry.tune, where, self.source)
         return entry
 
     def known_labels(self, value: Any, where: str, entries: Sequence[Any]) -> tuple[str, ...]:
@@ -399,7 +386,7 @@ class _Parser:
             self.train_table(data.get("train", {}), f"{where}.train"),
             self.tune_table(data.get("tune", {}), f"{where}.tune"),
         )
-        self.fixed_and_tuned(override.train, override.tune, where)
+        self.errors += contradictions(override.train, override.tune, where, self.source)
         return override
 
     def comparison(self, data: Any, where: str, tasks: Sequence[TaskEntry],
@@ -454,29 +441,7 @@ class _Parser:
         return table
 
     def tune_table(self, data: Any, where: str) -> dict[str, tuple[Any, ...]]:
-        """A grid: tunable training fields, each with a non-empty list of distinct values,
-        each value checked as the field's own."""
-        data = self.table(data, where)
-        fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-        hints = typing.get_type_hints(TrainConfig)
-        grid = {}
-        for key, values in data.items():
-            if key in fields and key not in TUNABLE:
-                raise self.fail(f"{where}.{key}", "not tunable: a row's budget is the same "
-                                f"at every grid value; tunable: {', '.join(TUNABLE)}")
-            self.keys({key: values}, TUNABLE, where)
-            if not isinstance(values, list) or not values:
-                raise self.fail(f"{where}.{key}", f"expected a non-empty list of values to "
-                                f"try, got {values!r}")
-            coerced = [self.coerce(v, fields[key], hints[key], f"{where}.{key}[{j}]")
-                       for j, v in enumerate(values)]
-            for j, value in enumerate(coerced):
-                if value in coerced[:j]:
-                    raise self.fail(f"{where}.{key}[{j}]",
-                                    f"{value!r} is listed twice; list each value once")
-            grid[key] = tuple(coerced)
-        self.bounded("combinations of grid values", [len(v) for v in grid.values()], where)
-        return grid
+        return check_tune(self.table(data, where), where, self.source)
 
     def bounded(self, what: str, sizes: Sequence[int], where: str) -> None:
         """Fail when the product of ``sizes`` (entries or cells per seed) is beyond any sane
@@ -507,31 +472,3 @@ def _too_deep(value: Any, levels: int, where: str = "") -> str | None:
         if (found := _too_deep(item, levels - 1, here)) is not None:
             return found
     return None
-
-
-def _sequence_typed(default: Any, hint: Any) -> bool:
-    """Whether a spec field's single values are lists (a ``list`` or ``tuple`` type)."""
-    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union,
-                                                                   types.UnionType) else (hint,)
-    return isinstance(default, list | tuple) or any(
-        a in (list, tuple) or typing.get_origin(a) in (list, tuple) for a in args)
-
-
-def _swept(value: Any, default: Any, hint: Any) -> list[Any] | None:
-    """The values a spec entry sweeps, or None when it is one value: any list sweeps, but a
-    field whose values are lists is swept only by a non-empty list of lists."""
-    if not isinstance(value, list):
-        return None
-    if _sequence_typed(default, hint) and not (value and all(isinstance(v, list)
-                                                             for v in value)):
-        return None
-    return value
-
-
-def _spelled(value: Any) -> str:
-    """A spec value as an experiment file writes it, for labels: ``0.05``, ``true``, ``a``."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ",".join(map(_spelled, value)) + "]"
-    return str(value)

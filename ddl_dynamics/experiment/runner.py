@@ -51,6 +51,7 @@ from tqdm.auto import tqdm
 from ..models.base import MODELS
 from .cells import expand_cells
 from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, cell_key
+from .grid import grid_value, searched
 from .reader import load_experiment
 from .store import (
     STATUSES,
@@ -218,9 +219,8 @@ def _warn_beside(store: ResultStore, name: str, cells: Sequence[Cell], run_dir: 
 def _place(config: Mapping[str, Any], task: str, label: str, seed: int) -> str:
     """Where a cell sits in its experiment: task, row, seed and grid value (the values of
     the fields its row searches), whatever else its config says."""
-    tuned = config.get("tune") or {}
-    train = config.get("train") or {}
-    return json.dumps([task, label, seed, sorted(tuned), [train.get(f) for f in sorted(tuned)]])
+    fields = sorted(searched(config))
+    return json.dumps([task, label, seed, fields, list(grid_value(config, fields))])
 
 
 def _changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> Iterator[str]:

@@ -33,8 +33,9 @@ from ..models.ensemble import Ensemble, alone, fold
 from ..models.params import count_parameters
 from .batches import fold_data, minibatches, to_device
 from .caps import Capped, SolverCap, solver_cap
-from .config import TUNABLE, Cell, TrainConfig
+from .config import Cell, TrainConfig
 from .evaluate import final_metrics, forward_flops, member_metrics, own_flops
+from .grid import TUNABLE, row_identity
 from .memory import peak_memory, reset_peak_memory
 from .optim import make_optimizer
 from .splits import SPLITS, sample_splits
@@ -91,7 +92,7 @@ def train_seeds(
     with ``cfgs[i]`` (or one config for all), all at once where they fold into one ensemble
     (:func:`~ddl_dynamics.models.ensemble.fold`), else one after another.
 
-    The configs may differ only in tunable fields (:data:`~.config.TUNABLE`: rate, decay,
+    The configs may differ only in tunable fields (:data:`~.grid.TUNABLE`: rate, decay,
     warmup, clipping), so that one ensemble trains a row's seeds at every grid value. In an
     ensemble each member sees its own seed's data, batches and minibatch order, has its own
     optimiser state (AdamW acts per element), learning rate and schedule, weight decay,
@@ -394,15 +395,13 @@ class Trained:
 
 
 def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
-    """The cells grouped by all but their seed and tunable train fields (a row's seeds at
-    every grid value), in first-seen order, to train together (:func:`run_cells`); the cells
+    """The cells grouped by row (:func:`~.grid.row_identity`: a row's seeds at every grid
+    value), in first-seen order, to train together (:func:`run_cells`); the cells
     of a model that cannot fold (see :func:`~ddl_dynamics.models.ensemble.fold`) stay apart,
     to spread over workers."""
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
-        rest = json.dumps({**cell.to_dict(), "seed": None, "train": _budget(cell.train)},
-                          sort_keys=True)
-        groups.setdefault(rest, []).append(cell)
+        groups.setdefault(row_identity(cell.to_dict()), []).append(cell)
     return [split for group in groups.values()
             for split in ([group] if _folds(group[0]) else [[cell] for cell in group])]
 

@@ -17,12 +17,9 @@ from torch import Tensor, nn
 
 from .._registry import Registry, did_you_mean
 
-#: The modules of the built-in families; each registers its models when imported, which
-#: the registry does on its first lookup.
-FAMILIES = ("delta", "decoupled", "hyper", "ode", "product", "residual", "transformer")
-MODELS: Registry[DepthModel] = Registry(
-    "model", entry_point_group="ddl_dynamics.models",
-    builtins=tuple(f"ddl_dynamics.models.{family}" for family in FAMILIES))
+#: The families: the built-in ones (each module registers its models when imported, which the
+#: registry does on its first lookup; the package's root names them), then any a user adds.
+MODELS: Registry[DepthModel] = Registry("model", entry_point_group="ddl_dynamics.models")
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "silu": nn.SiLU}
 CODECS = ("linear", "identity")

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from .base import check_choice
+from .delta_layout import contiguous
 
 _delta_cpu: ModuleType | None
 try:
@@ -133,11 +134,6 @@ def reference_jvp(
     e, de = (va - _readout(ka, Xa), dv - _readout(dk, Xa) - _readout(ka, dX)) if erase else (va, dv)
     c, dc = ba.unsqueeze(-1) * e, db.unsqueeze(-1) * e + ba.unsqueeze(-1) * de
     return _rank_one(_rank_one(dX, dk, c), ka, dc).to(X.dtype)
-
-
-def contiguous(*tensors: Tensor, dtype: torch.dtype | None = None) -> list[Tensor]:
-    """``tensors`` in row-major layout (and ``dtype``), as the fused kernels address them."""
-    return [(t if dtype in (None, t.dtype) else t.to(dtype)).contiguous() for t in tensors]
 
 
 def _cpu_kernel(

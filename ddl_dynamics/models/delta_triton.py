@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .delta_kernels import contiguous
+from .delta_layout import contiguous
 
 #: Elements of one chunk of a row held at once by a program.
 CHUNK = 4096

@@ -2,18 +2,19 @@
 
 The members' parameters are stacked along a leading member axis, and their batches are
 concatenated along the batch axis, member by member. Every layer that holds parameters is
-replaced by its ensemble twin (:data:`TWINS`), which applies member ``s``'s weights to
-member ``s``'s rows (a batched matmul, a lookup in its slice of a stacked table, a gain on
-its rows); a parameter that several layers share, as a head tied to the embedding, stays
-one stack. Every other op of a depth model or Transformer acts on each sample (each
-sequence) alone, so it serves all members at once as it is. An ensemble of a few small
-models thus costs little more than one where per-op overhead, not arithmetic, dominates.
+replaced by its ensemble twin (:data:`TWINS`: torch's layers here, each family's own added
+by its module with :func:`register_twin`), which applies member ``s``'s weights to member
+``s``'s rows (a batched matmul, a lookup in its slice of a stacked table, a gain on its
+rows); a parameter that several layers share, as a head tied to the embedding, stays one
+stack. Every other op of a depth model or Transformer acts on each sample (each sequence)
+alone, so it serves all members at once as it is. An ensemble of a few small models thus
+costs little more than one where per-op overhead, not arithmetic, dominates.
 
 This needs no ``torch.func`` transform: ``vmap`` over ``functional_call`` measured
 1.3–3.3× as slow per training step (README, Performance), and the Delta operator's
 autograd Function runs unchanged on the folded batch. A model folds once its parameters
-sit in layers with a twin; the Transformers keep theirs in such leaves
-(:mod:`.transformer`).
+sit in layers with a twin; a family registers its layers' twins where it defines the layers,
+so a model that exists has its twins registered whatever was imported first.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import members_first
-from .transformer import CausalConv, FloatLinear, Scale, at_least_float32, causal_conv
+
+Layer = TypeVar("Layer", bound=nn.Module)
 
 
 def ensemble_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -67,16 +70,6 @@ class EnsembleLinear(nn.Module):
         return ensemble_linear(x, self.weight, self.bias)
 
 
-class EnsembleFloatLinear(EnsembleLinear):
-    """The twin of :class:`~.transformer.FloatLinear`: computed in at least float32."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        dtype = at_least_float32(x, self.weight)
-        bias = None if self.bias is None else self.bias.to(dtype)
-        with torch.autocast(x.device.type, enabled=False):
-            return ensemble_linear(x.to(dtype), self.weight.to(dtype), bias)
-
-
 class EnsembleEmbedding(nn.Module):
     """``S`` lookup tables: member ``s``'s ids index its own ``(vocab, d)`` slice of
     ``weight`` ``(S, vocab, d)``, which a tied head's :class:`EnsembleLinear` shares."""
@@ -106,29 +99,6 @@ class EnsembleRMSNorm(nn.Module):
         rows, weight = members_first(self.weight, F.rms_norm(x, self.normalized_shape,
                                                              eps=self.eps))
         return (rows * weight).flatten(0, 1)
-
-
-class EnsembleScale(nn.Module):
-    """``S`` :class:`~.transformer.Scale` factors, each on its member's rows."""
-
-    def __init__(self, layers: Sequence[Scale]) -> None:
-        super().__init__()
-        self.weight = stacked_weight(layers)
-
-    def forward(self, x: Tensor) -> Tensor:
-        rows, weight = members_first(self.weight, x)
-        return (rows * weight).flatten(0, 1)
-
-
-class EnsembleCausalConv(nn.Module):
-    """``S`` :class:`~.transformer.CausalConv` kernels, each over its member's rows."""
-
-    def __init__(self, layers: Sequence[CausalConv]) -> None:
-        super().__init__()
-        self.weight = stacked_weight(layers)  # (S, C_out, 1, K)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return causal_conv(x.unflatten(0, (self.weight.shape[0], -1)), self.weight).flatten(0, 1)
 
 
 class EnsembleVmap(nn.Module):
@@ -163,15 +133,22 @@ class EnsembleVmap(nn.Module):
         return out.flatten(0, 1)
 
 
-#: The layers that can hold parameters in a folded ensemble, with their twin's factory.
+#: The layers that can hold parameters in a folded ensemble, with their twin's factory:
+#: torch's, and those each family adds with :func:`register_twin`.
 TWINS: dict[type[nn.Module], Callable[..., nn.Module]] = {
     nn.Linear: EnsembleLinear,
-    FloatLinear: EnsembleFloatLinear,
     nn.Embedding: EnsembleEmbedding,
     nn.RMSNorm: EnsembleRMSNorm,
-    Scale: EnsembleScale,
-    CausalConv: EnsembleCausalConv,
 }
+
+
+def register_twin(layer: type[Layer], twin: Callable[[Sequence[Layer]], nn.Module]) -> None:
+    """Fold every ``layer`` into ``twin(the members' layers)``. A family calls this for each
+    layer type it defines that holds parameters, next to the layer, so the twin is known
+    wherever such a layer exists; another twin for a type already twinned is an error."""
+    if TWINS.get(layer, twin) is not twin:
+        raise ValueError(f"{layer.__name__} already has an ensemble twin: {TWINS[layer]!r}")
+    TWINS[layer] = twin
 
 
 @dataclass

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import DepthModel, check_int, join, register_model
-from .ensemble import TWINS, EnsembleVmap
+from .ensemble import EnsembleVmap, register_twin
 
 
 class _HyperLayer(nn.Module):
@@ -81,7 +81,7 @@ class _HyperStack(DepthModel):
         return self.reduce(streams) / self.streams
 
 
-TWINS[_HyperLayer] = EnsembleVmap
+register_twin(_HyperLayer, EnsembleVmap)
 
 
 @register_model("hc")

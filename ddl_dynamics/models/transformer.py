@@ -32,14 +32,15 @@ starting as the channel mean).
 
 Every parameter sits in a layer that :mod:`.ensemble` can fold (``nn.Linear``,
 ``nn.Embedding``, ``nn.RMSNorm`` and the leaves below: :class:`CausalConv`,
-:class:`Scale`, :class:`FloatLinear`), so a row's seeds train as one ensemble.
+:class:`Scale`, :class:`FloatLinear`, whose twins this file registers), so a row's seeds train
+as one ensemble.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, cast
 
@@ -50,6 +51,7 @@ from torch.utils import flop_counter
 
 from .base import check_choice, check_int, members_first, register_model
 from .delta import DeltaProbe
+from .ensemble import EnsembleLinear, ensemble_linear, register_twin, stacked_weight
 from .operator import delta_update, gate, gate_logit, normalize_direction, write_update
 
 EXPANSIONS = ("conv", "repeat")
@@ -130,6 +132,44 @@ class FloatLinear(nn.Linear):
         bias = None if self.bias is None else self.bias.to(dtype)
         with torch.autocast(x.device.type, enabled=False):
             return F.linear(x.to(dtype), self.weight.to(dtype), bias)
+
+
+class EnsembleFloatLinear(EnsembleLinear):
+    """The ensemble twin of :class:`FloatLinear`: computed in at least float32."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = at_least_float32(x, self.weight)
+        bias = None if self.bias is None else self.bias.to(dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            return ensemble_linear(x.to(dtype), self.weight.to(dtype), bias)
+
+
+class EnsembleScale(nn.Module):
+    """The ensemble twin of :class:`Scale`: ``S`` factors, each on its member's rows."""
+
+    def __init__(self, layers: Sequence[Scale]) -> None:
+        super().__init__()
+        self.weight = stacked_weight(layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows, weight = members_first(self.weight, x)
+        return (rows * weight).flatten(0, 1)
+
+
+class EnsembleCausalConv(nn.Module):
+    """The ensemble twin of :class:`CausalConv`: ``S`` kernels, each over its member's rows."""
+
+    def __init__(self, layers: Sequence[CausalConv]) -> None:
+        super().__init__()
+        self.weight = stacked_weight(layers)  # (S, C_out, 1, K)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return causal_conv(x.unflatten(0, (self.weight.shape[0], -1)), self.weight).flatten(0, 1)
+
+
+register_twin(FloatLinear, EnsembleFloatLinear)
+register_twin(Scale, EnsembleScale)
+register_twin(CausalConv, EnsembleCausalConv)
 
 
 @functools.lru_cache(maxsize=64)
