@@ -301,13 +301,14 @@ def plant(folder, label="ddl", weights=True):
     cfg = dd.parse_experiment({"tasks": [{"name": "overwrite"}], "models": [{"name": "ddl"}],
                                "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}}})
     cell = dd.expand_cells(cfg)[0]
-    store = dd.ResultStore(folder / "results.sqlite")
+    run = dd.RunFolder.open(folder, "w")
+    store = run.store
     store.put(dd.RunResult(status="ok", key=cell.key, task=cell.task_label, model=label, seed=0,
                            metrics={"metric": "mse", "test": 0.5}, curve=[[1, 0.5, 0.5, 1.0]],
                            config=cell.to_dict()))
     if weights:
-        dd.experiment.store.model_path(folder, cell.key).parent.mkdir()
-        torch.save(cell.build()[1].state_dict(), dd.experiment.store.model_path(folder, cell.key))
+        run.model_path(cell.key).parent.mkdir()
+        torch.save(cell.build()[1].state_dict(), run.model_path(cell.key))
     return store
 
 

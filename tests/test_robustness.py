@@ -21,7 +21,7 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.cli import main
-from ddl_dynamics.experiment.store import model_path
+from ddl_dynamics.experiment.folder import RunFolder
 from ddl_dynamics.experiment.train import stamp
 
 TINY = """
@@ -329,7 +329,7 @@ def test_figures_say_which_shown_cells_have_no_weights(tmp_path, capsys):
     run = small_run(tmp_path, capsys, 'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
                                       '[[models]]\nname = "ddl"\n')
     gone = dd.ResultStore(run / "results.sqlite").rows()[0]
-    model_path(run, gone.key).unlink()
+    RunFolder.open(run).model_path(gone.key).unlink()
     _, _, err = cli(capsys, "plot", "regimes", str(run))
     warned = [x for x in err.splitlines() if "no stored weights" in x]
     assert len(warned) == 1 and gone.key in warned[0] and "1 of 2 shown cells" in warned[0]
@@ -365,8 +365,9 @@ ENSEMBLE = 'seeds = [0, 1, 2, 3]\n[[tasks]]\nname = "overwrite"\n[[models]]\nnam
 def outcome(run: Path) -> dict[str, tuple[object, ...]]:
     """Per cell: its scores, the size of the ensemble it trained in, and its weights."""
     found = {}
-    for row in dd.ResultStore(run / "results.sqlite").rows():
-        weights = torch.load(model_path(run, row.key), weights_only=True)
+    folder = RunFolder.open(run)
+    for row in folder.store.rows():
+        weights = torch.load(folder.model_path(row.key), weights_only=True)
         found[row.key] = (row.status, row.metrics["train"], row.metrics["val"],
                           row.metrics["test"], row.metrics["ensemble"],
                           row.metrics.get("ensemble_id"),

@@ -1,18 +1,16 @@
-"""The results store: roundtrip, WAL mode, concurrent writers, run metadata, trained
-weights, claims, kept task files, and files that are not a store."""
+"""The results store: roundtrip, WAL mode, concurrent writers, run metadata, claims, its
+schema version, and files that are not a store."""
 
 import dataclasses
-import hashlib
 import math
 import sqlite3
 import threading
 
 import pytest
-import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics.experiment.store import Progress, keep_task_files, load_trained, open_run
-from ddl_dynamics.experiment.train import run_cells
+from ddl_dynamics.experiment.provenance import Progress
+from ddl_dynamics.experiment.store import SCHEMA_VERSION
 
 
 def result(key, status="ok", task="parity", model="ddl", seed=0, test=0.5):
@@ -108,16 +106,10 @@ def test_run_metadata(tmp_path):
 
 
 def test_progress_of_the_latest_run(tmp_path):
-    """What a run selected is recorded with it, so a report can say how far it got; a store
-    written before runs recorded it has no progress to tell."""
+    """What a run selected is recorded with it, so a report can say how far it got."""
     path = tmp_path / "results.sqlite"
-    with sqlite3.connect(path) as con:  # the runs table as stores had it before
-        con.executescript(dd.experiment.store._SCHEMA.replace(",\n    cells TEXT", ""))
-        con.execute("INSERT INTO runs (name, config, task_files, versions, machine, "
-                    "started_at) VALUES ('old', '', '[]', '{}', '{}', 'then')")
-    assert open_run(tmp_path).progress() is None  # read-only: nothing is added to the file
     store = dd.ResultStore(path)
-    assert store.progress() is None
+    assert store.progress() is None  # no run started yet
     run_id = store.start_run("quick", 'name = "quick"', cells=["a", "b", "c"])
     store.put(result("a"))
     store.put(result("b", status="failed"))  # a failure is a result too
@@ -125,28 +117,37 @@ def test_progress_of_the_latest_run(tmp_path):
     assert store.progress() == Progress(2, 3, ended=False)
     assert str(store.progress()) == "2 of 3 cells; run unfinished"
     store.finish_run(run_id)
-    assert str(open_run(tmp_path).progress()) == "2 of 3 cells"
+    assert str(dd.ResultStore(path, create=False).progress()) == "2 of 3 cells"
 
 
-def test_load_trained_rebuilds_the_trained_model(tmp_path):
-    cfg = dd.parse_experiment({
-        "tasks": [{"name": "parity"}],
-        "models": [{"name": "ddl", "beta_init": 0.3}],
-        "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
-                     "train": {"steps": 5, "n_train": 64, "n_test": 32}},
-    })
-    cell = dd.expand_cells(cfg)[0]
-    [trained] = run_cells([cell])
-    trained.save(tmp_path)
-    task, model = load_trained(tmp_path, cell.key)
-    _, fresh = cell.build()
-    data = task.sample(16, 0, "test")
-    trained_out = model(data.inputs, data.controls)
-    fresh_out = fresh(data.inputs, data.controls)
-    assert not model.training and model.beta_init == 0.3
-    assert not torch.allclose(trained_out, fresh_out)  # the weights were loaded, not re-initialised
-    saved = torch.load(tmp_path / "models" / f"{cell.key}.pt", weights_only=True)
-    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+@pytest.mark.parametrize("found", ["before versions", "a later version"])
+def test_a_store_of_another_schema_version_is_refused_and_left_alone(tmp_path, found):
+    """A store is read only under the schema it was written with: one from before stores
+    carried a version (its runs table without the cells each run selected, say), or one
+    from a later version, is refused, naming its version, and never written into."""
+    path = tmp_path / "results.sqlite"
+    if found == "before versions":
+        with sqlite3.connect(path) as con:
+            con.executescript(dd.experiment.store._SCHEMA.replace(",\n    cells TEXT", ""))
+        version = 0
+    else:
+        dd.ResultStore(path).put(result("a"))
+        version = SCHEMA_VERSION + 1
+        with sqlite3.connect(path) as con:
+            con.execute(f"PRAGMA user_version = {version}")
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = path.read_bytes()
+    for create in (True, False):
+        with pytest.raises(ValueError, match=f"a results store of schema version {version}; "
+                           f"this version of ddl_dynamics reads version {SCHEMA_VERSION} alone"):
+            dd.ResultStore(path, create=create)
+    assert path.read_bytes() == before
+
+
+def test_a_new_store_carries_the_schema_version(tmp_path):
+    dd.ResultStore(tmp_path / "results.sqlite")
+    with sqlite3.connect(tmp_path / "results.sqlite") as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
 
 
 def test_claims_split_cells_between_owners(tmp_path):
@@ -212,7 +213,7 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path, content)
         path.write_bytes(b"" if content == "empty" else b"not sqlite at all " * 100)
     before = path.read_bytes()
     with pytest.raises(ValueError, match="not a results store"):
-        open_run(tmp_path).rows()
+        dd.ResultStore(path, create=False).rows()
     if content != "empty":  # an empty file is a new store to a run
         with pytest.raises(ValueError, match="not a results store"):
             dd.ResultStore(path).rows()
@@ -224,39 +225,7 @@ def test_a_run_folder_that_is_a_file_is_refused(tmp_path):
     with pytest.raises(ValueError, match="a file, not a run folder"):
         dd.ResultStore(tmp_path / "run" / "results.sqlite")
     with pytest.raises(FileNotFoundError, match="no results store"):
-        open_run(tmp_path / "elsewhere")
-
-
-KEPT_TASK = """
-from dataclasses import dataclass
-
-import torch
-
-from ddl_dynamics import Task, TaskData, register_task
-
-
-@register_task("kept-sum")
-@dataclass(frozen=True)
-class KeptSum(Task):
-    in_dim = 2
-    out_dim = 1
-
-    def sample(self, n, seed, split="train"):
-        x = torch.randn(n, 2, generator=torch.Generator().manual_seed(seed))
-        return TaskData(x, x.sum(-1, keepdim=True), self.depth)
-"""
-
-
-def test_kept_task_files_are_copied_hashed_and_imported_once(tmp_path):
-    source = tmp_path / "extra_tasks.py"
-    source.write_text(KEPT_TASK)
-    (record,) = keep_task_files(tmp_path / "run", [source])
-    copy = tmp_path / "run" / record["copy"]
-    assert copy.read_text() == source.read_text()
-    assert record["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
-    assert record["sha256"][:12] in copy.name and record["file"] == str(source)
-    assert record["registers"] == ["task:kept-sum"] and "kept-sum" in dd.list_tasks()
-    assert keep_task_files(tmp_path / "run", [source]) == [record]  # not registered twice
+        dd.ResultStore(tmp_path / "results.sqlite", create=False)
 
 
 def test_a_result_written_again_keeps_the_one_it_replaces_as_an_attempt(tmp_path):

@@ -41,7 +41,7 @@ from ..models.operator import REGIMES
 from .comparisons import Comparison, Request, judge
 from .crossover import Crossover, crossovers, interval_text, star_text
 from .expectations import Verdict, expectation_requests, judge_expectations
-from .probes import erases, load_probes
+from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import regime_fractions
 from .results import load_results, results_csv
 from .run import Row, Run, in_tasks, load_run
@@ -226,9 +226,13 @@ def _requests(run: Run) -> list[Request]:
 
 
 def _regimes(run: Run) -> list[RegimeRow]:
-    """Gate-regime use of every probed Delta stack, pooled over seeds (needs probes)."""
+    """Gate-regime use of every shown Delta stack with the erase term and stored weights,
+    pooled over seeds: the report probes those it shows that are not probed yet, so the
+    table never depends on which probes happen to be kept."""
     betas: dict[tuple[str, str], list[np.ndarray]] = defaultdict(list)
     stated: dict[str, tuple[str, ...]] = {}
+    if run.folder is not None:
+        probe_run(run, progress=False, rows=[r for r in usable_rows(run) if erases(r)])
     for row, arrays in load_probes(run):
         if erases(row):
             betas[row.task, row.model].append(arrays["beta"])

@@ -42,6 +42,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +52,9 @@ from tqdm.auto import tqdm
 from ..models.base import MODELS
 from .cells import expand_cells
 from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, cell_key
+from .folder import RunFolder, load_task_file, write_atomically
 from .reader import load_experiment
-from .store import (
-    STATUSES,
-    ResultStore,
-    RunResult,
-    keep_task_files,
-    load_task_file,
-    store_path,
-)
+from .store import STATUSES, ResultStore, RunResult
 from .train import Trained, run_cells, seed_groups, stamp
 
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"
@@ -124,7 +119,8 @@ def run_experiment(
             task (one CPU, and one GPU for cells on ``cuda``) that gets the task files'
             contents and returns rows and weights, so workers need no shared disk.
         task_files: user task files; a copy of each is kept in the run folder (see
-            :func:`keep_task_files`) and imported here and in every worker.
+            :meth:`~.folder.RunFolder.keep_task_files`) and imported here and in every
+            worker.
         retry_failed: also train again the cells that ended ``"diverged"`` or
             ``"capped"`` (``"failed"`` cells always run again); only ``"ok"`` is kept.
         vectorize: train the seeds of a cell together where its model folds; otherwise
@@ -153,8 +149,9 @@ def run_experiment(
         if backend == "local" and not torch.cuda.is_available():
             raise ValueError("cells ask for device 'cuda' but CUDA is not available here")
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
-    store = ResultStore(store_path(run_dir))
-    kept = keep_task_files(run_dir, task_files)
+    folder = RunFolder.open(run_dir, "w")  # the one store of this run: all goes through it
+    store = folder.store
+    kept = folder.keep_task_files(task_files)
     copies = [str((run_dir / record["copy"]).resolve()) for record in kept]
     text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
     _warn_beside(store, config.name, cells, run_dir)
@@ -170,8 +167,7 @@ def run_experiment(
                 trained.result.metrics["vectorize"] = vectorize  # the keys do not say it
                 if "ensemble" in trained.result.metrics:  # it trained: with which cells
                     trained.result.metrics["ensemble_id"] = ensemble
-                trained.save_weights(run_dir)
-            store.put_all([trained.result for trained in group])
+            folder.save(group)
             for trained in group:
                 bar.update()
                 bar.set_postfix_str(f"{trained.result.task}/{trained.result.model}: "
@@ -499,10 +495,7 @@ def _ray_work(group: Sequence[Cell], task_files: Sequence[tuple[str, bytes]]) ->
     for name, data in task_files:
         path = folder / name  # named by content hash: never two contents under one name
         if not path.is_file():
-            folder.mkdir(exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            tmp.replace(path)
+            write_atomically(path, methodcaller("write", data))
     _init_worker([str(folder / name) for name, _ in task_files])
     return run_cells(group)
 

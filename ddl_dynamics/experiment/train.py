@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import re
 import resource
 import sys
@@ -34,7 +33,7 @@ from ..models.dopri5 import SolverCapped
 from ..models.ensemble import Ensemble, alone, fold
 from ..models.params import count_parameters
 from .config import TUNABLE, Cell, TrainConfig
-from .store import ResultStore, RunResult, model_path, store_path
+from .store import RunResult
 
 if TYPE_CHECKING:
     from ..models.ode import NeuralODE
@@ -475,24 +474,11 @@ def _clip_per_member(ensemble: Ensemble, params: Sequence[Tensor], max_norms: Te
 
 @dataclass
 class Trained:
-    """What training a cell produced: its row and, unless it failed, its weights (CPU)."""
+    """What training a cell produced: its row and, unless it failed, its weights (CPU); a
+    plain value, which the run's process saves (:meth:`~.folder.RunFolder.save`)."""
 
     result: RunResult
     weights: dict[str, Tensor] | None = None
-
-    def save(self, run_dir: str | Path) -> None:
-        """Write the weights (:meth:`save_weights`), then the row."""
-        self.save_weights(run_dir)
-        ResultStore(store_path(run_dir)).put(self.result)
-
-    def save_weights(self, run_dir: str | Path) -> None:
-        """Write the weights, if any, atomically: a stored row never points at half a file."""
-        if self.weights is not None:
-            path = model_path(run_dir, self.result.key)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            torch.save(self.weights, tmp)
-            tmp.replace(path)
 
 
 def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
