@@ -87,7 +87,7 @@ def crossover_of(rows, experiment=ERASE):
 
 @pytest.fixture
 def run_dir(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path, "w").store
     store.start_run("crossover", ERASE["config"])
     for r in hand_made():
         store.put(r)

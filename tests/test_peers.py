@@ -16,7 +16,7 @@ from ddl_dynamics import (
     normalize_direction,
 )
 from ddl_dynamics.analysis.probes import _gate_arrays
-from ddl_dynamics.experiment import store
+from ddl_dynamics.experiment import folder as run_folder
 from ddl_dynamics.experiment.folder import load_task_file
 from ddl_dynamics.models.base import MODELS
 from ddl_dynamics.models.decoupled import decoupled_update
@@ -250,7 +250,7 @@ def scratch_registry(monkeypatch):
     alone), and the file imports again in the next test."""
     list_models()  # the built-ins first, so that the copy holds them
     monkeypatch.setattr(MODELS, "_factories", dict(MODELS._factories))
-    monkeypatch.setattr(store, "_imported", dict(store._imported))
+    monkeypatch.setattr(run_folder, "_imported", dict(run_folder._imported))
 
 
 @pytest.mark.usefixtures("scratch_registry")

@@ -10,7 +10,7 @@ import pytest
 
 import ddl_dynamics as dd
 from ddl_dynamics.experiment.provenance import Progress
-from ddl_dynamics.experiment.store import SCHEMA_VERSION
+from ddl_dynamics.experiment.store import SCHEMA_VERSION, ResultStore
 
 
 def result(key, status="ok", task="parity", model="ddl", seed=0, test=0.5):
@@ -23,7 +23,7 @@ def result(key, status="ok", task="parity", model="ddl", seed=0, test=0.5):
 
 
 def test_put_get_roundtrip_and_queries(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = ResultStore(tmp_path / "results.sqlite")
     original = result("a", test=float("nan"))
     store.put(original)
     got = store.get("a")
@@ -45,12 +45,12 @@ def test_put_get_roundtrip_and_queries(tmp_path):
 
 def test_wal_mode_and_concurrent_writers(tmp_path):
     path = tmp_path / "results.sqlite"
-    dd.ResultStore(path)
+    ResultStore(path)
     with sqlite3.connect(path) as con:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
     def write(worker):
-        store = dd.ResultStore(path)
+        store = ResultStore(path)
         for i in range(20):
             store.put(result(f"{worker}-{i}", seed=i))
 
@@ -59,7 +59,7 @@ def test_wal_mode_and_concurrent_writers(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    assert len(dd.ResultStore(path).rows()) == 80
+    assert len(ResultStore(path).rows()) == 80
 
 
 def test_a_store_created_while_another_connection_writes_waits_for_it(tmp_path):
@@ -81,17 +81,17 @@ def test_a_store_created_while_another_connection_writes_waits_for_it(tmp_path):
     assert locked.wait(30)
     threading.Timer(0.3, release.set).start()
     try:
-        dd.ResultStore(path).put(result("after-the-lock"))
+        ResultStore(path).put(result("after-the-lock"))
     finally:
         release.set()
         thread.join()
-    assert [row.key for row in dd.ResultStore(path).rows()] == ["after-the-lock"]
+    assert [row.key for row in ResultStore(path).rows()] == ["after-the-lock"]
     with sqlite3.connect(path) as con:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_run_metadata(tmp_path):
-    store = dd.ResultStore(tmp_path / "r.sqlite")
+    store = ResultStore(tmp_path / "r.sqlite")
     assert store.experiment() is None
     record = {"file": "/x/tasks.py", "sha256": "ab", "copy": "task_files/tasks-ab.py",
               "registers": ["task:x"]}
@@ -108,7 +108,7 @@ def test_run_metadata(tmp_path):
 def test_progress_of_the_latest_run(tmp_path):
     """What a run selected is recorded with it, so a report can say how far it got."""
     path = tmp_path / "results.sqlite"
-    store = dd.ResultStore(path)
+    store = ResultStore(path)
     assert store.progress() is None  # no run started yet
     run_id = store.start_run("quick", 'name = "quick"', cells=["a", "b", "c"])
     store.put(result("a"))
@@ -117,7 +117,7 @@ def test_progress_of_the_latest_run(tmp_path):
     assert store.progress() == Progress(2, 3, ended=False)
     assert str(store.progress()) == "2 of 3 cells; run unfinished"
     store.finish_run(run_id)
-    assert str(dd.ResultStore(path, create=False).progress()) == "2 of 3 cells"
+    assert str(ResultStore(path, create=False).progress()) == "2 of 3 cells"
 
 
 @pytest.mark.parametrize("found", ["before versions", "a later version"])
@@ -131,7 +131,7 @@ def test_a_store_of_another_schema_version_is_refused_and_left_alone(tmp_path, f
             con.executescript(dd.experiment.store._SCHEMA.replace(",\n    cells TEXT", ""))
         version = 0
     else:
-        dd.ResultStore(path).put(result("a"))
+        ResultStore(path).put(result("a"))
         version = SCHEMA_VERSION + 1
         with sqlite3.connect(path) as con:
             con.execute(f"PRAGMA user_version = {version}")
@@ -140,18 +140,18 @@ def test_a_store_of_another_schema_version_is_refused_and_left_alone(tmp_path, f
     for create in (True, False):
         with pytest.raises(ValueError, match=f"a results store of schema version {version}; "
                            f"this version of ddl_dynamics reads version {SCHEMA_VERSION} alone"):
-            dd.ResultStore(path, create=create)
+            ResultStore(path, create=create)
     assert path.read_bytes() == before
 
 
 def test_a_new_store_carries_the_schema_version(tmp_path):
-    dd.ResultStore(tmp_path / "results.sqlite")
+    ResultStore(tmp_path / "results.sqlite")
     with sqlite3.connect(tmp_path / "results.sqlite") as con:
         assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
 
 
 def test_claims_split_cells_between_owners(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = ResultStore(tmp_path / "results.sqlite")
     assert store.todo(["k"]) == {"k": 0}
     assert store.claim("k", "a", 0, stale_after=60) == "claimed"
     assert store.claim("k", "b", 0, stale_after=60) == "busy"  # a is alive
@@ -165,7 +165,7 @@ def test_claims_split_cells_between_owners(tmp_path):
 
 
 def test_stale_and_released_claims_are_taken_over(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = ResultStore(tmp_path / "results.sqlite")
     assert store.claim("k", "a", 0, stale_after=60) == "claimed"
     assert store.claim("k", "b", 0, stale_after=-1) == "claimed"  # a's heartbeat is too old
     assert store.claim("k", "a", 0, stale_after=60) == "busy"
@@ -179,11 +179,11 @@ def test_stale_and_released_claims_are_taken_over(tmp_path):
 def test_claims_are_taken_in_one_transaction(tmp_path):
     """Eight threads race for the same 20 cells: each cell is claimed exactly once."""
     path = tmp_path / "results.sqlite"
-    dd.ResultStore(path)
+    ResultStore(path)
     won: dict[str, list[str]] = {}
 
     def race(owner):
-        store = dd.ResultStore(path)
+        store = ResultStore(path)
         won[owner] = [k for k in map(str, range(20))
                       if store.claim(k, owner, 0, stale_after=60) == "claimed"]
 
@@ -203,7 +203,7 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path, content)
         with sqlite3.connect(path) as con:
             con.execute("CREATE TABLE notes (text TEXT)")
     elif content == "truncated":
-        store = dd.ResultStore(path)
+        store = ResultStore(path)
         for i in range(50):
             store.put(result(str(i), seed=i))
         with sqlite3.connect(path) as con:  # fold the WAL in, then cut the file short
@@ -213,23 +213,23 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path, content)
         path.write_bytes(b"" if content == "empty" else b"not sqlite at all " * 100)
     before = path.read_bytes()
     with pytest.raises(ValueError, match="not a results store"):
-        dd.ResultStore(path, create=False).rows()
+        ResultStore(path, create=False).rows()
     if content != "empty":  # an empty file is a new store to a run
         with pytest.raises(ValueError, match="not a results store"):
-            dd.ResultStore(path).rows()
+            ResultStore(path).rows()
     assert path.read_bytes() == before  # never written into
 
 
 def test_a_run_folder_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "run").write_text("")
     with pytest.raises(ValueError, match="a file, not a run folder"):
-        dd.ResultStore(tmp_path / "run" / "results.sqlite")
+        ResultStore(tmp_path / "run" / "results.sqlite")
     with pytest.raises(FileNotFoundError, match="no results store"):
-        dd.ResultStore(tmp_path / "results.sqlite", create=False)
+        ResultStore(tmp_path / "results.sqlite", create=False)
 
 
 def test_a_result_written_again_keeps_the_one_it_replaces_as_an_attempt(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = ResultStore(tmp_path / "results.sqlite")
     first = dd.RunResult(status="diverged", message="loss became nan", key="k", task="t",
                          model="m", seed=3, metrics={"test": None})
     store.put(first)
@@ -243,4 +243,4 @@ def test_a_result_written_again_keeps_the_one_it_replaces_as_an_attempt(tmp_path
         ("diverged", "loss became nan", {"test": None}), ("ok", "", {"test": 0.5})]
     assert all((r.key, r.seed) == ("k", 3) and r.created_at for r in history)
     # read-only opening sees the history too
-    assert dd.ResultStore(tmp_path / "results.sqlite", create=False).attempts() == history
+    assert ResultStore(tmp_path / "results.sqlite", create=False).attempts() == history

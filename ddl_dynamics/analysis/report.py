@@ -36,6 +36,7 @@ import numpy as np
 
 from .._task import make_task
 from ..experiment.config import COUNTED
+from ..experiment.folder import RunFolder
 from ..experiment.store import STATUSES, RunResult
 from ..models.operator import REGIMES
 from .comparisons import Comparison, Request, judge
@@ -175,9 +176,9 @@ class Report:
         return f"{text} ({self.progress})" if self.progress else text
 
 
-def build_report(run: Run | str | Path) -> Report:
-    """Aggregate a run folder (or a run read once): comparisons, expectations, crossovers,
-    tables, regimes."""
+def build_report(run: Run | RunFolder | str | Path) -> Report:
+    """Aggregate a run folder (open, or a path), or a run read once: comparisons,
+    expectations, crossovers, tables, regimes."""
     run = run if isinstance(run, Run) else load_run(run)
     requests = _requests(run)
     pending = expectation_requests(run)
