@@ -180,9 +180,10 @@ class ResultStore:
                 self._check_version(con, tables)
         if create:
             self._use_wal()
-            if not tables:  # (two runs creating one store at once both may: it is the same)
-                with self._transaction() as con:
-                    con.executescript(f"{_SCHEMA}PRAGMA user_version = {SCHEMA_VERSION};")
+            if not tables:  # one transaction: no reader sees the tables without the version
+                with self._transaction() as con:  # (two runs creating one store both may)
+                    con.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}"
+                                      f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
 
     def _read_only_uri(self) -> str:
         """A URI that reads the store and never writes: ``mode=ro``, or where the folder
