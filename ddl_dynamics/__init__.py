@@ -47,7 +47,8 @@ API: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "results, reports and figures": {
         ".analysis.results": ("load_results",),
-        ".experiment.store": ("ResultStore", "RunResult"),
+        ".experiment.folder": ("RunFolder",),
+        ".experiment.store": ("RunResult",),
         ".analysis.report": ("build_report",),
         ".analysis.html": ("write_html_report",),
         ".analysis.figures": ("make_figures",),

@@ -150,7 +150,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _load_task_files(args: argparse.Namespace) -> None:
     """``--task-file`` of the listings, report and plot: imported before a run's own kept
     copies, which are then only imported for what is still missing."""
-    from .experiment.store import load_task_file
+    from .experiment.folder import load_task_file
 
     for task_file in args.task_file:
         load_task_file(task_file)

@@ -78,7 +78,7 @@ def test_load_results_is_one_row_per_cell_with_a_column_per_figure(tmp_path):
         "parity", "ddl", "ok", "accuracy")
     assert 0 <= first["test"] <= 1 and "ood/long" in first and first["params"] > 0
     assert {r["key"] for r in rows} == {c.key for c in
-                                        dd.ResultStore(tmp_path / "results.sqlite").rows()}
+                                        dd.RunFolder.open(tmp_path, "w").store.rows()}
 
 
 def tiny() -> tuple[dd.Task, dd.TrainConfig]:

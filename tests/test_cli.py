@@ -170,7 +170,7 @@ def test_seeds_train_together_unless_no_vectorize(flags, ensemble, write, tmp_pa
     argv = ["run", write(), "--run-dir", str(run_dir), "--seeds", "0,1", "--only",
             "model=resnet", *flags]
     assert main(argv) == 0 and "2 ok" in capsys.readouterr().out
-    rows = dd.ResultStore(run_dir / "results.sqlite").rows()
+    rows = dd.RunFolder.open(run_dir, "w").store.rows()
     assert [r.metrics["ensemble"] for r in rows] == [ensemble, ensemble]
     assert [r.metrics["vectorize"] for r in rows] == [not flags] * 2  # the keys do not say it
 
@@ -181,8 +181,8 @@ def test_a_rerun_beside_other_results_warns_in_one_line(write, tmp_path, capsys)
     run_dir = tmp_path / "run"
     argv = ["--run-dir", str(run_dir), "--only", "model=resnet", "--seeds", "0"]
     assert main(["run", write(), *argv]) == 0
-    store = dd.ResultStore(run_dir / "results.sqlite")
-    assert store.progress() == dd.experiment.store.Progress(1, 1, ended=True)
+    store = dd.RunFolder.open(run_dir, "w").store
+    assert store.progress() == dd.experiment.provenance.Progress(1, 1, ended=True)
     assert main(["run", write(), *argv, "--seeds", "0,1"]) == 0  # more cells: nothing to say
     edited = write(text=TOML.format(task="overwrite").replace("steps = 10", "steps = 12"))
     assert main(["run", edited, *argv]) == 0
@@ -301,13 +301,14 @@ def plant(folder, label="ddl", weights=True):
     cfg = dd.parse_experiment({"tasks": [{"name": "overwrite"}], "models": [{"name": "ddl"}],
                                "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}}})
     cell = dd.expand_cells(cfg)[0]
-    store = dd.ResultStore(folder / "results.sqlite")
+    run = dd.RunFolder.open(folder, "w")
+    store = run.store
     store.put(dd.RunResult(status="ok", key=cell.key, task=cell.task_label, model=label, seed=0,
                            metrics={"metric": "mse", "test": 0.5}, curve=[[1, 0.5, 0.5, 1.0]],
                            config=cell.to_dict()))
     if weights:
-        dd.experiment.store.model_path(folder, cell.key).parent.mkdir()
-        torch.save(cell.build()[1].state_dict(), dd.experiment.store.model_path(folder, cell.key))
+        run.model_path(cell.key).parent.mkdir()
+        torch.save(cell.build()[1].state_dict(), run.model_path(cell.key))
     return store
 
 
@@ -338,7 +339,7 @@ def _update(store, change):
         (["run", "{exp}", "--seeds", "0,x"], "--seeds"),
         (["run", "{exp}", "--only", "modle=ddl"], "--only"),
         (["run", "{exp}", "--address", "auto"], "it needs backend 'ray'"),
-        (["report", "{missing}"], "no results store"),
+        (["report", "{missing}"], "no such run folder"),
         # broken task files, stores that are not stores, a run folder that is a file
         (["run", "{exp}", "--task-file", "{syntax_py}"], "syntax_error.py: syntax error at line 2"),
         (["run", "{exp}", "--task-file", "{raises_py}"],
@@ -500,7 +501,7 @@ def test_report_and_plot_a_task_file_run_from_a_fresh_process(tmp_path):
     exp.write_text(TOML.format(task="tiny-sum"))
     run_dir = tmp_path / "run"
     assert main(["run", str(exp), "--task-file", str(task_file), "--run-dir", str(run_dir)]) == 0
-    (kept,) = dd.ResultStore(run_dir / "results.sqlite").experiment()["task_files"]
+    (kept,) = dd.RunFolder.open(run_dir, "w").store.experiment()["task_files"]
     assert (run_dir / kept["copy"]).read_text() == task_file.read_text()
     assert kept["sha256"][:12] in kept["copy"] and "task:tiny-sum" in kept["registers"]
     task_file.unlink()
@@ -533,7 +534,7 @@ def test_only_keeps_the_commas_of_a_swept_label(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert main(["run", str(experiment), "--run-dir", str(run_dir),
                  "--only", "task=switched[event=reflect,p=0.5],model=ddl"]) == 0
-    rows = dd.ResultStore(run_dir / "results.sqlite").rows()
+    rows = dd.RunFolder.open(run_dir, "w").store.rows()
     assert {(r.task, r.model) for r in rows} == {("switched[event=reflect,p=0.5]", "ddl")}
     capsys.readouterr()
     assert main(["run", str(experiment), "--run-dir", str(run_dir),

@@ -11,11 +11,10 @@ import ddl_dynamics as dd
 from ddl_dynamics.analysis.comparisons import Comparison
 from ddl_dynamics.analysis.crossover import Setting, crossover_point, gate_use, star_interval
 from ddl_dynamics.analysis.plots.sweeps import crossover
-from ddl_dynamics.analysis.probes import probe_model, probe_path
+from ddl_dynamics.analysis.probes import probe_model
 from ddl_dynamics.analysis.render import render
 from ddl_dynamics.analysis.run import load_run, run_of
 from ddl_dynamics.analysis.stats import Paired
-from ddl_dynamics.experiment.store import model_path
 
 P = (0.0, 0.1, 0.5, 1.0)
 #: Eleven seeds of every model at every knob value.
@@ -88,7 +87,7 @@ def crossover_of(rows, experiment=ERASE):
 
 @pytest.fixture
 def run_dir(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path, "w").store
     store.start_run("crossover", ERASE["config"])
     for r in hand_made():
         store.put(r)
@@ -215,7 +214,8 @@ def test_a_control_trained_on_another_budget_gets_no_verdict_at_that_knob_value(
 def test_gate_use_follows_the_probed_events(tmp_path):
     """Planted probes: a stack that reflects exactly at the reflect events and sits at the
     identity elsewhere, and one that reflects everywhere."""
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    folder = dd.RunFolder.open(tmp_path, "w")
+    store = folder.store
     task = dd.make_task("switched", p=0.5, event="reflect")
     regimes = task.sample(64, 0, "test").step_regimes.numpy()
     reflecting = regimes == REFLECTION
@@ -225,11 +225,11 @@ def test_gate_use_follows_the_probed_events(tmp_path):
                             ("ddl-lin", np.full(regimes.shape, 1.9))):
             r = row("reflect", p, model, 0, 0.1)
             store.put(r)
-            model_path(tmp_path, r.key).parent.mkdir(exist_ok=True)
-            model_path(tmp_path, r.key).touch()
-            probe_path(tmp_path, r.key).parent.mkdir(exist_ok=True)
+            folder.model_path(r.key).parent.mkdir(exist_ok=True)
+            folder.model_path(r.key).touch()
+            folder.probe_path(r.key).parent.mkdir(exist_ok=True)
             events = regimes if p == 0.5 else np.full(regimes.shape, REFLECTION)
-            np.savez(probe_path(tmp_path, r.key), beta=beta, test_step_regimes=events)
+            np.savez(folder.probe_path(r.key), beta=beta, test_step_regimes=events)
     found = {(g.model, g.regime): g for g in gate_use(load_run(tmp_path))}
     assert set(found) == {("ddl", "reflection"), ("ddl-lin", "reflection")}
     ddl, lin = found["ddl", "reflection"], found["ddl-lin", "reflection"]

@@ -16,8 +16,8 @@ from ddl_dynamics import (
     normalize_direction,
 )
 from ddl_dynamics.analysis.probes import _gate_arrays
-from ddl_dynamics.experiment import store
-from ddl_dynamics.experiment.store import load_task_file
+from ddl_dynamics.experiment import folder as run_folder
+from ddl_dynamics.experiment.folder import load_task_file
 from ddl_dynamics.models.base import MODELS
 from ddl_dynamics.models.decoupled import decoupled_update
 from ddl_dynamics.models.ensemble import fold
@@ -250,7 +250,7 @@ def scratch_registry(monkeypatch):
     alone), and the file imports again in the next test."""
     list_models()  # the built-ins first, so that the copy holds them
     monkeypatch.setattr(MODELS, "_factories", dict(MODELS._factories))
-    monkeypatch.setattr(store, "_imported", dict(store._imported))
+    monkeypatch.setattr(run_folder, "_imported", dict(run_folder._imported))
 
 
 @pytest.mark.usefixtures("scratch_registry")
@@ -287,11 +287,10 @@ def test_gate_use_reads_every_update_of_a_product_layer(tmp_path):
     layer's two gates reflects, elsewhere both sit at the identity."""
     import ddl_dynamics as dd
     from ddl_dynamics.analysis.crossover import gate_use
-    from ddl_dynamics.analysis.probes import probe_path
     from ddl_dynamics.analysis.run import load_run
-    from ddl_dynamics.experiment.store import model_path
 
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    folder = dd.RunFolder.open(tmp_path, "w")
+    store = folder.store
     reflection = dd.REGIMES.index("reflection")
     events = dd.make_task("switched", p=0.5, event="reflect").sample(64, 0, "test").step_regimes
     events = events.numpy()
@@ -307,10 +306,10 @@ def test_gate_use_reads_every_update_of_a_product_layer(tmp_path):
                     "model": "ddl-product", "config": {}},
             metrics={"metric": "mse", "higher_is_better": False, "test": 0.1})
         store.put(r)
-        for path in (model_path(tmp_path, r.key), probe_path(tmp_path, r.key)):
+        for path in (folder.model_path(r.key), folder.probe_path(r.key)):
             path.parent.mkdir(exist_ok=True)
-        model_path(tmp_path, r.key).touch()
-        np.savez(probe_path(tmp_path, r.key), beta=beta, test_step_regimes=events)
+        folder.model_path(r.key).touch()
+        np.savez(folder.probe_path(r.key), beta=beta, test_step_regimes=events)
     (found,) = gate_use(load_run(tmp_path))
     assert (found.model, found.regime) == ("ddl-product", "reflection")
     assert [e.mean for _, e in found.at_events] == [0.5, 0.5]
@@ -322,7 +321,7 @@ def test_the_gate_audit_and_regime_figures_cover_the_delta_peers(tmp_path):
     figure for ddl-product (its updates as layers) and ddl-decoupled (its erase gate), and
     the decoupled probe keeps its write gate."""
     import ddl_dynamics as dd
-    from ddl_dynamics.analysis.probes import cached_probe, usable_rows
+    from ddl_dynamics.analysis.probes import usable_rows
     from ddl_dynamics.analysis.run import load_run
 
     (tmp_path / "tiny.toml").write_text("""
@@ -356,7 +355,7 @@ name = "ddl-decoupled"
     regimes = {row.model: row for row in dd.build_report(run_dir).regimes}
     assert set(regimes) == {"ddl-product", "ddl-decoupled"}
     run = load_run(run_dir)
-    arrays = {row.model: cached_probe(run_dir, row.key) for row in usable_rows(run)}
+    arrays = {row.model: run.folder.probe(row.key) for row in usable_rows(run)}
     assert arrays["ddl-product"]["beta"].shape[1] == 3 * 2
     assert arrays["ddl-decoupled"]["beta_write"].shape == arrays["ddl-decoupled"]["beta"].shape
     assert "beta" not in arrays["resnet"]

@@ -52,7 +52,7 @@ def experiment(tmp_path, steps=20):
 
 
 def rows(run_dir):
-    return {r.key: r for r in dd.ResultStore(run_dir / "results.sqlite").rows()}
+    return {r.key: r for r in dd.RunFolder.open(run_dir, "w").store.rows()}
 
 
 def weights(run_dir, key):
@@ -76,7 +76,7 @@ def test_ray_gives_the_local_backends_rows_and_weights(tmp_path, local_ray):
         trained, reference = weights(remote, key), weights(local, key)
         assert all(torch.equal(trained[name], reference[name]) for name in reference)
     # the driver kept the task file; the workers got its contents, not a path
-    (kept,) = dd.ResultStore(remote / "results.sqlite").experiment()["task_files"]
+    (kept,) = dd.RunFolder.open(remote, "w").store.experiment()["task_files"]
     assert (remote / kept["copy"]).read_bytes() == TASK_FILE.read_bytes()
 
 

@@ -5,7 +5,7 @@ import re
 import shlex
 from pathlib import Path
 
-from ddl_dynamics import ResultStore
+from ddl_dynamics import RunFolder
 from ddl_dynamics.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_custom_task_example_runs_as_printed(tmp_path, monkeypatch):
     command = shlex.split(block("ddl-dyn run swap.toml").strip())
     monkeypatch.chdir(tmp_path)
     assert main(command[1:]) == 0
-    rows = ResultStore(tmp_path / "runs" / "swap" / "results.sqlite").rows()
+    rows = RunFolder.open(tmp_path / "runs" / "swap").store.rows()
     assert {r.model for r in rows} == {"resnet", "ddl"} and {r.status for r in rows} == {"ok"}
     # A swap is learnable: both stacks beat predicting zero (MSE 2 on standard normals).
     assert all(r.metrics["test"] < 0.5 for r in rows)

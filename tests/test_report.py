@@ -31,7 +31,7 @@ DDL = [0.90, 0.95, 0.93]
 
 @pytest.fixture
 def run_dir(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path, "w").store
     store.start_run("demo", 'name = "demo"')
     for seed, (a, b) in enumerate(zip(RESNET, DDL, strict=True)):
         store.put(row("resnet", seed, a))
@@ -87,7 +87,7 @@ def test_comparisons_are_paired_against_the_baseline_and_failures_count(run_dir)
 
 
 def store_rows(tmp_path, rows, config=""):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path, "w").store
     if config:
         store.start_run("demo", config)
     for r in rows:
@@ -338,12 +338,12 @@ def test_csv_is_one_line_per_cell_and_json_leads_with_the_verdicts(run_dir):
 
 
 def test_missing_run_folder(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no results store"):
+    with pytest.raises(FileNotFoundError, match="nowhere: no such run folder"):
         dd.build_report(tmp_path / "nowhere")
 
 
 def test_a_report_during_a_run_says_it_is_unfinished(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path, "w").store
     keys = [f"parity-{m}-{s}" for m in ("resnet", "ddl") for s in range(3)] + ["x", "y"]
     run = store.start_run("demo", 'name = "demo"', cells=keys)
     for r in [*seeds("resnet", RESNET), *seeds("ddl", DDL)]:

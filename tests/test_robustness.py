@@ -21,7 +21,7 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.cli import main
-from ddl_dynamics.experiment.store import model_path
+from ddl_dynamics.experiment.folder import RunFolder
 from ddl_dynamics.experiment.train import stamp
 
 TINY = """
@@ -229,7 +229,7 @@ def scored(label: str, seed: int, test: float, **config) -> dd.RunResult:
 @pytest.fixture
 def stored(tmp_path: Path) -> Path:
     """A run folder of hand-made rows: resnet and ddl on parity, three seeds each."""
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path, "w").store
     store.start_run("demo", 'name = "demo"')
     for seed in range(3):
         store.put(scored("resnet", seed, 0.5 + 0.01 * seed))
@@ -275,7 +275,7 @@ def test_a_damaged_claim_owner_is_named(tmp_path, capsys, owner):
     exp = experiment(tmp_path, '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n')
     cell = dd.expand_cells(dd.load_experiment(exp))[0]
     run = tmp_path / "run"
-    dd.ResultStore(run / "results.sqlite").claim(cell.key, owner, 0, 120.0)
+    dd.RunFolder.open(run, "w").store.claim(cell.key, owner, 0, 120.0)
     line = refused(capsys, "run", str(exp), "--run-dir", str(run))
     assert "damaged claim" in line and "claims table" in line and repr(owner) in line
 
@@ -289,7 +289,7 @@ def tuned_cells(tmp_path: Path) -> list[dd.Cell]:
 @pytest.mark.parametrize("config", ["{}", "strip tune"])
 def test_a_row_whose_config_is_not_its_keys_is_named_as_damaged(tmp_path, capsys, config):
     cells = tuned_cells(tmp_path)
-    store = dd.ResultStore(tmp_path / "run" / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path / "run", "w").store
     store.start_run("exp", "", cells=[c.key for c in cells])
     for i, cell in enumerate(cells):
         store.put(stamp(dd.RunResult(status="ok", metrics={"metric": "mse", "test": 0.1 * i,
@@ -302,7 +302,7 @@ def test_a_row_whose_config_is_not_its_keys_is_named_as_damaged(tmp_path, capsys
 
 
 def test_the_report_of_a_tuned_row_where_every_cell_failed(tmp_path, capsys):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path, "w").store
     store.start_run("demo", 'name = "demo"')
     for seed in range(2):
         for lr in (0.001, 0.01):
@@ -328,8 +328,8 @@ def small_run(tmp_path: Path, capsys, body: str, *flags: str) -> Path:
 def test_figures_say_which_shown_cells_have_no_weights(tmp_path, capsys):
     run = small_run(tmp_path, capsys, 'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
                                       '[[models]]\nname = "ddl"\n')
-    gone = dd.ResultStore(run / "results.sqlite").rows()[0]
-    model_path(run, gone.key).unlink()
+    gone = dd.RunFolder.open(run, "w").store.rows()[0]
+    RunFolder.open(run).model_path(gone.key).unlink()
     _, _, err = cli(capsys, "plot", "regimes", str(run))
     warned = [x for x in err.splitlines() if "no stored weights" in x]
     assert len(warned) == 1 and gone.key in warned[0] and "1 of 2 shown cells" in warned[0]
@@ -350,7 +350,7 @@ def test_the_report_notes_seeds_trained_in_different_ensembles(tmp_path, capsys)
     body = 'seeds = [0, 1, 2]\n[[tasks]]\nname = "overwrite"\n[[models]]\nname = "ddl"\n'
     run = small_run(tmp_path, capsys, body, "--seeds", "0")
     assert cli(capsys, "run", str(tmp_path / "exp.toml"), "--run-dir", str(run))[0] == 0
-    rows = dd.ResultStore(run / "results.sqlite").rows()
+    rows = dd.RunFolder.open(run, "w").store.rows()
     assert sorted(r.metrics["ensemble"] for r in rows) == [1, 2, 2]
     assert len({r.metrics["ensemble_id"] for r in rows}) == 2
     assert "seeds trained in different ensembles" in (run / "report.md").read_text()
@@ -365,8 +365,9 @@ ENSEMBLE = 'seeds = [0, 1, 2, 3]\n[[tasks]]\nname = "overwrite"\n[[models]]\nnam
 def outcome(run: Path) -> dict[str, tuple[object, ...]]:
     """Per cell: its scores, the size of the ensemble it trained in, and its weights."""
     found = {}
-    for row in dd.ResultStore(run / "results.sqlite").rows():
-        weights = torch.load(model_path(run, row.key), weights_only=True)
+    folder = RunFolder.open(run)
+    for row in folder.store.rows():
+        weights = torch.load(folder.model_path(row.key), weights_only=True)
         found[row.key] = (row.status, row.metrics["train"], row.metrics["val"],
                           row.metrics["test"], row.metrics["ensemble"],
                           row.metrics.get("ensemble_id"),
@@ -385,7 +386,7 @@ def uninterrupted(tmp_path_factory) -> dict[str, tuple[object, ...]]:
 def test_a_store_write_failing_mid_group_resumes_bit_identical(tmp_path, uninterrupted):
     exp = experiment(tmp_path, ENSEMBLE)
     run = tmp_path / "run"
-    dd.ResultStore(run / "results.sqlite")
+    dd.RunFolder.open(run, "w")
     # the disk "fills" as the second row of a run is written: mid-group
     damage(run, "CREATE TRIGGER full AFTER INSERT ON results WHEN (SELECT count(*) FROM results)"
                 " = 2 BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
@@ -403,7 +404,7 @@ def test_a_killed_runs_claims_do_not_split_an_ensemble_on_resume(tmp_path, unint
     dead.wait()
     owner = f"{socket.gethostname()}:{dead.pid}:deadbeef"
     cells = dd.expand_cells(dd.load_experiment(exp))
-    store = dd.ResultStore(run / "results.sqlite")
+    store = dd.RunFolder.open(run, "w").store
     for cell in cells[1:3]:  # the killed run held two seeds of the first group
         assert store.claim(cell.key, owner, 0, 120.0) == "claimed"
     dd.run_experiment(exp, run, progress=False)

@@ -1,18 +1,16 @@
-"""The results store: roundtrip, WAL mode, concurrent writers, run metadata, trained
-weights, claims, kept task files, and files that are not a store."""
+"""The results store: roundtrip, WAL mode, concurrent writers, run metadata, claims, its
+schema version, and files that are not a store."""
 
 import dataclasses
-import hashlib
 import math
 import sqlite3
 import threading
 
 import pytest
-import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics.experiment.store import Progress, keep_task_files, load_trained, open_run
-from ddl_dynamics.experiment.train import run_cells
+from ddl_dynamics.experiment.provenance import Progress
+from ddl_dynamics.experiment.store import SCHEMA_VERSION, ResultStore
 
 
 def result(key, status="ok", task="parity", model="ddl", seed=0, test=0.5):
@@ -25,7 +23,7 @@ def result(key, status="ok", task="parity", model="ddl", seed=0, test=0.5):
 
 
 def test_put_get_roundtrip_and_queries(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = ResultStore(tmp_path / "results.sqlite")
     original = result("a", test=float("nan"))
     store.put(original)
     got = store.get("a")
@@ -47,12 +45,12 @@ def test_put_get_roundtrip_and_queries(tmp_path):
 
 def test_wal_mode_and_concurrent_writers(tmp_path):
     path = tmp_path / "results.sqlite"
-    dd.ResultStore(path)
+    ResultStore(path)
     with sqlite3.connect(path) as con:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
     def write(worker):
-        store = dd.ResultStore(path)
+        store = ResultStore(path)
         for i in range(20):
             store.put(result(f"{worker}-{i}", seed=i))
 
@@ -61,7 +59,7 @@ def test_wal_mode_and_concurrent_writers(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    assert len(dd.ResultStore(path).rows()) == 80
+    assert len(ResultStore(path).rows()) == 80
 
 
 def test_a_store_created_while_another_connection_writes_waits_for_it(tmp_path):
@@ -83,17 +81,17 @@ def test_a_store_created_while_another_connection_writes_waits_for_it(tmp_path):
     assert locked.wait(30)
     threading.Timer(0.3, release.set).start()
     try:
-        dd.ResultStore(path).put(result("after-the-lock"))
+        ResultStore(path).put(result("after-the-lock"))
     finally:
         release.set()
         thread.join()
-    assert [row.key for row in dd.ResultStore(path).rows()] == ["after-the-lock"]
+    assert [row.key for row in ResultStore(path).rows()] == ["after-the-lock"]
     with sqlite3.connect(path) as con:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_run_metadata(tmp_path):
-    store = dd.ResultStore(tmp_path / "r.sqlite")
+    store = ResultStore(tmp_path / "r.sqlite")
     assert store.experiment() is None
     record = {"file": "/x/tasks.py", "sha256": "ab", "copy": "task_files/tasks-ab.py",
               "registers": ["task:x"]}
@@ -108,16 +106,10 @@ def test_run_metadata(tmp_path):
 
 
 def test_progress_of_the_latest_run(tmp_path):
-    """What a run selected is recorded with it, so a report can say how far it got; a store
-    written before runs recorded it has no progress to tell."""
+    """What a run selected is recorded with it, so a report can say how far it got."""
     path = tmp_path / "results.sqlite"
-    with sqlite3.connect(path) as con:  # the runs table as stores had it before
-        con.executescript(dd.experiment.store._SCHEMA.replace(",\n    cells TEXT", ""))
-        con.execute("INSERT INTO runs (name, config, task_files, versions, machine, "
-                    "started_at) VALUES ('old', '', '[]', '{}', '{}', 'then')")
-    assert open_run(tmp_path).progress() is None  # read-only: nothing is added to the file
-    store = dd.ResultStore(path)
-    assert store.progress() is None
+    store = ResultStore(path)
+    assert store.progress() is None  # no run started yet
     run_id = store.start_run("quick", 'name = "quick"', cells=["a", "b", "c"])
     store.put(result("a"))
     store.put(result("b", status="failed"))  # a failure is a result too
@@ -125,32 +117,41 @@ def test_progress_of_the_latest_run(tmp_path):
     assert store.progress() == Progress(2, 3, ended=False)
     assert str(store.progress()) == "2 of 3 cells; run unfinished"
     store.finish_run(run_id)
-    assert str(open_run(tmp_path).progress()) == "2 of 3 cells"
+    assert str(ResultStore(path, create=False).progress()) == "2 of 3 cells"
 
 
-def test_load_trained_rebuilds_the_trained_model(tmp_path):
-    cfg = dd.parse_experiment({
-        "tasks": [{"name": "parity"}],
-        "models": [{"name": "ddl", "beta_init": 0.3}],
-        "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
-                     "train": {"steps": 5, "n_train": 64, "n_test": 32}},
-    })
-    cell = dd.expand_cells(cfg)[0]
-    [trained] = run_cells([cell])
-    trained.save(tmp_path)
-    task, model = load_trained(tmp_path, cell.key)
-    _, fresh = cell.build()
-    data = task.sample(16, 0, "test")
-    trained_out = model(data.inputs, data.controls)
-    fresh_out = fresh(data.inputs, data.controls)
-    assert not model.training and model.beta_init == 0.3
-    assert not torch.allclose(trained_out, fresh_out)  # the weights were loaded, not re-initialised
-    saved = torch.load(tmp_path / "models" / f"{cell.key}.pt", weights_only=True)
-    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+@pytest.mark.parametrize("found", ["before versions", "a later version"])
+def test_a_store_of_another_schema_version_is_refused_and_left_alone(tmp_path, found):
+    """A store is read only under the schema it was written with: one from before stores
+    carried a version (its runs table without the cells each run selected, say), or one
+    from a later version, is refused, naming its version, and never written into."""
+    path = tmp_path / "results.sqlite"
+    if found == "before versions":
+        with sqlite3.connect(path) as con:
+            con.executescript(dd.experiment.store._SCHEMA.replace(",\n    cells TEXT", ""))
+        version = 0
+    else:
+        ResultStore(path).put(result("a"))
+        version = SCHEMA_VERSION + 1
+        with sqlite3.connect(path) as con:
+            con.execute(f"PRAGMA user_version = {version}")
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = path.read_bytes()
+    for create in (True, False):
+        with pytest.raises(ValueError, match=f"a results store of schema version {version}; "
+                           f"this version of ddl_dynamics reads version {SCHEMA_VERSION} alone"):
+            ResultStore(path, create=create)
+    assert path.read_bytes() == before
+
+
+def test_a_new_store_carries_the_schema_version(tmp_path):
+    ResultStore(tmp_path / "results.sqlite")
+    with sqlite3.connect(tmp_path / "results.sqlite") as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
 
 
 def test_claims_split_cells_between_owners(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = ResultStore(tmp_path / "results.sqlite")
     assert store.todo(["k"]) == {"k": 0}
     assert store.claim("k", "a", 0, stale_after=60) == "claimed"
     assert store.claim("k", "b", 0, stale_after=60) == "busy"  # a is alive
@@ -164,7 +165,7 @@ def test_claims_split_cells_between_owners(tmp_path):
 
 
 def test_stale_and_released_claims_are_taken_over(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = ResultStore(tmp_path / "results.sqlite")
     assert store.claim("k", "a", 0, stale_after=60) == "claimed"
     assert store.claim("k", "b", 0, stale_after=-1) == "claimed"  # a's heartbeat is too old
     assert store.claim("k", "a", 0, stale_after=60) == "busy"
@@ -178,11 +179,11 @@ def test_stale_and_released_claims_are_taken_over(tmp_path):
 def test_claims_are_taken_in_one_transaction(tmp_path):
     """Eight threads race for the same 20 cells: each cell is claimed exactly once."""
     path = tmp_path / "results.sqlite"
-    dd.ResultStore(path)
+    ResultStore(path)
     won: dict[str, list[str]] = {}
 
     def race(owner):
-        store = dd.ResultStore(path)
+        store = ResultStore(path)
         won[owner] = [k for k in map(str, range(20))
                       if store.claim(k, owner, 0, stale_after=60) == "claimed"]
 
@@ -202,7 +203,7 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path, content)
         with sqlite3.connect(path) as con:
             con.execute("CREATE TABLE notes (text TEXT)")
     elif content == "truncated":
-        store = dd.ResultStore(path)
+        store = ResultStore(path)
         for i in range(50):
             store.put(result(str(i), seed=i))
         with sqlite3.connect(path) as con:  # fold the WAL in, then cut the file short
@@ -212,55 +213,23 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path, content)
         path.write_bytes(b"" if content == "empty" else b"not sqlite at all " * 100)
     before = path.read_bytes()
     with pytest.raises(ValueError, match="not a results store"):
-        open_run(tmp_path).rows()
+        ResultStore(path, create=False).rows()
     if content != "empty":  # an empty file is a new store to a run
         with pytest.raises(ValueError, match="not a results store"):
-            dd.ResultStore(path).rows()
+            ResultStore(path).rows()
     assert path.read_bytes() == before  # never written into
 
 
 def test_a_run_folder_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "run").write_text("")
     with pytest.raises(ValueError, match="a file, not a run folder"):
-        dd.ResultStore(tmp_path / "run" / "results.sqlite")
+        ResultStore(tmp_path / "run" / "results.sqlite")
     with pytest.raises(FileNotFoundError, match="no results store"):
-        open_run(tmp_path / "elsewhere")
-
-
-KEPT_TASK = """
-from dataclasses import dataclass
-
-import torch
-
-from ddl_dynamics import Task, TaskData, register_task
-
-
-@register_task("kept-sum")
-@dataclass(frozen=True)
-class KeptSum(Task):
-    in_dim = 2
-    out_dim = 1
-
-    def sample(self, n, seed, split="train"):
-        x = torch.randn(n, 2, generator=torch.Generator().manual_seed(seed))
-        return TaskData(x, x.sum(-1, keepdim=True), self.depth)
-"""
-
-
-def test_kept_task_files_are_copied_hashed_and_imported_once(tmp_path):
-    source = tmp_path / "extra_tasks.py"
-    source.write_text(KEPT_TASK)
-    (record,) = keep_task_files(tmp_path / "run", [source])
-    copy = tmp_path / "run" / record["copy"]
-    assert copy.read_text() == source.read_text()
-    assert record["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
-    assert record["sha256"][:12] in copy.name and record["file"] == str(source)
-    assert record["registers"] == ["task:kept-sum"] and "kept-sum" in dd.list_tasks()
-    assert keep_task_files(tmp_path / "run", [source]) == [record]  # not registered twice
+        ResultStore(tmp_path / "results.sqlite", create=False)
 
 
 def test_a_result_written_again_keeps_the_one_it_replaces_as_an_attempt(tmp_path):
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = ResultStore(tmp_path / "results.sqlite")
     first = dd.RunResult(status="diverged", message="loss became nan", key="k", task="t",
                          model="m", seed=3, metrics={"test": None})
     store.put(first)
@@ -274,4 +243,4 @@ def test_a_result_written_again_keeps_the_one_it_replaces_as_an_attempt(tmp_path
         ("diverged", "loss became nan", {"test": None}), ("ok", "", {"test": 0.5})]
     assert all((r.key, r.seed) == ("k", 3) and r.created_at for r in history)
     # read-only opening sees the history too
-    assert dd.ResultStore(tmp_path / "results.sqlite", create=False).attempts() == history
+    assert ResultStore(tmp_path / "results.sqlite", create=False).attempts() == history

@@ -29,7 +29,7 @@ def experiment(tasks, models=("resnet", "ddl"), steps=10, **defaults):
 
 
 def snapshot(run_dir):
-    rows = dd.ResultStore(run_dir / "results.sqlite").rows()
+    rows = dd.RunFolder.open(run_dir, "w").store.rows()
     return {r.key: (r.created_at, r.metrics) for r in rows}
 
 
@@ -43,7 +43,7 @@ def test_runs_every_cell_once_then_skips_finished(tmp_path):
     before = snapshot(tmp_path)
     again = dd.run_experiment(cfg, tmp_path, progress=False)
     assert (again.ran, again.skipped) == (0, 4) and snapshot(tmp_path) == before
-    assert dd.ResultStore(tmp_path / "results.sqlite").experiment()["ended_at"]
+    assert dd.RunFolder.open(tmp_path, "w").store.experiment()["ended_at"]
 
 
 def test_seeds_of_a_cell_train_together_unless_told_not_to(tmp_path, capsys):
@@ -51,12 +51,12 @@ def test_seeds_of_a_cell_train_together_unless_told_not_to(tmp_path, capsys):
     dd.run_experiment(cfg, tmp_path / "v", seeds=[1], progress=False)
     summary = dd.run_experiment(cfg, tmp_path / "v", seeds=[0, 1, 2], progress=False)
     assert (summary.ran, summary.skipped) == (2, 1)  # seeds 0 and 2, together
-    together = {r.seed: r for r in dd.ResultStore(tmp_path / "v" / "results.sqlite").rows()}
+    together = {r.seed: r for r in dd.RunFolder.open(tmp_path / "v", "w").store.rows()}
     assert {s: r.metrics["ensemble"] for s, r in together.items()} == {0: 2, 1: 1, 2: 2}
     apart = dd.run_experiment(cfg, tmp_path / "n", seeds=[0, 1, 2], vectorize=False,
                               progress=False)
     assert apart.ran == 3
-    alone = {r.seed: r for r in dd.ResultStore(tmp_path / "n" / "results.sqlite").rows()}
+    alone = {r.seed: r for r in dd.RunFolder.open(tmp_path / "n", "w").store.rows()}
     assert {s: r.metrics["ensemble"] for s, r in alone.items()} == {0: 1, 1: 1, 2: 1}
     for seed, row in together.items():
         assert row.key == alone[seed].key  # the same cells, whichever way they ran
@@ -66,7 +66,7 @@ def test_seeds_of_a_cell_train_together_unless_told_not_to(tmp_path, capsys):
 def test_failed_cells_rerun(tmp_path):
     cfg = experiment(["overwrite"], models=["resnet"])
     cell = dd.expand_cells(cfg)[0]
-    dd.ResultStore(tmp_path / "results.sqlite").put(
+    dd.RunFolder.open(tmp_path, "w").store.put(
         stamp(dd.RunResult(status="failed", message="boom"), cell))
     summary = dd.run_experiment(cfg, tmp_path, progress=False)
     assert summary.ran == 1 and summary.counts == {"ok": 1}
@@ -77,7 +77,7 @@ def test_diverged_cell_is_recorded_and_the_suite_goes_on(tmp_path, infinite_loss
     infinite_loss(dd.make_task("oscillator"))
     summary = dd.run_experiment(cfg, tmp_path, progress=False)
     assert summary.counts == {"ok": 1, "diverged": 1} and not summary.ok
-    rows = {r.task: r for r in dd.ResultStore(tmp_path / "results.sqlite").rows()}
+    rows = {r.task: r for r in dd.RunFolder.open(tmp_path, "w").store.rows()}
     assert rows["oscillator"].status == "diverged"
     assert "loss became inf" in rows["oscillator"].message
     assert rows["overwrite"].status == "ok"
@@ -95,7 +95,7 @@ def test_retry_failed_trains_again_only_the_diverged_capped_and_failed_cells(
     infinite_loss(dd.make_task("oscillator"))
     assert dd.run_experiment(cfg, tmp_path, progress=False).counts == {"ok": 2, "diverged": 1}
     monkeypatch.undo()  # the cause is fixed
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path, "w").store
     parity = next(c for c in dd.expand_cells(cfg) if c.task == "parity")
     store.put(stamp(dd.RunResult(status="capped", message="time cap"), parity))
     assert dd.run_experiment(cfg, tmp_path, progress=False).ran == 0  # labels are kept...
@@ -125,7 +125,7 @@ def test_retry_failed_from_the_cli(tmp_path, capsys, infinite_loss, monkeypatch)
 def test_a_finite_blow_up_is_diverged_not_ok(tmp_path):
     cfg = experiment(["overwrite"], models=["resnet"], steps=100, lr=1e6, grad_clip=0)
     assert dd.run_experiment(cfg, tmp_path, progress=False).counts == {"diverged": 1}
-    (row,) = dd.ResultStore(tmp_path / "results.sqlite").rows()
+    (row,) = dd.RunFolder.open(tmp_path, "w").store.rows()
     value = float(re.search(r"loss became (\S+) at step", row.message).group(1))
     assert value < float("inf") and "first step" in row.message
 

@@ -220,7 +220,7 @@ def test_run_cells_turns_exceptions_into_failed_rows(tmp_path, monkeypatch):
         assert r.status == "failed" and "RuntimeError: sampler exploded" in r.message
         assert r.key == source.key and r.config == source.to_dict() and r.model == "ddl"
         assert t.weights is None
-        t.save(tmp_path)
+    dd.RunFolder.open(tmp_path, "w").save(trained)
     assert not (tmp_path / "models").exists()
 
 

@@ -2,22 +2,18 @@
 
 Per layer and sample of a Delta stack: β, ‖k̃‖, the readout kᵀX, the target v, and the
 discrepancy before and after the update; for every family, the hidden depth trajectory
-and the decoded per-step predictions beside the ground truth. Files live in
-``<run>/probes/<key>.npz``, so figures and reports never retrain or rerun a model. A file is
-written beside its place and renamed into it, and one that cannot be read counts as
-missing, so a probe killed midway is done again; a run folder that cannot take the files
-(read-only storage) keeps them in this process instead.
+and the decoded per-step predictions beside the ground truth. The run's
+:class:`~ddl_dynamics.experiment.folder.RunFolder` keeps them (``probes/<key>.npz``, each
+read once and then held in memory), so figures and reports never retrain or rerun a model;
+a file that cannot be read counts as missing, so a probe killed midway is done again.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 import warnings
-import zipfile
-import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,40 +23,30 @@ from tqdm.auto import tqdm
 
 from .._task import Task
 from ..experiment.config import COUNTED
+from ..experiment.folder import RunFolder
 from ..experiment.runner import _one_thread as one_thread
-from ..experiment.store import RunResult, load_trained, model_path, write_atomically
+from ..experiment.store import RunResult
 from ..models.base import DepthModel
 from ..models.delta import DeltaProbe
 from ..models.transformer import Transformer
 from .run import Run, load_run
 
 PROBE_SAMPLES = 256
-#: Probes this process could not write into their run folder, by resolved file path.
-_UNSAVED: dict[Path, dict[str, np.ndarray]] = {}
 
 
-def probe_path(run_dir: str | Path, key: str) -> Path:
-    return Path(run_dir) / "probes" / f"{key}.npz"
-
-
-def cached_probe(run_dir: str | Path, key: str) -> dict[str, np.ndarray] | None:
-    """The cached arrays of cell ``key``, or None where its file is missing or cannot be
-    read (cut short, damaged): that cell is then not yet probed."""
-    path = probe_path(run_dir, key)
-    if (unsaved := _UNSAVED.get(path.resolve())) is not None:
-        return unsaved
-    try:
-        with np.load(path) as data:
-            return dict(data)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error):
-        return None
+def _folder(run: Run) -> RunFolder:
+    if run.folder is None:
+        raise ValueError(f"{run.run_dir}: a run made of rows alone has no trained models to "
+                         "probe")
+    return run.folder
 
 
 def usable_rows(run: Run) -> list[RunResult]:
     """The cells the report shows (each row at its chosen grid value) whose metrics count
-    and whose trained weights are stored."""
-    return [r for r in run.selected()
-            if r.status in COUNTED and model_path(run.run_dir, r.key).is_file()]
+    and whose trained weights are stored (none, in a run made of rows alone)."""
+    folder = run.folder
+    return [r for r in run.selected() if r.status in COUNTED
+            and folder is not None and folder.has_weights(r.key)]
 
 
 @torch.no_grad()
@@ -118,37 +104,32 @@ def _gate_arrays(probe: DeltaProbe) -> dict[str, np.ndarray]:
             if getattr(probe, name) is not None}
 
 
-def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = True) -> int:
-    """Probe every cell the report shows whose probe is not cached (:func:`cached_probe`);
-    returns how many were probed. With ``progress``, a bar says what it does, with its time
-    and the time left, and a last line how long it took."""
+def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = True,
+              rows: Sequence[RunResult] | None = None) -> int:
+    """Probe the cells ``rows`` (default: every cell the report shows, warning of those with
+    no stored weights) whose probe is not kept yet; returns how many were probed. With
+    ``progress``, a bar says what it does, with its time and the time left, and a last line
+    how long it took."""
     run = run if isinstance(run, Run) else load_run(run)
-    run_dir = run.run_dir
+    folder = _folder(run)
     missing = [r for r in run.selected()
-               if r.status in COUNTED and not model_path(run_dir, r.key).is_file()]
-    if missing:  # figures are drawn without them: say so, naming them
+               if r.status in COUNTED and not folder.has_weights(r.key)]
+    if missing and rows is None:  # figures are drawn without them: say so, naming them
         named = ", ".join(f"{r.task} × {r.model} seed {r.seed} ({r.key})" for r in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        warnings.warn(f"{run_dir}: {len(missing)} of {len(run.selected())} shown cells have no "
-                      f"stored weights (models/<key>.pt) and are left out of the figures: "
+        warnings.warn(f"{run.run_dir}: {len(missing)} of {len(run.selected())} shown cells have "
+                      f"no stored weights (models/<key>.pt) and are left out of the figures: "
                       f"{named}{more}", UserWarning, stacklevel=2)
-    todo = [r for r in usable_rows(run) if cached_probe(run_dir, r.key) is None]
+    todo = [r for r in (usable_rows(run) if rows is None else rows) if folder.probe(r.key) is None]
     shown = progress and bool(todo)
     what = (f"probing {len(todo)} trained models on {n} test samples each (gates, states, "
-            f"predictions; once, cached in {probe_path(run_dir, '').parent})")
+            f"predictions; once, cached in {folder.probe_path('').parent})")
     start = time.perf_counter()
     with one_thread():  # as in training: several threads on a busy machine are 10× slower
         for row in tqdm(todo, desc=what, disable=not shown, leave=False, unit="model",
                         bar_format="{desc}: {n}/{total} [{elapsed}<{remaining}]"):
-            task, model = load_trained(run_dir, row.key)
-            arrays = probe_model(task, model, row.seed, n)
-            path = probe_path(run_dir, row.key)
-            try:
-                # (Any: numpy's stubs would match an array to allow_pickle)
-                write_atomically(path, functools.partial(np.savez_compressed,
-                                                         **cast("dict[str, Any]", arrays)))
-            except OSError:  # read-only storage, no permission, a full disk: a cache
-                _UNSAVED[path.resolve()] = arrays
+            task, model = folder.load_model(row.key)
+            folder.put_probe(row.key, probe_model(task, model, row.seed, n))
     if shown:
         print(f"probed {len(todo)} trained models in {time.perf_counter() - start:.1f} s",
               file=sys.stderr)
@@ -156,10 +137,10 @@ def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = Tr
 
 
 def load_probes(run: Run) -> Iterator[tuple[RunResult, dict[str, np.ndarray]]]:
-    """The cached probes of the cells the report shows (those not yet probed are left
-    out), by row and seed."""
+    """The kept probes of the cells the report shows (those not yet probed are left out),
+    by row and seed."""
     for row in usable_rows(run):
-        arrays = cached_probe(run.run_dir, row.key)
+        arrays = _folder(run).probe(row.key)
         if arrays is not None:
             yield row, arrays
 

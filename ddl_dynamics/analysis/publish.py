@@ -6,7 +6,8 @@ file as it ran), ``run.json`` (what ran it: command, versions, machine, wall tim
 and ``figures/*.png`` (the verdict matrix and the per-seed comparison drawn now, from the
 report, plus every other figure already in the run folder's ``figures/``: run ``ddl-dyn plot
 all RUN_DIR`` first for curves, regimes and the rest). No weights, no store: ``ddl-dyn
-docs`` and ``ddl-dyn compare`` read these files alone. The run folder is only read.
+docs`` and ``ddl-dyn compare`` read these files alone. The run folder is only read, but
+for the probes its report computes (:func:`~.report.build_report`), kept in ``probes/``.
 """
 
 from __future__ import annotations

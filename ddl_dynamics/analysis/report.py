@@ -32,13 +32,14 @@ import numpy as np
 
 from .._task import make_task
 from ..experiment.config import COUNTED
+from ..experiment.folder import RunFolder
 from ..experiment.grid import grid_value, point_text
 from ..experiment.store import STATUSES, RunResult
 from ..models.operator import REGIMES
 from .comparisons import Comparison, Request, judge
 from .crossover import Crossover, crossovers
 from .expectations import Verdict, expectation_requests, judge_expectations
-from .probes import erases, load_probes
+from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import regime_fractions
 from .run import Row, Run, in_tasks, load_run
 from .stats import Estimate
@@ -175,9 +176,9 @@ def status_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts.get(s))
 
 
-def build_report(run: Run | str | Path) -> Report:
-    """Aggregate a run folder (or a run read once): comparisons, expectations, crossovers,
-    tables, regimes."""
+def build_report(run: Run | RunFolder | str | Path) -> Report:
+    """Aggregate a run folder (open, or a path), or a run read once: comparisons,
+    expectations, crossovers, tables, regimes."""
     run = run if isinstance(run, Run) else load_run(run)
     requests = _requests(run)
     pending = expectation_requests(run)
@@ -226,9 +227,13 @@ def _requests(run: Run) -> list[Request]:
 
 
 def _regimes(run: Run) -> list[RegimeRow]:
-    """Gate-regime use of every probed Delta stack, pooled over seeds (needs probes)."""
+    """Gate-regime use of every shown Delta stack with the erase term and stored weights,
+    pooled over seeds: the report probes those it shows that are not probed yet, so the
+    table never depends on which probes happen to be kept."""
     betas: dict[tuple[str, str], list[np.ndarray]] = defaultdict(list)
     stated: dict[str, tuple[str, ...]] = {}
+    if run.folder is not None:
+        probe_run(run, progress=False, rows=[r for r in usable_rows(run) if erases(r)])
     for row, arrays in load_probes(run):
         if erases(row):
             betas[row.task, row.model].append(arrays["beta"])

@@ -1,7 +1,8 @@
 """A run folder read once: its cells grouped into rows, each at its chosen grid value.
 
-Analysis opens a run folder through :func:`load_run` and hands the one :class:`Run` it
-returns to the report, the figures and the probes, so they all read the same cells.
+Analysis opens a run folder once, through :func:`load_run`, and hands the one :class:`Run`
+it returns (which keeps the open :class:`~ddl_dynamics.experiment.folder.RunFolder`) to the
+report, the figures and the probes, so they all read the same cells, weights and probes.
 
 Which cells a row shows: the store holds one result per cell key (earlier attempts at it
 come along, see :meth:`~ddl_dynamics.experiment.store.ResultStore.attempts`). A row (one
@@ -25,8 +26,10 @@ from typing import Any
 
 from .._task import make_task
 from ..experiment.config import COUNTED, DEFAULT_BASELINE, ComparisonSpec
+from ..experiment.folder import RunFolder
 from ..experiment.grid import grid_value, point_text, row_identity, searched
-from ..experiment.store import Progress, RunResult, open_run
+from ..experiment.provenance import Progress
+from ..experiment.store import RunResult
 from .verdicts import chosen_value
 
 
@@ -118,8 +121,10 @@ class Run:
     rows: dict[tuple[str, str], Row]
     experiment: dict[str, Any]
     comparisons: tuple[ComparisonSpec, ...] = ()
-    #: How far the latest run got (None: a store that does not record it).
+    #: How far the latest run got (None: no run started).
     progress: Progress | None = None
+    #: The open run folder (None: a run made of rows alone, with no weights or probes).
+    folder: RunFolder | None = None
 
     @property
     def tasks(self) -> list[str]:
@@ -144,12 +149,14 @@ class Run:
         return [cell for row in self.rows.values() for cell in row.selected]
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Read a run folder's store once (see the module docstring for which cells count)."""
-    store = open_run(run_dir)
+def load_run(run: str | Path | RunFolder) -> Run:
+    """Read a run folder's store once (see the module docstring for which cells count),
+    opening the folder unless it is open already."""
+    folder = run if isinstance(run, RunFolder) else RunFolder.open(run)
+    store = folder.store
     experiment = store.experiment() or {}
-    return replace(run_of(store.rows(), store.attempts(), experiment, run_dir),
-                   progress=store.progress())
+    return replace(run_of(store.rows(), store.attempts(), experiment, folder.path),
+                   progress=store.progress(), folder=folder)
 
 
 def run_of(cells: Sequence[RunResult], attempts: Sequence[RunResult] = (),

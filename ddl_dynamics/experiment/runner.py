@@ -13,11 +13,9 @@ them dies, so a killed run leaves no process, and ignore Ctrl-C, which ends the 
 process alone: it stops the pool at once.
 
 Several runs of one experiment (processes, or machines sharing the run folder) split its
-cells: a run claims each group in the store before training it (:class:`CellQueue`), keeps
-its claims alive with a heartbeat every :data:`HEARTBEAT` seconds, and takes over a claim
-whose owner has been silent for :data:`STALE_AFTER` seconds, or at once when the owner
-was a process of this machine that no longer exists. A run returns when every selected
-cell is finished, by it or by the others.
+cells: a run claims each group in the store before training it
+(:class:`~.claims.CellQueue`), and returns when every selected cell is finished, by it or
+by the others.
 """
 
 from __future__ import annotations
@@ -29,47 +27,33 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import signal
-import socket
-import sqlite3
 import sys
 import tempfile
 import threading
 import time
-import uuid
 import warnings
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from ..models.base import MODELS
 from .cells import expand_cells
+from .claims import POLL, CellQueue
 from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, cell_key
+from .folder import RunFolder, load_task_file, write_atomically
 from .grid import grid_value, searched
 from .reader import load_experiment
-from .store import (
-    STATUSES,
-    ResultStore,
-    RunResult,
-    keep_task_files,
-    load_task_file,
-    store_path,
-)
-from .train import Trained, run_cells, seed_groups, stamp
+from .store import STATUSES, ResultStore, RunResult
+from .train import Trained, run_cells, stamp
 
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"
-#: Seconds between a run's heartbeats on its claims.
-HEARTBEAT = 10.0
-#: Seconds without a heartbeat after which another run takes a claimed cell over.
-STALE_AFTER = 120.0
-#: Seconds between looks at cells that other runs are training.
-POLL = 1.0
 #: The most cells trained at once: worker processes on one machine.
 MAX_JOBS = 1024
 #: Keeps the resource tracker quiet (as a ``-W`` option it passes on to the tracker): a
@@ -125,7 +109,8 @@ def run_experiment(
             task (one CPU, and one GPU for cells on ``cuda``) that gets the task files'
             contents and returns rows and weights, so workers need no shared disk.
         task_files: user task files; a copy of each is kept in the run folder (see
-            :func:`keep_task_files`) and imported here and in every worker.
+            :meth:`~.folder.RunFolder.keep_task_files`) and imported here and in every
+            worker.
         retry_failed: also train again the cells that ended ``"diverged"`` or
             ``"capped"`` (``"failed"`` cells always run again); only ``"ok"`` is kept.
         vectorize: train the seeds of a cell together where its model folds; otherwise
@@ -154,8 +139,9 @@ def run_experiment(
         if backend == "local" and not torch.cuda.is_available():
             raise ValueError("cells ask for device 'cuda' but CUDA is not available here")
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
-    store = ResultStore(store_path(run_dir))
-    kept = keep_task_files(run_dir, task_files)
+    folder = RunFolder.open(run_dir, "w")  # the one store of this run: all goes through it
+    store = folder.store
+    kept = folder.keep_task_files(task_files)
     copies = [str((run_dir / record["copy"]).resolve()) for record in kept]
     text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
     _warn_beside(store, config.name, cells, run_dir)
@@ -171,8 +157,7 @@ def run_experiment(
                 trained.result.metrics["vectorize"] = vectorize  # the keys do not say it
                 if "ensemble" in trained.result.metrics:  # it trained: with which cells
                     trained.result.metrics["ensemble_id"] = ensemble
-                trained.save_weights(run_dir)
-            store.put_all([trained.result for trained in group])
+            folder.save(group)
             for trained in group:
                 bar.update()
                 bar.set_postfix_str(f"{trained.result.task}/{trained.result.model}: "
@@ -232,107 +217,6 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -
             yield from _changes(a, b, f"{prefix}{key}.")
         elif a != b:
             yield f"{prefix}{key} {a!r} → {b!r}"
-
-
-class CellQueue:
-    """The cells this run still has to train, in groups that train together
-    (:func:`~ddl_dynamics.experiment.train.seed_groups`, or one cell each without
-    ``vectorize``); each cell is claimed in the store when its group is taken, so that
-    several runs split one experiment. While open, a background thread sends the heartbeat
-    of this run's claims, and closing it releases those not finished."""
-
-    def __init__(self, store: ResultStore, cells: Sequence[Cell],
-                 finished: Collection[str], vectorize: bool = True) -> None:
-        self.store = store
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.generation = store.todo((c.key for c in cells), finished)
-        todo = [c for c in cells if c.key in self.generation]
-        groups = seed_groups(todo) if vectorize else [[cell] for cell in todo]
-        self.fresh = deque(sorted(groups, key=lambda g: _cost(g[0]), reverse=True))
-        self.busy = deque[list[Cell]]()  # cells other runs held when last tried
-        self.size = len(todo)
-        self.skipped, self.taken, self.others = len(cells) - len(todo), 0, 0
-        self._freed = False  # dead runs' claims released yet
-        self._closed = threading.Event()
-        self._beat = threading.Thread(target=self._heartbeat, daemon=True)
-
-    def __enter__(self) -> CellQueue:
-        self._beat.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._closed.set()
-        self._beat.join()
-        self.store.release(self.owner)
-
-    def take(self, block: bool) -> list[Cell]:
-        """The next group to train, its cells now claimed by this run (those another run
-        holds wait for a later take); empty if no cell is free now or, with ``block``,
-        once every cell is finished (waiting for the other runs). The claims of a killed
-        run of this machine are freed first, so that its groups train whole, as they would
-        have in one uninterrupted run."""
-        if not self._freed:
-            self._release_dead_owners()
-            self._freed = True
-        while True:
-            while self.fresh:
-                if group := self._claim(self.fresh.popleft()):
-                    return group
-            if self.busy:
-                self._release_dead_owners()
-            for _ in range(len(self.busy)):
-                if group := self._claim(self.busy.popleft()):
-                    return group
-            if not self.busy or not block:
-                return []
-            time.sleep(POLL)
-
-    def _claim(self, group: list[Cell]) -> list[Cell]:
-        """The cells of ``group`` this run could claim; those others hold go to ``busy``."""
-        claimed: list[Cell] = []
-        busy: list[Cell] = []
-        states = self.store.claim_all({c.key: self.generation[c.key] for c in group},
-                                      self.owner, STALE_AFTER)
-        for cell in group:
-            state = states[cell.key]
-            (claimed if state == "claimed" else busy if state == "busy" else []).append(cell)
-            self.others += state == "done"
-        if busy:
-            self.busy.append(busy)
-        self.taken += len(claimed)
-        return claimed
-
-    def _release_dead_owners(self) -> None:
-        """Free the claims of runs on this machine whose process is gone (killed)."""
-        host = socket.gethostname()
-        for owner in self.store.owners():
-            name, pid, tag = owner.rsplit(":", 2) if owner.count(":") >= 2 else ("", "", "")
-            if not (name and pid.isdigit() and tag):
-                raise ValueError(f"damaged claim in {self.store.path}: claims table, owner "
-                                 f"{owner!r} is not HOST:PID:ID")
-            if name == host and not _alive(int(pid)):
-                self.store.release(owner)
-
-    def _heartbeat(self) -> None:
-        while not self._closed.wait(HEARTBEAT):
-            with contextlib.suppress(sqlite3.OperationalError, OSError):  # the next beat counts
-                self.store.heartbeat(self.owner)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):  # gone, or no process ever had that id
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
-def _cost(cell: Cell) -> tuple[bool, int]:
-    """A rough order of training cost: ODE cells first, then steps × depth."""
-    ode = hasattr(MODELS.get(cell.model), "reset_nfe")
-    return ode, cell.train.steps * int(cell.config.get("depth", 1))
 
 
 @contextlib.contextmanager
@@ -499,10 +383,7 @@ def _ray_work(group: Sequence[Cell], task_files: Sequence[tuple[str, bytes]]) ->
     for name, data in task_files:
         path = folder / name  # named by content hash: never two contents under one name
         if not path.is_file():
-            folder.mkdir(exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            tmp.replace(path)
+            write_atomically(path, methodcaller("write", data))
     _init_worker([str(folder / name) for name, _ in task_files])
     return run_cells(group)
 

@@ -1,12 +1,9 @@
 """The results store: one SQLite file per run folder, one row per cell.
 
-A run folder holds ``results.sqlite``, ``models/<key>.pt`` (the trained weights, so
-analysis never retrains) and ``task_files/`` (a copy of each user task file the run
-imported, so the folder can be reported on its own). The rows of the cells trained together
-are written in one transaction (:meth:`ResultStore.put_all`), in WAL mode, by the run's own
-process as they come back from the worker that trained them (workers only return rows and
-weights): a run killed at any moment keeps every finished group, and a rerun skips them
-(see :data:`FINISHED`; ``"failed"`` cells run again).
+The rows of the cells trained together are written in one transaction
+(:meth:`ResultStore.put_all`), in WAL mode, by the run's own process (through its
+:class:`~.folder.RunFolder`): a run killed at any moment keeps every finished group, and a
+rerun skips them (see :data:`FINISHED`; ``"failed"`` cells run again).
 
 Several processes split one experiment by *claiming* cells before training them
 (:meth:`ResultStore.claim`, :meth:`~ResultStore.heartbeat`, :meth:`~ResultStore.release`):
@@ -15,34 +12,27 @@ taken in one transaction; a claim whose heartbeat is older than ``stale_after`` 
 is taken over. Each cell also counts the results written for it (its *generation*), so a
 process that saw a cell unfinished learns, when it comes to claim it, that another
 process has finished it meanwhile.
+
+A store carries its schema's version (SQLite's ``user_version``, :data:`SCHEMA_VERSION`); a
+store of another version is refused, never read half-right.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
-import platform
 import re
 import sqlite3
-import sys
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
-from operator import methodcaller
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
-import torch
-
-from .._registry import load_file
-from .._task import Task, list_tasks
-from ..models.base import DepthModel, list_models
-from .config import FINISHED, Cell, cell_key, check_label
+from .config import FINISHED, cell_key, check_label
+from .provenance import Progress, machine, versions
 
 #: A result's columns after its key: a cell's row in ``results``, and each earlier attempt at
 #: it in ``attempts``, which copies them over when the cell is retried.
@@ -87,11 +77,13 @@ CREATE TABLE IF NOT EXISTS claims (
     generation INTEGER NOT NULL DEFAULT 0
 );
 """
+#: The version of :data:`_SCHEMA`, kept in the file as SQLite's ``user_version``: a store
+#: written under another one is refused (0: a store from before versions were kept).
+SCHEMA_VERSION = 1
 #: The columns stored as JSON, and the type each holds.
 _JSON_COLUMNS = {"metrics": dict, "curve": list, "config": dict}
 #: SQLite errors that are the storage's problem, not the file's, by their names' prefix
-#: (``SQLITE_READONLY_DIRECTORY`` is read-only); any other error means the file is not a
-#: results store.
+#: (``SQLITE_READONLY_DIRECTORY`` is read-only); any other means it is not a results store.
 _STORAGE_ERRORS = {"SQLITE_FULL": "disk full", "SQLITE_READONLY": "read-only",
                    "SQLITE_PERM": "permission denied", "SQLITE_AUTH": "permission denied",
                    "SQLITE_IOERR": "I/O error", "SQLITE_CANTOPEN": "cannot open"}
@@ -118,8 +110,7 @@ class RunResult:
             ``skipped`` (split → reason), ``extra`` (task extras; ``"split/name"`` for OOD
             splits), ``steps`` trained, ``peak_mem_measure`` (what ``peak_mem`` measured),
             ``ensemble`` (how many seeds of the cell trained together, this one included),
-            ``ensemble_id`` (the same for every cell trained in one call, absent in rows
-            stored before it was recorded), ``vectorize``,
+            ``ensemble_id`` (the same for every cell trained in one call), ``vectorize``,
             and for ODE models ``nfe_test``, ``reconstruction_error``,
             ``reconstruction_tolerance`` and ``reconstruction_flag`` (True when the error
             exceeds the tolerance: the solver, not the vector field alone, shaped the result).
@@ -158,31 +149,8 @@ class RunResult:
     created_at: str = ""
 
 
-@dataclass(frozen=True)
-class Progress:
-    """How far a run got: ``finished`` of the ``selected`` cells have a row (a failure is a
-    result too), and whether the run ``ended`` (one killed, or still going, has not)."""
-
-    finished: int
-    selected: int
-    ended: bool
-
-    def __str__(self) -> str:
-        return f"{self.finished} of {self.selected} cells" + ("" if self.ended else
-                                                              "; run unfinished")
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-def model_path(run_dir: str | Path, key: str) -> Path:
-    """Where the trained weights of cell ``key`` live in a run folder."""
-    return Path(run_dir) / "models" / f"{key}.pt"
-
-
-def store_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "results.sqlite"
 
 
 class ResultStore:
@@ -209,15 +177,13 @@ class ResultStore:
             tables = {row[0] for row in
                       con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if tables or not create:  # an empty file becomes a store only when creating
-                self._check_results_table(con, tables)
+                self._check_version(con, tables)
         if create:
             self._use_wal()
-            with self._transaction() as con:
-                con.executescript(_SCHEMA)
-            with self._transaction() as con:  # a store from before runs recorded their cells
-                con.execute("BEGIN IMMEDIATE")
-                if "cells" not in {row[1] for row in con.execute("PRAGMA table_info(runs)")}:
-                    con.execute("ALTER TABLE runs ADD COLUMN cells TEXT")
+            if not tables:  # one transaction: no reader sees the tables without the version
+                with self._transaction() as con:  # (two runs creating one store both may)
+                    con.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}"
+                                      f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
 
     def _read_only_uri(self) -> str:
         """A URI that reads the store and never writes: ``mode=ro``, or where the folder
@@ -248,13 +214,9 @@ class ResultStore:
         return OSError(f"{why}: {self.path} ({err})")
 
     def _use_wal(self, wait: float = 60.0) -> None:
-        """Put the file in WAL mode (it stays so) unless it is already.
-
-        Two runs that create one store at once both ask. SQLite may answer one of them
-        "locked" at once rather than wait, because waiting could deadlock. That run asks
-        again until ``wait`` seconds have passed, and by then it usually finds the file
-        already in WAL mode.
-        """
+        """Put the file in WAL mode (it stays so) unless it is already. Two runs creating
+        one store both ask, and SQLite may answer one "locked" at once (waiting could
+        deadlock): it asks again for up to ``wait`` seconds, and then finds WAL mode on."""
         deadline = time.monotonic() + wait
         while True:
             try:
@@ -271,13 +233,19 @@ class ResultStore:
                     raise
                 time.sleep(0.05)
 
-    def _check_results_table(self, con: sqlite3.Connection, tables: set[str]) -> None:
+    def _check_version(self, con: sqlite3.Connection, tables: set[str]) -> None:
+        """``ValueError`` unless the file is a results store of :data:`SCHEMA_VERSION`."""
         columns = ({row[1] for row in con.execute("PRAGMA table_info(results)")}
                    if "results" in tables else set())
         missing = [f.name for f in dataclasses.fields(RunResult) if f.name not in columns]
         if missing:
             why = f"its results table has no {missing[0]!r}" if columns else "no results table"
             raise ValueError(f"not a results store: {self.path} ({why})")
+        found = con.execute("PRAGMA user_version").fetchone()[0]
+        if found != SCHEMA_VERSION:
+            raise ValueError(f"{self.path}: a results store of schema version {found}; this "
+                             f"version of ddl_dynamics reads version {SCHEMA_VERSION} alone "
+                             "(rerun the experiment into a new run folder)")
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -326,6 +294,7 @@ class ResultStore:
                 )
 
     def get(self, key: str) -> RunResult | None:
+        """The row of cell ``key``, if any."""
         rows = self._select("WHERE key = ?", (key,))
         return rows[0] if rows else None
 
@@ -399,10 +368,8 @@ class ResultStore:
 
     def attempts(self) -> list[RunResult]:
         """Every row a later attempt at its cell replaced, oldest first: a retried failure
-        stays on record. (A store written before attempts were kept has none.)"""
-        with self._transaction() as con:
-            kept = con.execute("SELECT 1 FROM sqlite_master WHERE name = 'attempts'").fetchone()
-        return self._select("ORDER BY id", (), table="attempts") if kept else []
+        stays on record."""
+        return self._select("ORDER BY id", (), table="attempts")
 
     def _select(self, clause: str, args: Sequence[Any],
                 table: str = "results") -> list[RunResult]:
@@ -447,14 +414,14 @@ class ResultStore:
 
     def start_run(self, name: str, config_text: str,
                   task_files: Sequence[dict[str, Any]] = (), cells: Sequence[str] = ()) -> int:
-        """Record that a run (or a resume) of experiment ``name`` starts now, with the
-        records of :func:`keep_task_files` and the keys of the cells it selected."""
+        """Record that a run (or a resume) of experiment ``name`` starts now, with the records
+        of :meth:`~.folder.RunFolder.keep_task_files` and the keys of the cells it selected."""
         with self._transaction() as con:
             cursor = con.execute(
                 "INSERT INTO runs (name, config, task_files, versions, machine, started_at, "
                 "cells) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (name, config_text, json.dumps(list(task_files)), json.dumps(_versions()),
-                 json.dumps(_machine()), _now(), json.dumps(list(cells))),
+                (name, config_text, json.dumps(list(task_files)), json.dumps(versions()),
+                 json.dumps(machine()), _now(), json.dumps(list(cells))),
             )
             if cursor.lastrowid is None:  # (an INSERT sets it)
                 raise RuntimeError(f"the store gave no id to the new run {name!r}")
@@ -465,16 +432,14 @@ class ResultStore:
             con.execute("UPDATE runs SET ended_at = ? WHERE id = ?", (_now(), run_id))
 
     def progress(self) -> Progress | None:
-        """How far the latest run got, or None where no run recorded the cells it selected
-        (a store written before runs did)."""
+        """How far the latest run got, or None where no run started yet."""
         with self._transaction() as con:
             con.execute("BEGIN")  # one snapshot of both tables
             run = con.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()
             stored = {row["key"] for row in con.execute("SELECT key FROM results")}
-        selected = None if run is None else dict(run).get("cells")
-        if selected is None:
+        if run is None:
             return None
-        keys = set(self._run_cells(run["id"], selected))
+        keys = set(self._run_cells(run["id"], run["cells"]))
         return Progress(len(keys & stored), len(keys), run["ended_at"] is not None)
 
     def experiment(self) -> dict[str, Any] | None:
@@ -496,16 +461,14 @@ class ResultStore:
         return record
 
     def task_files(self) -> list[dict[str, Any]]:
-        """The kept task files of every run in this store, newest run first, one per content.
-        (Runs recorded before copies were kept list bare paths: pass those with
-        ``--task-file``.)"""
+        """The kept task files of every run in this store, newest run first, one per
+        content."""
         with self._transaction() as con:
             runs = con.execute("SELECT task_files FROM runs ORDER BY id DESC").fetchall()
         kept: dict[str, dict[str, Any]] = {}
         for run in runs:
             for record in json.loads(run["task_files"]):
-                if isinstance(record, dict):
-                    kept.setdefault(record["sha256"], record)
+                kept.setdefault(record["sha256"], record)
         return list(kept.values())
 
 
@@ -529,107 +492,3 @@ def _check_row(row: dict[str, Any]) -> None:
     made = isinstance(row["key"], str) and re.fullmatch(r"[0-9a-f]{16}", row["key"])
     if made and cell_key(row["config"]) != row["key"]:
         raise ValueError("its config is not the one its key was made from (edited or cut)")
-
-
-def open_run(run_dir: str | Path) -> ResultStore:
-    """The store of an existing run folder, for reading (the file is never modified),
-    with the run's kept task files imported where what they register is missing (so a
-    ``--task-file`` given again takes precedence over the run's copy)."""
-    run_dir = Path(run_dir)
-    store = ResultStore(store_path(run_dir), create=False)
-    for record in store.task_files():
-        if not set(record["registers"]) <= _registered():
-            load_task_file(run_dir / record["copy"])
-    return store
-
-
-def load_trained(run_dir: str | Path, key: str) -> tuple[Task, DepthModel]:
-    """Rebuild the task and trained model of cell ``key`` from a run folder (eval mode)."""
-    result = open_run(run_dir).get(key)
-    path = model_path(run_dir, key)
-    if result is None or not path.is_file():
-        raise ValueError(f"{run_dir}: no trained model for cell {key!r}")
-    task, model = Cell.from_dict(result.config).build()
-    try:
-        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    except Exception as err:  # a truncated or foreign file may fail in any way
-        why = str(err).strip().splitlines()[:1] or [""]
-        raise ValueError(f"damaged weights: {path}, of cell {key} ({result.task!r} × "
-                         f"{result.model!r}, seed {result.seed}), cannot be read "
-                         f"({type(err).__name__}: {why[0]})") from err
-    return task, model.eval()
-
-
-#: Content hash of each task file imported in this process → the names it registered.
-_imported: dict[str, tuple[str, ...]] = {}
-
-
-def load_task_file(path: str | Path) -> tuple[str, ...]:
-    """Import a user task file once per process and per content (importing it twice, or
-    its kept copy after it, would register its names twice); returns what it registered,
-    as ``"task:<name>"`` and ``"model:<name>"``."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest not in _imported:
-        before = _registered()
-        load_file(path)
-        _imported[digest] = tuple(sorted(_registered() - before))
-    return _imported[digest]
-
-
-def keep_task_files(run_dir: str | Path, paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Copy user task files into ``run_dir/task_files/<stem>-<hash>.py`` and import them;
-    returns one record per file (its path, SHA-256, copy and what it registers) for
-    :meth:`ResultStore.start_run`. Workers import the copies, so editing a task file while
-    a run is going on changes nothing in that run."""
-    records = []
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise FileNotFoundError(f"no such file: {path}")
-        data = path.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
-        copy = Path("task_files") / f"{path.stem}-{digest[:12]}.py"
-        target = Path(run_dir) / copy
-        if not target.is_file():  # concurrent runs copying the same file both succeed
-            write_atomically(target, methodcaller("write", data))
-        records.append({"file": str(path.resolve()), "sha256": digest, "copy": str(copy),
-                        "registers": list(load_task_file(target))})
-    return records
-
-
-def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write ``path`` through ``write(file)`` into a file beside it, then rename that into
-    place: a process killed meanwhile leaves no partial file under ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as file:
-            write(file)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _registered() -> set[str]:
-    return {f"task:{n}" for n in list_tasks()} | {f"model:{n}" for n in list_models()}
-
-
-def _versions() -> dict[str, str]:
-    found = {"python": sys.version.split()[0]}
-    for package in ("torch", "torchdiffeq", "numpy", "scipy", "ddl-dynamics"):
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "absent"
-    return found
-
-
-def _machine() -> dict[str, Any]:
-    machine = {"platform": platform.platform(), "processor": platform.machine(),
-               "cpu_count": os.cpu_count()}
-    if torch.cuda.is_available():
-        machine["cuda"] = torch.cuda.get_device_name()
-    return machine

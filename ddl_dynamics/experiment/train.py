@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import time
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
@@ -40,7 +39,7 @@ from .memory import peak_memory, reset_peak_memory
 from .optim import make_optimizer
 from .splits import SPLITS, sample_splits
 from .step import Predict, predictor, training_step
-from .store import ResultStore, RunResult, model_path, store_path
+from .store import RunResult
 
 if TYPE_CHECKING:
     from ..models.ode import NeuralODE
@@ -374,24 +373,11 @@ def _check_fold(ensemble: Ensemble, task: Task, members: Sequence[_Member], rows
 
 @dataclass
 class Trained:
-    """What training a cell produced: its row and, unless it failed, its weights (CPU)."""
+    """What training a cell produced: its row and, unless it failed, its weights (CPU); a
+    plain value, which the run's process saves (:meth:`~.folder.RunFolder.save`)."""
 
     result: RunResult
     weights: dict[str, Tensor] | None = None
-
-    def save(self, run_dir: str | Path) -> None:
-        """Write the weights (:meth:`save_weights`), then the row."""
-        self.save_weights(run_dir)
-        ResultStore(store_path(run_dir)).put(self.result)
-
-    def save_weights(self, run_dir: str | Path) -> None:
-        """Write the weights, if any, atomically: a stored row never points at half a file."""
-        if self.weights is not None:
-            path = model_path(run_dir, self.result.key)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            torch.save(self.weights, tmp)
-            tmp.replace(path)
 
 
 def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
