@@ -23,6 +23,8 @@ from ddl_dynamics.analysis.width import (
     width_panels,
 )
 from ddl_dynamics.cli import main
+from ddl_dynamics.experiment.cells import expand_cells
+from ddl_dynamics.experiment.reader import load_experiment
 from ddl_dynamics.experiment.store import open_run
 
 #: var-chain swept over hops at widths 8 and 16, a reassign task at 16 only (in no panel);
@@ -167,7 +169,7 @@ def test_a_run_without_a_width_sweep_has_nothing_to_draw(width_run, tmp_path, ca
 def test_the_crossover_follows_hops_at_each_width_apart(width_run):
     found = build_report(load_run(width_run)).crossovers
     assert {(c.setting.knob, c.setting.label, c.model, c.control) for c in found} == {
-        ("hops", f"reassign=False,width={w}", "ddl-dv1", "transformer") for w in (8, 16)}
+        ("hops", f"width={w}", "ddl-dv1", "transformer") for w in (8, 16)}
     for c in found:  # each curve from one width's tasks
         assert [v for v, _ in c.points] == [1, 2]
         width = c.setting.label.rsplit("=", 1)[1]
@@ -177,3 +179,31 @@ def test_the_crossover_follows_hops_at_each_width_apart(width_run):
     ax = crossover(drawn, {}, "hops", "accuracy", True).axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
     assert ax.get_legend().get_texts()[0].get_text() == "ddl-dv1 − transformer: hops* = 2"
+
+
+def test_the_depth_study_draws_three_width_panels_and_a_crossover_per_width():
+    """``experiments/transformer-depth.toml``, its cells given made-up metrics (nothing
+    trained): the panels and the crossovers its figures draw."""
+    path = Path(__file__).parents[1] / "experiments" / "transformer-depth.toml"
+    cells = expand_cells(load_experiment(path), seeds=[0, 1, 2])
+    values = np.random.default_rng(0).random((len(cells), 2))
+    rows = [dd.RunResult(status="ok", key=c.key, task=c.task_label, model=c.label,
+                         seed=c.seed, params=100, config=c.to_dict(),
+                         metrics={"metric": "accuracy", "higher_is_better": True,
+                                  "val": val, "test": test})
+            for c, (val, test) in zip(cells, values, strict=True)]
+    run = run_of(rows, experiment={"config": path.read_text()})
+    labels = ["additive-dv4", "ddl-dv1", "ddl-dv4", "ddl-write-dv1", "transformer"]
+    panels = width_panels(run)
+    assert [p.title for p in panels] == ["var-chain, hops=1, reassign=False",
+                                         "var-chain, hops=4, reassign=False",
+                                         "var-chain, hops=4, reassign=True"]
+    for panel in panels:
+        assert list(panel.rows) == labels
+        assert [p.width for p in panel.rows["transformer"]] == [16, 32, 64]
+    found = {(c.setting.label, c.model, c.control): [v for v, _ in c.points]
+             for c in build_report(run).crossovers}
+    for pair in (("ddl-dv1", "transformer"), ("ddl-dv1", "ddl-write-dv1"),
+                 ("ddl-dv4", "additive-dv4")):
+        assert found["width=32", *pair] == [1, 2, 3, 4]
+        assert found["width=16", *pair] == found["width=64", *pair] == [1, 4]

@@ -221,12 +221,17 @@ def _settings(rows: Sequence[RunResult]) -> dict[str, tuple[Setting, float]]:
             others = (*sorted((k, v) for k, v in spec.items() if k != knob),
                       ("width", config.get("config", {}).get("width")))
             found[row.task] = (config["task"], knob, others, float(spec[knob]))
+    values: dict[tuple[str, tuple[tuple[str, Any], ...]], set[float]] = defaultdict(set)
+    for family, _, others, value in found.values():
+        values[family, others].add(value)
+    swept = [key for key, found_at in values.items() if len(found_at) >= 2]
     settings = {}
     for label, (family, knob, others, value) in found.items():
-        peers = [(o, v) for f, _, o, v in found.values() if f == family]
-        if len({v for o, v in peers if o == others}) < 2:
+        if (family, others) not in swept:
             continue
-        shown = [f"{k}={v}" for k, v in others if any(dict(o)[k] != v for o, _ in peers)]
+        # named by what tells it from the family's other swept settings
+        shown = [f"{k}={v}" for k, v in others
+                 if any(dict(o)[k] != v for f, o in swept if f == family)]
         settings[label] = (Setting(family, knob, ",".join(shown)), value)
     return settings
 
