@@ -3,7 +3,8 @@
 A task family may name a ``knob``, the spec field that moves it from one regime to another
 (``switched``'s event rate ``p``, from a smooth flow to erase/rewrite events). An experiment
 that sweeps it gives one task label per knob value and *setting* (the other spec values,
-e.g. ``event=reflect``). For each setting, each of the report's comparisons (a row against
+e.g. ``event=reflect``, and the model width, e.g. ``width=16``, where the run sweeps the
+knob at several). For each setting, each of the report's comparisons (a row against
 its baseline, or a declared comparison) is followed across the knob: at every knob value
 its judged, Holm-adjusted label (:mod:`.verdicts`), with n. The crossover ``p*`` is the
 smallest knob value from which on the model wins at every larger value in the run; None
@@ -216,15 +217,21 @@ def _settings(rows: Sequence[RunResult]) -> dict[str, tuple[Setting, float]]:
             continue
         spec = config.get("spec", {})
         knob = make_task(config["task"], **spec).knob
-        if knob is not None:
-            others = tuple(sorted((k, v) for k, v in spec.items() if k != knob))
+        if knob is not None:  # the model width too: a sweep of hops at each of two widths
+            others = (*sorted((k, v) for k, v in spec.items() if k != knob),
+                      ("width", config.get("config", {}).get("width")))
             found[row.task] = (config["task"], knob, others, float(spec[knob]))
+    values: dict[tuple[str, tuple[tuple[str, Any], ...]], set[float]] = defaultdict(set)
+    for family, _, others, value in found.values():
+        values[family, others].add(value)
+    swept = [key for key, found_at in values.items() if len(found_at) >= 2]
     settings = {}
     for label, (family, knob, others, value) in found.items():
-        peers = [(o, v) for f, _, o, v in found.values() if f == family]
-        if len({v for o, v in peers if o == others}) < 2:
+        if (family, others) not in swept:
             continue
-        shown = [f"{k}={v}" for k, v in others if any(dict(o)[k] != v for o, _ in peers)]
+        # named by what tells it from the family's other swept settings
+        shown = [f"{k}={v}" for k, v in others
+                 if any(dict(o)[k] != v for f, o in swept if f == family)]
         settings[label] = (Setting(family, knob, ",".join(shown)), value)
     return settings
 

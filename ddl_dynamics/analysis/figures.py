@@ -24,16 +24,17 @@ from .plots.depth import depth_profiles, phase_portraits
 from .plots.gates import beta_histograms, determinant_plot, probe_consistency, regime_atlas
 from .plots.style import row_colors, save_figure
 from .plots.summary import comparison, verdict_matrix
-from .plots.sweeps import crossover, hop_gates
+from .plots.sweeps import crossover, hop_gates, width_sweep
 from .plots.training import nfe_curves, training_curves
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import contraction, depth_determinant, regime_fractions
 from .report import Report, build_report
 from .report_text import signed
 from .run import Run, load_run
+from .width import width_panels
 
 #: The figure groups of ``ddl-dyn plot``.
-FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover", "hops")
+FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover", "hops", "width")
 #: The groups that read probes (made first, for the cells that have none yet).
 _PROBED = {"regimes", "trajectories", "crossover", "hops"}
 #: Run folders whose figures are drawn elsewhere for now (:func:`drawn_where_possible`).
@@ -270,6 +271,21 @@ def hop_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     return out
 
 
+def width_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
+    """Per task family with a width sweep (the same task at several model widths): every
+    row's test metric against the width at its chosen grid value, the smallest width that
+    solves it marked (:mod:`.width`)."""
+    panels = width_panels(run)
+    if not panels:
+        raise NothingToDraw("no width sweep: it needs one task family with the same spec at "
+                            "two or more model widths (e.g. var-chain-w16, -w32, -w64)")
+    out: list[Path] = []
+    for family in dict.fromkeys(p.family for p in panels):
+        fig = width_sweep([p for p in panels if p.family == family], colors)
+        out += save_figure(fig, figure_dir(run.run_dir) / f"width_{family}")
+    return out
+
+
 _BUILDERS: dict[str, Callable[[Run, Report, Colors], list[Path]]] = {
     "regimes": regime_figures,
     "trajectories": trajectory_figures,
@@ -277,6 +293,7 @@ _BUILDERS: dict[str, Callable[[Run, Report, Colors], list[Path]]] = {
     "compare": compare_figures,
     "crossover": crossover_figures,
     "hops": hop_figures,
+    "width": width_figures,
 }
 #: One line per figure group, for ``ddl-dyn plot --help``: its builder's summary.
 FIGURE_HELP = {kind: first_paragraph(build) for kind, build in _BUILDERS.items()}

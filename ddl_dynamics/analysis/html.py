@@ -35,6 +35,7 @@ from .report_text import (
     who,
 )
 from .run import load_run
+from .width import SOLVED
 from .wording import counts, counts_text
 
 #: Captions of the figure files, by name prefix.
@@ -46,11 +47,15 @@ CAPTIONS = {
                 "blank: no comparison (the baseline itself, or not run there).",
     "crossover": "Crossover: per setting, each comparison's paired test-metric difference "
                  "(a row against its baseline, or a declared comparison) across the knob, "
-                 "mean and 95% CI over seeds, with p*, the smallest knob value from which on "
-                 "the model wins (adjusted) at every larger value (dotted), or none in range. "
-                 "Right: "
-                 "for the ddl stacks, the share of gates in each event's regime at the steps "
-                 "with that event (solid) and at the steps without an event (dashed).",
+                 "mean and 95% CI over seeds, with the crossover named after the knob (p*, "
+                 "hops*), the smallest knob value from which on the model wins (adjusted) "
+                 "at every larger value (dotted), or none in range. Right: for the ddl "
+                 "stacks, the share of gates in each event's regime at the steps with that "
+                 "event (solid) and at the steps without an event (dashed).",
+    "width": "Test metric against the model width, per task setting swept at several "
+             "widths: every row at its chosen grid value, the mean over its finished seeds "
+             f"with its 95% CI; a star marks the smallest width whose mean reaches {SOLVED:g}, "
+             "and the legend counts each row's failed seeds.",
     "compare": "Test metric per task and model: each finished seed (hollow) and their mean "
                "with its 95% CI (filled).",
     "regime_atlas": "Regime atlas: per layer, the fraction of test samples whose gate β falls "

@@ -226,12 +226,12 @@ REGIME_NOTE = ("Share of (sample, layer) gates per regime on the test split, poo
 CROSSOVER_NOTE = (
     "Where the run sweeps a task's knob (e.g. the event rate p), every comparison above "
     "followed across the knob: at each value the paired difference (mean ± 95% CI over the "
-    "seeds both finished) and its adjusted label with n. The crossover p* is the smallest "
-    "knob value from which on the model wins at every larger value in the run (none in "
-    "range: it does not win at the largest); it reads adjusted verdicts, so one point that "
-    "misses significance moves it. Beside it, the 95% bootstrap interval over seeds of the "
-    "knob value from which on the mean difference favours the model (none: beyond the "
-    "range).")
+    "seeds both finished) and its adjusted label with n. The crossover, named after the "
+    "knob (p*, hops*), is the smallest knob value from which on the model wins at every "
+    "larger value in the run (none in range: it does not win at the largest); it reads "
+    "adjusted verdicts, so one point that misses significance moves it. Beside it, the 95% "
+    "bootstrap interval over seeds of the knob value from which on the mean difference "
+    "favours the model (none: beyond the range).")
 
 
 def crossover_cells(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:

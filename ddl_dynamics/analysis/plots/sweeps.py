@@ -1,5 +1,5 @@
-"""Figures across a task's knob: the crossover of a comparison, and a Delta row's gates
-on a multi-hop task."""
+"""Figures across a sweep: the crossover of a comparison over a task's knob, a Delta row's
+gates on a multi-hop task, and each row's test metric against the model width."""
 
 from __future__ import annotations
 
@@ -10,7 +10,16 @@ from matplotlib.figure import Figure
 
 from ...models.operator import REGIME_BOUNDS
 from ..crossover import star_text
-from .style import PALETTE, REGIME_COLORS, clipped_error, row_colors, styled
+from ..width import SOLVED, WidthPanel, smallest_solving
+from .style import (
+    METRIC_RANGE,
+    PALETTE,
+    REGIME_COLORS,
+    clipped_error,
+    panel_grid,
+    row_colors,
+    styled,
+)
 
 #: One knob value's point of a curve: (knob value, mean, 95% CI half-width; 0 for none).
 Curve = tuple[Sequence[float], Sequence[float], Sequence[float]]
@@ -144,4 +153,58 @@ def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, S
                   ylim=(0, 2))
         right.legend(**legend)
     fig.tight_layout()
+    return fig
+
+
+@styled
+def width_sweep(panels: Sequence[WidthPanel], colors: Mapping[str, str] | None = None) -> Figure:
+    """One panel per task setting: every row's test metric against the model width (log
+    axis, a tick at every width), each point at the row's chosen grid value, the mean over
+    its finished seeds with the 95% CI clipped to the metric's range; a star marks the
+    smallest width whose mean reaches :data:`~..width.SOLVED` (dashed line), and each
+    row's legend entry says where that is and how many of its seeds failed.
+
+    Args:
+        panels: the width sweeps (:func:`~..width.width_panels`).
+        colors: row label → colour (default: one per row of the figure, sorted).
+    """
+    fig, axes = panel_grid(len(panels), width=4.6, height=4.4, cols=3)
+    colors = colors or row_colors(label for p in panels for label in p.rows)
+    for ax, panel in zip(axes, panels, strict=True):
+        low, high = METRIC_RANGE.get(panel.metric, (-np.inf, np.inf))
+        solvable = panel.higher_is_better and high == 1.0  # a share, such as accuracy
+        widths = sorted({p.width for points in panel.rows.values() for p in points})
+        for i, (label, points) in enumerate(panel.rows.items()):
+            drawn = [p for p in points if p.test.mean is not None]
+            means = [float(p.test.mean) for p in drawn if p.test.mean is not None]
+            halves = [p.test.ci or 0.0 for p in drawn]
+            xs = [p.width * (1 + 0.02 * (i - (len(panel.rows) - 1) / 2)) for p in drawn]
+            star = smallest_solving(points, solvable)
+            notes = [label]
+            if solvable:
+                notes.append(f"reaches {SOLVED:g} from width {star}" if star is not None
+                             else f"reaches {SOLVED:g} at no width")
+            failed, run = sum(p.failed for p in points), sum(p.run for p in points)
+            if failed:
+                notes.append(f"{failed} of {run} seeds failed")
+            ax.errorbar(xs, means, yerr=clipped_error(means, halves, low, high), fmt="o-",
+                        ms=4, lw=1.2, capsize=3, color=colors[label],
+                        label="; ".join(notes))
+            if star is not None:
+                at = next(j for j, p in enumerate(drawn) if p.width == star)
+                ax.plot(xs[at], means[at], "*", ms=13, color=colors[label], mec="black",
+                        mew=0.6, zorder=5)
+        if solvable:
+            ax.axhline(SOLVED, color="black", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(widths, [str(w) for w in widths])
+        ax.minorticks_off()
+        if np.isfinite(high):
+            ax.set_ylim(low - 0.02 * (high - low), high + 0.02 * (high - low))
+        ax.set(title=panel.title, xlabel="model width",
+               ylabel=f"test {panel.metric} (mean, 95% CI)")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1)
+    fig.suptitle("each row at its chosen grid value; mean over its finished seeds, 95% CI; "
+                 f"star: the smallest width whose mean reaches {SOLVED:g}", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
