@@ -1,12 +1,13 @@
 """ddl_dynamics: where does the Delta operator beat additive residual stacks and neural ODEs?
 
-The public API, in one screen, by group (:data:`API`). The implementation is in three wings
-whose imports run one way, ``analysis`` → ``experiment`` → task interface → ``models`` →
-registry:
+The public API, in one screen, by group (:data:`API`). The implementation is in wings
+whose imports run one way, ``analysis`` and ``bench`` → ``experiment`` → task interface →
+``models`` → registry:
 
 - ``models/``: the Delta operator and the depth-model families;
-- ``experiment/``: experiment files, the trainer, the runner and the results store;
-- ``analysis/``: report, expectations, probes, regime analysis, figures and HTML.
+- ``experiment/``: experiment files, the trainer, the runner and the run folder;
+- ``analysis/``: report, expectations, probes, regime analysis, figures and HTML;
+- ``bench/``: the benchmarks behind ``ddl-dyn bench``.
 
 Names load on first use, so ``import ddl_dynamics`` (and ``ddl-dyn --help``) imports
 neither torch nor matplotlib; everything else is importable from its own module.
@@ -48,7 +49,7 @@ API: dict[str, dict[str, tuple[str, ...]]] = {
     "results, reports and figures": {
         ".analysis.results": ("load_results",),
         ".experiment.folder": ("RunFolder",),
-        ".experiment.store": ("RunResult",),
+        ".experiment.result": ("RunResult",),
         ".analysis.report": ("build_report",),
         ".analysis.html": ("write_html_report",),
         ".analysis.figures": ("make_figures",),
@@ -57,7 +58,7 @@ API: dict[str, dict[str, tuple[str, ...]]] = {
 _HOME = {name: module for group in API.values() for module, names in group.items()
          for name in names}
 #: The subpackages, reachable as attributes (``ddl_dynamics.experiment.store``) once imported.
-_SUBPACKAGES = ("analysis", "experiment", "models", "tasks")
+_SUBPACKAGES = ("analysis", "bench", "experiment", "models", "tasks")
 
 __all__ = sorted(_HOME)
 

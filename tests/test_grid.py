@@ -15,7 +15,7 @@ from ddl_dynamics.experiment.grid import (
     point_text,
     row_identity,
 )
-from ddl_dynamics.experiment.store import RunResult
+from ddl_dynamics.experiment.result import RunResult
 from ddl_dynamics.experiment.train import seed_groups
 
 

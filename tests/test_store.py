@@ -144,6 +144,21 @@ def test_a_store_of_another_schema_version_is_refused_and_left_alone(tmp_path, f
     assert path.read_bytes() == before
 
 
+def test_an_unversioned_store_of_version_1s_tables_is_read_as_version_1(tmp_path):
+    """The 0.x releases wrote version 1's tables without the version: their runs stay
+    readable, and a store that differs in any table is not."""
+    path = tmp_path / "results.sqlite"
+    ResultStore(path).put(result("a"))
+    with sqlite3.connect(path) as con:
+        con.execute("PRAGMA user_version = 0")
+    assert [r.key for r in ResultStore(path, create=False).rows()] == ["a"]
+    ResultStore(path).put(result("b"))
+    with sqlite3.connect(path) as con:
+        con.execute("ALTER TABLE results ADD COLUMN extra TEXT")
+    with pytest.raises(ValueError, match="schema version 0"):
+        ResultStore(path, create=False)
+
+
 def test_a_new_store_carries_the_schema_version(tmp_path):
     ResultStore(tmp_path / "results.sqlite")
     with sqlite3.connect(tmp_path / "results.sqlite") as con:

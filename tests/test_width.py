@@ -24,8 +24,8 @@ from ddl_dynamics.analysis.width import (
 )
 from ddl_dynamics.cli import main
 from ddl_dynamics.experiment.cells import expand_cells
+from ddl_dynamics.experiment.folder import RunFolder
 from ddl_dynamics.experiment.reader import load_experiment
-from ddl_dynamics.experiment.store import open_run
 
 #: var-chain swept over hops at widths 8 and 16, a reassign task at 16 only (in no panel);
 #: two rows, 2 seeds, two learning rates, 10 steps: 40 cells, a few seconds.
@@ -93,7 +93,7 @@ def test_a_panel_is_one_task_setting_at_every_width(width_run):
 def test_each_point_is_the_reports_test_metric_at_the_chosen_rate(width_run):
     run = load_run(width_run)
     tables = {t.task: {r.model: r for r in t.rows} for t in build_report(run).tables}
-    stored = open_run(width_run).rows()
+    stored = RunFolder.open(width_run).store.rows()
     checked = 0
     for panel in width_panels(run):
         for label, points in panel.rows.items():
@@ -111,7 +111,7 @@ def test_each_point_is_the_reports_test_metric_at_the_chosen_rate(width_run):
 
 
 def test_failed_seeds_are_counted_and_named_in_the_legend(width_run):
-    cells = open_run(width_run).rows()
+    cells = RunFolder.open(width_run).store.rows()
     failing = [dataclasses.replace(c, status="diverged") if (c.task, c.model, c.seed) == (
         "var-chain-w8[hops=1]", "transformer", 0) else c for c in cells]
     panel = width_panels(run_of(failing, experiment={}))[0]
@@ -153,12 +153,13 @@ def test_plot_width_writes_the_figure(width_run, capsys):
 
 
 def test_a_run_without_a_width_sweep_has_nothing_to_draw(width_run, tmp_path, capsys):
-    one_width = [c for c in open_run(width_run).rows() if c.task.startswith("var-chain-w16")]
+    one_width = [c for c in RunFolder.open(width_run).store.rows()
+                 if c.task.startswith("var-chain-w16")]
     run = run_of(one_width, experiment={}, run_dir=tmp_path)
     assert width_panels(run) == []
     with pytest.raises(NothingToDraw, match="no width sweep"):
         width_figures(run, build_report(run), {})
-    store = dd.ResultStore(tmp_path / "results.sqlite")
+    store = dd.RunFolder.open(tmp_path, "w").store
     store.start_run("one-width", "")
     for cell in one_width:
         store.put(cell)

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from .._task import make_task
 from ..experiment.grid import grid_value, point_text
-from ..experiment.store import RunResult
+from ..experiment.result import RunResult
 from .run import Row, Run
 from .stats import ALPHA, PAIRED_T, Paired, detectable_difference, holm
 from .verdicts import (

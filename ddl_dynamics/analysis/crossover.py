@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .._task import make_task
-from ..experiment.store import RunResult
+from ..experiment.result import RunResult
 from ..models.operator import REGIMES, regime_index
 from .comparisons import Comparison
 from .probes import erases, load_probes

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from .._task import Expectation, Subject, make_task
-from ..experiment.store import RunResult
+from ..experiment.result import RunResult
 from ..models.base import MODELS, model_options
 from .comparisons import Comparison, Request
 from .run import Run

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .._task import Task, make_task
-from ..experiment.store import RunResult
+from ..experiment.result import RunResult
 from ..models.operator import REGIMES, regime_index
 from .probes import erases, load_probes
 from .run import Run

@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 from .._task import Task
 from ..experiment.config import COUNTED
 from ..experiment.folder import RunFolder
+from ..experiment.result import RunResult
 from ..experiment.runner import _one_thread as one_thread
-from ..experiment.store import RunResult
 from ..models.base import DepthModel
 from ..models.delta import DeltaProbe
 from ..models.transformer import Transformer

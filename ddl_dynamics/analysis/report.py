@@ -34,7 +34,7 @@ from .._task import make_task
 from ..experiment.config import COUNTED
 from ..experiment.folder import RunFolder
 from ..experiment.grid import grid_value, point_text
-from ..experiment.store import STATUSES, RunResult
+from ..experiment.result import STATUSES, RunResult
 from ..models.operator import REGIMES
 from .comparisons import Comparison, Request, judge
 from .crossover import Crossover, crossovers

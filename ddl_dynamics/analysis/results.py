@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..experiment.store import RunResult
+from ..experiment.result import RunResult
 from .run import Row, Run, load_run
 
 #: The figures every cell has a column for, after its identity and status: what the store

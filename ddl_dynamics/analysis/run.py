@@ -29,7 +29,7 @@ from ..experiment.config import COUNTED, DEFAULT_BASELINE, ComparisonSpec
 from ..experiment.folder import RunFolder
 from ..experiment.grid import grid_value, point_text, row_identity, searched
 from ..experiment.provenance import Progress
-from ..experiment.store import RunResult
+from ..experiment.result import RunResult
 from .verdicts import chosen_value
 
 

@@ -52,7 +52,7 @@ from typing import Any
 
 from ..experiment.config import COUNTED
 from ..experiment.grid import grid_value, searched, value_text
-from ..experiment.store import RunResult
+from ..experiment.result import RunResult
 from .stats import ALPHA, Paired, finite
 
 WIN, LOSS, EQUIVALENT, INCONCLUSIVE = "win", "loss", "equivalent", "inconclusive"

@@ -50,7 +50,8 @@ from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, ce
 from .folder import RunFolder, load_task_file, write_atomically
 from .grid import grid_value, searched
 from .reader import load_experiment
-from .store import STATUSES, ResultStore, RunResult
+from .result import STATUSES, RunResult
+from .store import ResultStore
 from .train import Trained, run_cells, stamp
 
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"

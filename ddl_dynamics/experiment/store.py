@@ -26,13 +26,13 @@ import sqlite3
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from .config import FINISHED, cell_key, check_label
 from .provenance import Progress, machine, versions
+from .result import STATUSES, RunResult
 
 #: A result's columns after its key: a cell's row in ``results``, and each earlier attempt at
 #: it in ``attempts``, which copies them over when the cell is retried.
@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS claims (
 );
 """
 #: The version of :data:`_SCHEMA`, kept in the file as SQLite's ``user_version``: a store
-#: written under another one is refused (0: a store from before versions were kept).
+#: written under another one is refused. 0 is a store from before versions were kept; one
+#: whose tables are exactly version 1's (the 0.x releases wrote them) is read as version 1.
 SCHEMA_VERSION = 1
 #: The columns stored as JSON, and the type each holds.
 _JSON_COLUMNS = {"metrics": dict, "curve": list, "config": dict}
@@ -90,65 +91,6 @@ _STORAGE_ERRORS = {"SQLITE_FULL": "disk full", "SQLITE_READONLY": "read-only",
 #: What :meth:`ResultStore.claim` found: the cell is now the caller's; another live
 #: process holds it; or a result was written for it since the caller looked.
 Claim = Literal["claimed", "busy", "done"]
-#: Statuses a cell can end with.
-STATUSES = ("ok", "capped", "diverged", "failed")
-
-
-@dataclass
-class RunResult:
-    """The record of one trained cell, as stored.
-
-    Attributes:
-        status: ``"ok"``; or a failure of the model on this seed, which never enters a
-            mean (``config.COUNTED``): ``"capped"`` (a time or solver cap stopped training or
-            the final evaluation; what was reached is kept), ``"diverged"`` (a loss non-finite
-            or above ``train.DIVERGENCE_FACTOR`` × the first step's; scored as it stands)
-            or ``"failed"`` (an exception; no metrics).
-        metrics: ``metric``/``higher_is_better`` (how to read the numbers), ``train``,
-            ``val``, ``test`` (scored once, after training; None only where the model could
-            not be scored), ``ood`` (split → value, None when the model cannot run it) with
-            ``skipped`` (split → reason), ``extra`` (task extras; ``"split/name"`` for OOD
-            splits), ``steps`` trained, ``peak_mem_measure`` (what ``peak_mem`` measured),
-            ``ensemble`` (how many seeds of the cell trained together, this one included),
-            ``ensemble_id`` (the same for every cell trained in one call), ``vectorize``,
-            and for ODE models ``nfe_test``, ``reconstruction_error``,
-            ``reconstruction_tolerance`` and ``reconstruction_flag`` (True when the error
-            exceeds the tolerance: the solver, not the vector field alone, shaped the result).
-        curve: ``[step, mean train loss since last point, val metric, cumulative FLOPs,
-            mean forward NFE since last point (None for discrete models)]``.
-        flops: forward FLOPs per sample of one val batch, of the matmul-class ops torch's
-            FLOP counter counts (matmuls, convolutions, attention; no elementwise work).
-        nfe_forward, nfe_backward: ODE function evaluations per training batch, averaged.
-        wall_time: seconds; of seeds trained together, the ensemble's time divided by
-            their number.
-        peak_mem: bytes, the peak during this cell, or during the ensemble it trained in
-            (CUDA: memory allocated; CPU: resident set size, where the platform can reset
-            its high-water mark, else the worker process's peak so far;
-            ``metrics["peak_mem_measure"]`` says which).
-        config: the fully resolved cell (:meth:`Cell.to_dict`), every model option with
-            its default filled in: the gate's ``beta_init``/``value_source``, an ODE's
-            ``method``, ``rtol``, ``atol`` and ``max_steps``; and the row's ``baseline``,
-            ``match_params`` and ``params_target``.
-    """
-
-    status: str
-    message: str = ""
-    key: str = ""
-    task: str = ""
-    model: str = ""
-    seed: int = 0
-    metrics: dict[str, Any] = field(default_factory=dict)
-    curve: list[list[float | None]] = field(default_factory=list)
-    params: int | None = None
-    flops: float | None = None
-    nfe_forward: float | None = None
-    nfe_backward: float | None = None
-    wall_time: float | None = None
-    peak_mem: int | None = None
-    config: dict[str, Any] = field(default_factory=dict)
-    created_at: str = ""
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -242,6 +184,8 @@ class ResultStore:
             why = f"its results table has no {missing[0]!r}" if columns else "no results table"
             raise ValueError(f"not a results store: {self.path} ({why})")
         found = con.execute("PRAGMA user_version").fetchone()[0]
+        if found == 0 and _table_sql(con) == _table_sql(_SCHEMA):
+            found = 1  # version 1's layout, written before the version was kept
         if found != SCHEMA_VERSION:
             raise ValueError(f"{self.path}: a results store of schema version {found}; this "
                              f"version of ddl_dynamics reads version {SCHEMA_VERSION} alone "
@@ -492,3 +436,13 @@ def _check_row(row: dict[str, Any]) -> None:
     made = isinstance(row["key"], str) and re.fullmatch(r"[0-9a-f]{16}", row["key"])
     if made and cell_key(row["config"]) != row["key"]:
         raise ValueError("its config is not the one its key was made from (edited or cut)")
+
+
+def _table_sql(source: sqlite3.Connection | str) -> list[str]:
+    """The ``CREATE TABLE`` statements of a store (or of a schema script), in name order."""
+    if isinstance(source, str):
+        with closing(sqlite3.connect(":memory:")) as con:
+            con.executescript(source)
+            return _table_sql(con)
+    return [row[0] for row in source.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' ORDER BY name")]

@@ -37,9 +37,9 @@ from .evaluate import final_metrics, forward_flops, member_metrics, own_flops
 from .grid import TUNABLE, row_identity
 from .memory import peak_memory, reset_peak_memory
 from .optim import make_optimizer
+from .result import RunResult
 from .splits import SPLITS, sample_splits
 from .step import Predict, predictor, training_step
-from .store import RunResult
 
 if TYPE_CHECKING:
     from ..models.ode import NeuralODE
