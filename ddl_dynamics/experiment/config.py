@@ -105,9 +105,10 @@ class TrainConfig:
     for ODE models ``ode_max_steps`` solver steps per solve. ``max_seconds`` is a safety
     net only; a cell stopped by it or by the solver cap is recorded as ``"capped"``, a
     failure. ``bf16`` turns on bfloat16 autocast on CUDA (ignored on CPU). ``compile`` runs
-    each step's forward and losses through ``torch.compile``
-    (:data:`~.step.compiled_losses`): how a cell trains, not its budget, and its results
-    differ from eager ones by float rounding only.
+    each step's forward and losses through ``torch.compile`` (off by default: compiling
+    costs 10-50 s per architecture and shape, about what it saves over a few hundred
+    steps): how a cell trains, not its budget; its results differ from eager ones by float
+    rounding only.
     """
 
     steps: int = 1000
