@@ -49,6 +49,10 @@ def member_losses(module: nn.Module, task: Task, batch: TaskData, predict: Predi
 Losses = Callable[[nn.Module, Task, TaskData, Predict, int], Tensor]
 
 
+#: The most graphs (architectures × shapes) one process compiles; the rest run eagerly.
+GRAPHS = 64
+
+
 class CompileWarning(UserWarning):
     """``torch.compile`` is unavailable here: the steps run eagerly."""
 
@@ -57,38 +61,41 @@ class _Compiled:
     """:func:`member_losses` through ``torch.compile`` (inductor, static shapes; AOTAutograd
     compiles its backward), built on first use and shared by every module: a graph is
     traced once per architecture and shape, its parameters inputs, so the next ensemble of
-    the same shapes reuses it. Inductor's FX graph cache (on by default, under
-    ``TORCHINDUCTOR_CACHE_DIR``, else ``<tmp>/torchinductor_<user>``) keeps the compiled
-    kernels for later processes. Where no C++ compiler (CPU) or backend is found, or
-    compiling fails, it warns once and runs eagerly from then on."""
+    the same shapes reuses it, and up to :data:`GRAPHS` graphs are kept (dynamo's default,
+    8, would leave a study's later rows eager). Inductor's FX graph cache (on by default,
+    under ``TORCHINDUCTOR_CACHE_DIR``, else ``<tmp>/torchinductor_<user>``) keeps the
+    compiled kernels for later processes. Where no C++ compiler (CPU) or backend is found,
+    or compiling fails, it warns once and runs eagerly from then on."""
 
     def __init__(self) -> None:
         self.losses: Losses | None = None
         self.failed = False
 
-    def __call__(self, *args: object) -> Tensor:
+    def __call__(self, module: nn.Module, task: Task, batch: TaskData, predict: Predict,
+                 size: int) -> Tensor:
+        args = (module, task, batch, predict, size)
         if self.failed or _get_current_dispatch_mode() is not None:
-            return member_losses(*args)  # type: ignore[arg-type]
-        # (a mode watching ops, e.g. the trainer's FLOP count on step 1, sees the eager ops)
+            return member_losses(*args)  # a mode watching ops (a FLOP count) sees them eager
         if self.losses is None:
             reason = _unavailable()
             if reason:
                 return self.fall_back(reason, args)
             self.losses = cast(Losses, torch.compile(member_losses, dynamic=False))
         try:
-            with warnings.catch_warnings():
-                # RoPE's tables are cached per length; traced, they fold into constants
+            with warnings.catch_warnings(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
+                # RoPE's tables, cached per length, enter the graph as constants
                 warnings.filterwarnings("ignore", "Dynamo detected a call to a `functools")
-                return self.losses(*args)  # type: ignore[arg-type]
+                return self.losses(*args)
         except torch._dynamo.exc.BackendCompilerFailed as err:
             return self.fall_back(f"compiling failed ({type(err.inner_exception).__name__})",
                                   args)
 
-    def fall_back(self, reason: str, args: tuple[object, ...]) -> Tensor:
+    def fall_back(self, reason: str,
+                  args: tuple[nn.Module, Task, TaskData, Predict, int]) -> Tensor:
         self.failed = True
         warnings.warn(f"torch.compile is unavailable: {reason}; the training steps run "
                       "eagerly", CompileWarning, stacklevel=3)
-        return member_losses(*args)  # type: ignore[arg-type]
+        return member_losses(*args)
 
 
 def _unavailable() -> str:
