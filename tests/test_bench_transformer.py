@@ -1,10 +1,12 @@
 """The Transformer benchmark times the trainer's step of each variant against the first, on a
-tiny configuration, and its variants are the Transformer study's rows."""
+tiny configuration, and its variants are the Transformer study's rows; the depth study's folded
+step is timed eager and compiled."""
 
 import json
 
 import pytest
 
+from ddl_dynamics.bench.folded import bench_folded, format_folded_table
 from ddl_dynamics.bench.transformer import (
     EXTRA_VARIANTS,
     STUDY,
@@ -12,6 +14,7 @@ from ddl_dynamics.bench.transformer import (
     format_transformer_table,
     transformer_variants,
 )
+from ddl_dynamics.experiment import step as step_module
 from ddl_dynamics.experiment.reader import load_experiment
 
 
@@ -37,3 +40,54 @@ def test_the_variants_are_the_transformer_studys_rows_then_the_token_compressor(
     assert next(iter(variants)) == study.baseline == "transformer"  # the first: the baseline
     for entry in study.models:
         assert variants[entry.label] == (entry.name, entry.options)
+
+
+TINY_DEPTH_STUDY = """
+name = "tiny-depth"
+seeds = [0, 1]
+baseline = "transformer"
+[defaults.model]
+depth = 1
+heads = 2
+qk_norm = true
+[defaults.train]
+steps = 4
+batch_size = 4
+n_train = 16
+n_val = 8
+n_test = 8
+[defaults.tune]
+lr = [3e-3, 1e-2]
+[[tasks]]
+name = "var-chain"
+label = "var-chain-w8"
+spec = { hops = [1, 2] }
+model = { width = 8 }
+[[models]]
+name = "transformer"
+[[models]]
+name = "ddl-transformer"
+label = "ddl-dv2"
+value_channels = 2
+"""
+
+
+def test_the_folded_bench_times_each_rows_ensemble_eager_and_compiled(tmp_path, monkeypatch):
+    study = tmp_path / "tiny.toml"
+    study.write_text(TINY_DEPTH_STUDY)
+    # compiled as eager here (compiling takes tens of seconds): the plumbing is under test
+    eager_only = step_module._Compiled()
+    eager_only.failed = True
+    monkeypatch.setattr(step_module, "compiled_losses", eager_only)
+    rows = bench_folded(widths=(8,), hops=2, variants=("transformer", "ddl-dv2"), study=study,
+                        repeats=2)
+    assert [(r["variant"], r["width"], r["hops"]) for r in rows] == [
+        ("transformer", 8, 2), ("ddl-dv2", 8, 2)]
+    for r in rows:
+        assert r["members"] == 4  # 2 seeds × 2 rates, folded
+        assert r["x_compiled"] == pytest.approx(r["eager_ms"] / r["compiled_ms"])
+        assert r["compile_s"] > 0 and r["matmul_gflop_per_s"] > 0
+        assert r["eager_gflop_per_s"] > 0 and r["compiled_gflop_per_s"] > 0
+    assert len(format_folded_table(rows).splitlines()) == 3
+    with pytest.raises(ValueError, match="no cells of row 'ddl-dv4'"):
+        bench_folded(widths=(8,), hops=2, variants=("ddl-dv4",), study=study)

@@ -1,11 +1,15 @@
 """The one training step (the trainer's and the benchmarks'): each member's loss read back,
 then the per-member AdamW step of the members still training, on its rate's schedule."""
 
+import dataclasses
+
 import pytest
 import torch
 
 import ddl_dynamics as dd
+from ddl_dynamics.experiment import step as step_module
 from ddl_dynamics.experiment.batches import fold_data
+from ddl_dynamics.experiment.config import Cell
 from ddl_dynamics.experiment.optim import _lr_factor, make_optimizer
 from ddl_dynamics.experiment.step import member_losses, predictor, training_step
 from ddl_dynamics.models.ensemble import fold
@@ -62,3 +66,54 @@ def test_schedule_warms_up_then_decays_to_zero():
     assert factor(10) == pytest.approx(1.0) and factor(100) == pytest.approx(0.0)
     assert all(factor(s) >= factor(s + 1) for s in range(10, 100))
     assert _lr_factor(dd.TrainConfig(steps=100, warmup=20))(19) == pytest.approx(1.0)
+
+
+def folded_transformers(size=2):
+    """A folded pair of small Transformers with the depth study's attention options, and a
+    var-chain batch per member."""
+    task = dd.make_task("var-chain", hops=1)
+    models = [dd.make_model("ddl-transformer", in_dim=task.in_dim, out_dim=task.out_dim,
+                            width=8, depth=1, heads=2, qk_norm=True, norm_eps=1e-5,
+                            compressor_init="random", value_channels=2, seed=s)
+              for s in range(size)]
+    return task, models, fold_data([task.sample(8, s, "train") for s in range(size)])
+
+
+def steps_of(compile, steps=3):
+    task, models, batch = folded_transformers()
+    ensemble = fold(models)
+    optimizer = make_optimizer(ensemble.module)
+    cfg = dd.TrainConfig(steps=10, compile=compile)
+    losses = [training_step(ensemble, optimizer, task, batch, cfg, i) for i in range(steps)]
+    return losses, members_weights(ensemble)
+
+
+@pytest.mark.slow  # compiling takes 20-40 s cold
+def test_compiled_steps_agree_with_eager_ones_from_the_same_init():
+    eager_losses, eager_weights = steps_of(False)
+    compiled_losses_, compiled_weights = steps_of(True)
+    assert step_module.compiled_losses.losses is not None  # it did compile
+    assert not step_module.compiled_losses.failed
+    torch.testing.assert_close(torch.tensor(compiled_losses_), torch.tensor(eager_losses),
+                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(compiled_weights, eager_weights, rtol=1e-4, atol=1e-5)
+
+
+def test_compile_falls_back_to_eager_with_a_warning_where_no_compiler_is_found(monkeypatch):
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("/nonexistent/c++",))
+    monkeypatch.setattr(step_module, "compiled_losses", step_module._Compiled())
+    eager_losses, eager_weights = steps_of(False, steps=2)
+    with pytest.warns(step_module.CompileWarning, match="no C\\+\\+ compiler"):
+        losses, weights = steps_of(True, steps=2)
+    assert step_module.compiled_losses.failed and step_module.compiled_losses.losses is None
+    assert losses == eager_losses and torch.equal(weights, eager_weights)
+
+
+def test_an_eager_cell_keeps_its_key_and_a_compiled_one_has_its_own():
+    cell = Cell(task="overwrite", task_label="overwrite", spec={}, model="resnet",
+                label="resnet", config={}, train=dd.TrainConfig(), seed=0)
+    assert "compile" not in cell.to_dict()["train"]  # the key from before the field
+    compiled = dataclasses.replace(cell, train=dd.TrainConfig(compile=True))
+    assert compiled.to_dict()["train"]["compile"] is True and compiled.key != cell.key
+    assert Cell.from_dict(compiled.to_dict()) == compiled and Cell.from_dict(
+        cell.to_dict()) == cell

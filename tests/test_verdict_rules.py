@@ -193,6 +193,7 @@ def test_one_sided_or_unequal_tuning_gets_no_test():
     ({"bf16": True}, False),          # ignored on the CPU
     ({"eval_every": 10}, False),      # only watches training
     ({"max_seconds": 60.0}, False),   # a safety net, not a budget
+    ({"compile": True}, False),       # how the steps run, compiled or eager
 ])
 def test_budget_fields_that_set_work_are_compared_and_the_rest_are_not(change, flagged):
     train = {"steps": 100, "ode_max_steps": 100, "bf16": False, "eval_every": 50,

@@ -9,8 +9,8 @@ expectation. It reads, in this order:
    best of several rates carries a winner's curse a fixed rate does not: no test is drawn.
 2. **unequal budget** (:func:`budget_gap`): the two rows' resolved training configs differ
    in more than seed, device, the tuned fields and the fields that do not change training
-   (``eval_every``, ``max_seconds``; ``bf16`` on the CPU, which ignores it), or a finished
-   cell trained fewer steps than its budget (an early stop): no test is drawn.
+   (``eval_every``, ``max_seconds``, ``compile``; ``bf16`` on the CPU, which ignores it), or
+   a finished cell trained fewer steps than its budget (an early stop): no test is drawn.
 3. **unmatched size** (:func:`size_gap`): parameter counts more than
    :data:`SIZE_TOLERANCE` apart, of the smaller: no test is drawn.
 4. An out-of-distribution comparison needs both rows to have solved the trained split on
@@ -74,8 +74,9 @@ SIZE_TOLERANCE = 0.10
 #: The best value of each metric: a row there on every seed has solved the task.
 METRIC_BEST = {"accuracy": 1.0, "mse": 0.0}
 #: Training fields that never make budgets unequal: who trains (device) and what only
-#: watches training (how often val is scored, the safety net in seconds).
-_NOT_BUDGET = ("device", "eval_every", "max_seconds")
+#: watches training (how often val is scored, the safety net in seconds), or how its steps
+#: run (compiled or eager).
+_NOT_BUDGET = ("device", "eval_every", "max_seconds", "compile")
 
 
 def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],

@@ -13,6 +13,7 @@ import torch
 from ..experiment.cells import expand_cells
 from ..experiment.config import ExperimentConfig
 from ..experiment.reader import load_experiment
+from .folded import bench_folded, format_folded_table
 from .ode import bench_ode, format_ode_table
 from .operator import bench_operator, format_operator_table
 from .scaling import bench_scaling, format_scaling_table
@@ -39,7 +40,7 @@ def bench_output(run_dir: str | Path, output: str | Path | None) -> Path:
 
 
 #: The parts of :func:`run_bench`, in the order they run.
-BENCH_PARTS = ("operator", "steps", "ode", "scaling", "suite", "cuda")
+BENCH_PARTS = ("operator", "steps", "transformer", "ode", "scaling", "suite", "cuda")
 
 
 def run_bench(
@@ -54,7 +55,9 @@ def run_bench(
 
     ``operator``: :func:`~.operator.bench_operator`; ``steps``: :func:`~.steps.bench_steps` of
     the vector families and :func:`~.transformer.bench_transformer` of the Transformer
-    variants (:func:`~.transformer.transformer_variants`); ``ode``: where a
+    variants (:func:`~.transformer.transformer_variants`); ``transformer``: the depth study's
+    folded Transformer step, eager against compiled (:func:`~.folded.bench_folded`; CPU
+    only); ``ode``: where a
     neural ODE's step goes (:func:`~.ode.bench_ode`); ``scaling``: a step's time and memory
     against members, width and depth (:func:`~.scaling.bench_scaling`, CPU only); ``suite``:
     :func:`~.suite.bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``cuda``:
@@ -128,6 +131,11 @@ class _Plan:
             into["transformer"] = bench_transformer(threads=threads, device=device,
                                                     variants=self.variants, bf16=cuda)
             echo(format_transformer_table(into["transformer"]))
+        if "transformer" in self.parts and not cuda:
+            echo(f"\n{device}: the depth study's folded Transformer step, eager and compiled")
+            into["folded"] = bench_folded(repeats=max(1, repeats // 2), threads=threads,
+                                          device=device)
+            echo(format_folded_table(into["folded"]))
         if "ode" in self.parts or cuda:
             echo(f"\n{device}: where a node training step goes")
             into["ode"] = bench_ode(repeats=repeats, threads=threads, device=device)

@@ -1,14 +1,18 @@
 """One training step, the trainer's and every benchmark's: forward on a folded batch, each
 member's loss read back, then backward and the per-member AdamW step
-(:func:`~.optim.descend`) of the members still training."""
+(:func:`~.optim.descend`) of the members still training; with ``TrainConfig.compile``, the
+forward and the losses through ``torch.compile`` (:func:`compiled_losses`)."""
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .._task import Task, TaskData
 from ..models.ensemble import Ensemble
@@ -42,6 +46,73 @@ def member_losses(module: nn.Module, task: Task, batch: TaskData, predict: Predi
     return torch.stack([task.loss(p, t) for p, t in zip(preds, targets, strict=True)])
 
 
+Losses = Callable[[nn.Module, Task, TaskData, Predict, int], Tensor]
+
+
+#: The most graphs (architectures × shapes) one process compiles; the rest run eagerly.
+GRAPHS = 64
+
+
+class CompileWarning(UserWarning):
+    """``torch.compile`` is unavailable here: the steps run eagerly."""
+
+
+class _Compiled:
+    """:func:`member_losses` through ``torch.compile`` (inductor, static shapes; AOTAutograd
+    compiles its backward), built on first use and shared by every module: a graph is
+    traced once per architecture and shape, its parameters inputs, so the next ensemble of
+    the same shapes reuses it, and up to :data:`GRAPHS` graphs are kept (dynamo's default,
+    8, would leave a study's later rows eager). Inductor's FX graph cache (on by default,
+    under ``TORCHINDUCTOR_CACHE_DIR``, else ``<tmp>/torchinductor_<user>``) keeps the
+    compiled kernels for later processes. Where no C++ compiler (CPU) or backend is found,
+    or compiling fails, it warns once and runs eagerly from then on."""
+
+    def __init__(self) -> None:
+        self.losses: Losses | None = None
+        self.failed = False
+
+    def __call__(self, module: nn.Module, task: Task, batch: TaskData, predict: Predict,
+                 size: int) -> Tensor:
+        args = (module, task, batch, predict, size)
+        if self.failed or _get_current_dispatch_mode() is not None:
+            return member_losses(*args)  # a mode watching ops (a FLOP count) sees them eager
+        if self.losses is None:
+            reason = _unavailable()
+            if reason:
+                return self.fall_back(reason, args)
+            self.losses = cast(Losses, torch.compile(member_losses, dynamic=False))
+        try:
+            with warnings.catch_warnings(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
+                # RoPE's tables, cached per length, enter the graph as constants
+                warnings.filterwarnings("ignore", "Dynamo detected a call to a `functools")
+                return self.losses(*args)
+        except torch._dynamo.exc.BackendCompilerFailed as err:
+            return self.fall_back(f"compiling failed ({type(err.inner_exception).__name__})",
+                                  args)
+
+    def fall_back(self, reason: str,
+                  args: tuple[nn.Module, Task, TaskData, Predict, int]) -> Tensor:
+        self.failed = True
+        warnings.warn(f"torch.compile is unavailable: {reason}; the training steps run "
+                      "eagerly", CompileWarning, stacklevel=3)
+        return member_losses(*args)
+
+
+def _unavailable() -> str:
+    """Why inductor cannot compile for the CPU here (no C++ compiler found), else ''."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        get_cpp_compiler()
+    except Exception as err:  # what it raises differs between torch versions
+        return f"no C++ compiler ({err})".splitlines()[0]
+    return ""
+
+
+#: The one compiled :func:`member_losses` of this process.
+compiled_losses = _Compiled()
+
+
 def training_step(
     ensemble: Ensemble, optimizer: torch.optim.Optimizer, task: Task, batch: TaskData,
     cfgs: TrainConfig | Sequence[TrainConfig], index: int = 0, *,
@@ -49,7 +120,8 @@ def training_step(
 ) -> list[float]:
     """Step ``index`` (from 0) of the ensemble's members on their rows of the folded
     ``batch``, each with its config (``cfgs``: one per member, or one for all); returns
-    their losses.
+    their losses. With ``compile`` (the config's), the forward and the losses run through
+    :data:`compiled_losses` (eagerly while a mode watches ops, as a FLOP count does).
 
     The losses are read back after the forward, as the trainer must to watch them; then
     ``keep(losses)`` (default: every member) says which members still train, and those
@@ -60,7 +132,8 @@ def training_step(
     size = ensemble.size
     cfgs = [cfgs] * size if isinstance(cfgs, TrainConfig) else list(cfgs)
     predict = predictor(task, cfgs[0].bf16 and batch.inputs.device.type == "cuda")
-    losses = member_losses(ensemble.module, task, batch, predict, size)
+    losses_of = compiled_losses if cfgs[0].compile else member_losses
+    losses = losses_of(ensemble.module, task, batch, predict, size)
     values = losses.tolist()
     training = [True] * size if keep is None else list(keep(values))
     if any(training):

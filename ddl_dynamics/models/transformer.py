@@ -173,12 +173,15 @@ register_twin(CausalConv, EnsembleCausalConv)
 
 
 @functools.lru_cache(maxsize=64)
+@torch.compiler.assume_constant_result
 def rope_tables(length: int, head_dim: int, base: float, device: torch.device,
                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """RoPE's ``cos`` and signed ``sin`` per token and coordinate, ``(T, head_dim)`` each, such
     that :func:`rotary` is ``x · cos + swap(x) · sin``; built once per length and kept, since a
     training step would otherwise rebuild them in every attention layer. Never inference
-    tensors, which a later training step could not save for its backward."""
+    tensors, which a later training step could not save for its backward. Under
+    ``torch.compile`` they are the graph's constants, which its kernels read, where traced
+    they would be recomputed from ``cos``/``sin`` in every kernel that reads them."""
     with torch.inference_mode(False):
         freq = base ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32)
                         / head_dim)
