@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ddl_dynamics.analysis import wording
-from ddl_dynamics.analysis.pages import config_block, reproduce_line
+from ddl_dynamics.analysis.pages import config_block
+from ddl_dynamics.analysis.study_page import crossover_lines, natural, reproduce_line
 from ddl_dynamics.analysis.verdicts import INCONCLUSIVE, LABELS
 from ddl_dynamics.cli import main
 from ddl_dynamics.experiment.config import TrainConfig
@@ -146,6 +147,46 @@ def test_publish_and_docs_from_a_tiny_study(tiny_study, tmp_path):
     figure = (tmp_path / "docs" / "headline.png").read_bytes()
     assert main(["docs", "--results", str(results), "--out", str(tmp_path)]) == 0
     assert (tmp_path / "docs" / "headline.png").read_bytes() == figure
+
+
+def test_a_studys_changes_survive_publishing_again_and_close_its_page(tiny_study, tmp_path):
+    results = tmp_path / "results"
+    assert main(["publish", str(tiny_study), "--results", str(results)]) == 0
+    (results / "tiny" / "changes.md").write_text("One label changed: `ddl` against `resnet`.\n")
+    assert main(["publish", str(tiny_study), "--results", str(results)]) == 0
+    assert (results / "tiny" / "changes.md").read_text().startswith("One label changed")
+    for name in ("README.md", "mkdocs.yml", "docs"):
+        source = ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copyfile)(source, tmp_path / name)
+    assert main(["docs", "--results", str(results), "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "docs" / "studies" / "tiny.md").read_text()
+    changes = page.split("## Changes from earlier runs", 1)[1].split("## Reproduce", 1)[0]
+    assert changes.strip() == "One label changed: `ddl` against `resnet`."
+
+
+def test_task_labels_order_by_the_numbers_in_them():
+    labels = ["s[p=0.5]", "s[p=1]", "s[p=0]", "s[p=0.05]", "s[p=0.25]", "r"]
+    assert sorted(labels, key=natural) == ["r", "s[p=0]", "s[p=0.05]", "s[p=0.25]", "s[p=0.5]",
+                                           "s[p=1]"]
+
+
+def test_the_crossover_table_gives_each_knob_values_label_and_the_crossover():
+    def point(label):
+        return {"label": label, "detectable": 0.5 if label == INCONCLUSIVE else None}
+    crossing = {"setting": {"family": "switched", "knob": "p", "label": "event=reflect"},
+                "model": "ddl", "control": "resnet", "star": 0.5, "interval": [0.25, None],
+                "points": [[1.0, point("win")], [0.0, point("loss")], [0.5, point("win")]]}
+    never = {**crossing, "model": "gated", "star": None, "interval": None,
+             "points": [[0.0, point(INCONCLUSIVE)], [1.0, point("equivalent")]]}
+    lines = crossover_lines({"crossovers": [crossing, never]})
+    assert lines[0] == "### switched: the crossover over p"
+    table = [line for line in lines if line.startswith("|")]
+    assert table[0] == ("| setting | model − control | crossover | interval | p = 0 | p = 0.5 "
+                        "| p = 1 |")
+    assert table[2] == ("| event=reflect | ddl − resnet | p* = 0.5 | [0.25, none] | loss | win "
+                        "| win |")
+    assert table[3] == ("| event=reflect | gated − resnet | none in range | — | "
+                        "inconclusive (detectable ±0.5) | — | equivalent |")
 
 
 def test_docs_without_results_is_bad_input(tmp_path, capsys):

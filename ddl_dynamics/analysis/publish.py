@@ -27,6 +27,9 @@ from .run import Run, load_run
 
 #: The files of a published study.
 REPORT, EXPERIMENT, RUN, FIGURES = "report.json", "experiment.toml", "run.json", "figures"
+#: The one hand-written file of a published study: which labels a rerun changed against its
+#: earlier runs, named in words (the numbers stay in the report). Publishing again keeps it.
+CHANGES = "changes.md"
 
 
 def publish(run_dir: str | Path, results: str | Path = "results", name: str | None = None,
@@ -39,9 +42,12 @@ def publish(run_dir: str | Path, results: str | Path = "results", name: str | No
     name = name or report.name
     report = replace(report, run_dir=f"runs/{name}")  # where a rerun puts it, not this machine's
     out = Path(results) / name
+    changes = (out / CHANGES).read_text() if (out / CHANGES).is_file() else None
     if out.exists():
         shutil.rmtree(out)  # a study is published whole: no figure of an older run stays
     (out / FIGURES).mkdir(parents=True)
+    if changes is not None:
+        (out / CHANGES).write_text(changes)
     (out / REPORT).write_text(render_json(report) + "\n")
     (out / EXPERIMENT).write_text(run.experiment.get("config", ""))
     (out / RUN).write_text(json.dumps(provenance(run, name, command), indent=1) + "\n")
@@ -100,7 +106,8 @@ def load_study(folder: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(report, dict) or "comparisons" not in report:
         raise ValueError(f"{path}: not a report (no comparisons)")
-    return {**report, "run": run, "questions": questions(folder / EXPERIMENT)}
+    changes = (folder / CHANGES).read_text() if (folder / CHANGES).is_file() else ""
+    return {**report, "run": run, "questions": questions(folder / EXPERIMENT), "changes": changes}
 
 
 def questions(experiment: Path) -> list[dict[str, Any]]:
