@@ -392,6 +392,8 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> N
     out: at most :data:`MAX_OVERLAP` of ``n_overlap`` of their examples may have content
     that also occurs among ``n_overlap`` training examples.
     """
+    if not isinstance(task, Task):
+        raise TaskCheckError(f"check_task takes a Task instance (e.g. MyTask()), not {task!r}")
     name = type(task).__name__
     unknown = sorted(set(task.regimes) - set(REGIMES))
     if unknown:

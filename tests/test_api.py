@@ -139,6 +139,10 @@ def test_checks_raise_value_errors_even_under_python_O():
             dd.check_task(Bad())
         except ValueError as err:
             print("task:", err)
+        try:
+            dd.check_task(Switched)  # the class, not an instance
+        except ValueError as err:
+            print("class:", err)
 
         class Unused(dd.make_model("resnet", in_dim=2, out_dim=2).__class__):
             def __init__(self, **kwargs):
@@ -151,6 +155,7 @@ def test_checks_raise_value_errors_even_under_python_O():
     """, "-O")
     assert done.returncode == 0, done.stderr
     assert "task: Bad.knob 'q' is not a spec field" in done.stdout
+    assert "class: check_task takes a Task instance (e.g. MyTask()), not <class" in done.stdout
     assert "model: Unused: no gradient reaches parameter spare.weight" in done.stdout
 
 
