@@ -6,8 +6,9 @@ release ships other bytes; a mismatch is one error naming both hashes, and ``sha
 spec accepts another text knowingly). The text is cut into contiguous blocks of
 :data:`BLOCK` characters, and a fixed pattern over every ten blocks gives one to val and two
 to test (the shares other tasks hold out): a window never crosses a block, so no
-character of val or test text is ever seen in training. The tail past the last whole block
-is left out.
+character of val or test text is ever seen in training; and since source code repeats
+itself (licence headers, idioms), a val or test window whose text also occurs in the
+training blocks is never drawn. The tail past the last whole block is left out.
 
 Each example is a window of ``length`` characters; the target at every position is the next
 character. The vocabulary is the ``vocab − 1`` most frequent characters of the training text
@@ -90,6 +91,28 @@ def _corpus(sha256: str, vocab: int) -> tuple[dict[str, Tensor], Tensor]:
     return splits, unigram / unigram.sum()
 
 
+@functools.lru_cache(maxsize=8)
+def _unseen_starts(sha256: str, vocab: int, length: int, split: str) -> tuple[Tensor, Tensor]:
+    """The (block, start) of every window of ``length + 1`` characters of ``split`` whose
+    text occurs nowhere in the training blocks."""
+    splits = _corpus(sha256, vocab)[0]
+    width = length + 1
+    seen = {row[2 * i: 2 * (i + width)] for row in _as_bytes(splits["train"])
+            for i in range(BLOCK - width + 1)}
+    kept = [(b, i) for b, row in enumerate(_as_bytes(splits[split]))
+            for i in range(BLOCK - length) if row[2 * i: 2 * (i + width)] not in seen]
+    if not kept:
+        raise ValueError(f"char-lm: every {split} window of {width} characters also occurs in "
+                         "the training text")
+    which, start = torch.tensor(kept, dtype=torch.long).T
+    return which, start
+
+
+def _as_bytes(blocks: Tensor) -> list[bytes]:
+    """Each block's ids as bytes, two per id, so that windows compare as byte strings."""
+    return [row.tobytes() for row in blocks.numpy().astype("<u2")]
+
+
 @register_task("char-lm")
 @dataclass(frozen=True)
 class CharLM(Task):
@@ -159,11 +182,18 @@ class CharLM(Task):
 
     def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
         """``n`` windows of ``split``'s text, each inside one block, with the next character
-        at every position as target."""
+        at every position as target. A val or test window is never one whose text also
+        occurs in the training text (source code repeats itself: licence headers, idioms),
+        so held-out data is held out by content, not only by position."""
         blocks, T = self.blocks(split), self.length
         g = split_generator(seed, split)
-        which = torch.randint(0, blocks.shape[0], (n,), generator=g)
-        start = torch.randint(0, BLOCK - T, (n,), generator=g)
+        if split == "train":
+            which = torch.randint(0, blocks.shape[0], (n,), generator=g)
+            start = torch.randint(0, BLOCK - T, (n,), generator=g)
+        else:
+            which, start = _unseen_starts(self.sha256, self.vocab, T, split)
+            pick = torch.randint(0, len(which), (n,), generator=g)
+            which, start = which[pick], start[pick]
         window = blocks[which[:, None], start[:, None] + torch.arange(T + 1)]
         return TaskData(inputs=window[:, :-1], targets=window[:, 1:], steps=T)
 

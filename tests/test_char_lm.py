@@ -36,6 +36,18 @@ def test_windows_lie_in_their_splits_blocks_and_targets_are_the_next_character(s
         assert any(window in block for block in text)
 
 
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_no_held_out_window_repeats_training_text(split):
+    """Held out by content: the standard library repeats itself, and a val or test window
+    whose text occurs among the training blocks would be a training example."""
+    train = [bytes(row.tolist()) for row in TASK.blocks("train").to(torch.uint8)]
+    for seed in range(8):
+        data = TASK.sample(256, seed=seed, split=split)
+        for inputs, targets in zip(data.inputs, data.targets, strict=True):
+            window = bytes(torch.cat([inputs, targets[-1:]]).to(torch.uint8).tolist())
+            assert not any(window in block for block in train)
+
+
 def test_sampling_is_a_pure_function_of_seed_and_split():
     again = make_task("char-lm", length=32, vocab=64)
     for split in ("train", "val"):
