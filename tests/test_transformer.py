@@ -21,8 +21,10 @@ from ddl_dynamics import (
 from ddl_dynamics.models.params import match_hidden
 from ddl_dynamics.models.transformer import (
     _Attention,
+    _ChannelCompressor,
     _ConvExpansion,
     _TokenCompressor,
+    broadcast_attention,
     causal_conv,
     rope_tables,
     rotary,
@@ -520,3 +522,50 @@ def test_the_gpu_study_runs_eight_blocks_at_width_256_in_bf16_on_cuda():
     assert {(c.config["width"], c.config["depth"]) for c in cells} == {(256, 8)}
     assert all(c.train.device == "cuda" and c.train.bf16 for c in cells)
     assert max(c.spec["hops"] for c in cells) == 8
+
+
+@pytest.mark.parametrize("T", [1, 4, 10])
+def test_broadcast_attention_is_causal_attention_with_its_gradients(T):
+    """The short sequences' form under compile (:func:`broadcast_attention`) against torch's
+    fused kernel, in float64: outputs and the gradients of q, k and v."""
+    g = torch.Generator().manual_seed(T)
+    q, k, v = (torch.randn(3, 2, T, 8, generator=g, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    weight = torch.randn(3, 2, T, 8, generator=g, dtype=torch.float64)
+    ours = broadcast_attention(q, k, v)
+    fused = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(ours, fused, rtol=1e-12, atol=1e-12)
+    grads = [torch.autograd.grad((out * weight).sum(), (q, k, v)) for out in (ours, fused)]
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("value_channels", [2, 4])
+def test_the_forms_compiled_steps_take_compute_what_the_eager_ones_do(monkeypatch, value_channels):
+    """Under torch.compile the channel compressor and a several-output causal conv take
+    products and sums that inductor fuses; run eagerly (``is_compiling`` forced), in
+    float64, they equal the eager forms, values and gradients, alone and folded."""
+    g = torch.Generator().manual_seed(value_channels)
+    X = torch.randn(3, 6, 8, value_channels, generator=g, dtype=torch.float64,
+                    requires_grad=True)
+    mix = torch.randn(8, value_channels, generator=g, dtype=torch.float64, requires_grad=True)
+    folded = torch.randn(3, 8, value_channels, generator=g, dtype=torch.float64)
+    x = torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    taps = torch.randn(2, 8 * value_channels, 1, 4, generator=g, dtype=torch.float64,
+                       requires_grad=True)
+
+    def outputs():
+        compressor = _ChannelCompressor(8, value_channels, "random").double()
+        compressor.mix.weight.data.copy_(mix)
+        ensemble = _ChannelCompressor(8, value_channels, "random").double()
+        ensemble.mix.weight = torch.nn.Parameter(folded.clone())  # one (d, d_v) per member
+        outs = (compressor(X), ensemble(X.reshape(3, 6, 8, value_channels)),
+                causal_conv(x, taps))
+        grads = torch.autograd.grad(sum(o.square().sum() for o in outs), (X, taps))
+        return outs, grads
+
+    eager = outputs()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    for ours, theirs in zip(outputs(), eager, strict=True):
+        for a, b in zip(ours, theirs, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

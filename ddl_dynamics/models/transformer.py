@@ -71,7 +71,9 @@ def causal_conv(x: Tensor, weight: Tensor) -> Tensor:
     reads input channel ``o // (C_out / C)`` at tokens ``t − K + 1 … t`` (tap ``K − 1`` is ``t``).
     With a leading member axis, ``x (S, B, T, C)`` and ``weight (S, C_out, 1, K)``, member
     ``s``'s kernel convolves its rows. Computed as products of shifted tokens: a ``conv1d``
-    with one group per channel ran 2–6× slower on the CPU at these sizes.
+    with one group per channel ran 2–6× slower on the CPU at these sizes; eagerly, several
+    outputs per channel as one einsum over windows, which ``torch.compile``'s loops run
+    slower than the products.
     """
     if weight.dim() == 3:
         return causal_conv(x[None], weight[None])[0]
@@ -81,6 +83,9 @@ def causal_conv(x: Tensor, weight: Tensor) -> Tensor:
     if taps.shape[-2] == 1:  # one output per channel: K shifted products
         return cast(Tensor, sum(padded[:, :, j : j + T] * taps[:, :, None, :, 0, j]
                                 for j in range(K)))
+    if torch.compiler.is_compiling():
+        return cast(Tensor, sum(padded[:, :, j : j + T, :, None] * taps[:, :, None, ..., j]
+                                for j in range(K))).flatten(-2)
     windows = padded.unfold(2, K, 1)  # (S, B, T, C, K)
     return torch.einsum("sbtck,sucrk->sbtcr", windows, taps).flatten(-2)
 
@@ -224,6 +229,40 @@ def _count_cpu_attention_flops() -> None:
 _count_cpu_attention_flops()
 
 
+#: The longest sequence that attends, under ``torch.compile`` on the CPU, by broadcast
+#: products (:func:`causal_attention`).
+SHORT_ATTENTION = 16
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal softmax attention over ``(B, H, T, hd)`` queries, keys and values.
+
+    Under ``torch.compile`` on the CPU, a sequence of at most :data:`SHORT_ATTENTION` tokens
+    attends by :func:`broadcast_attention`, which inductor fuses into a few loops: for
+    thousands of 10-token sequences the flash kernel's per-tile work costs more than the
+    arithmetic (forward and backward about 1.5x slower at T = 10, faster from T = 32).
+    Eagerly, where the broadcast would be materialised, and on CUDA, the fused kernel."""
+    if (torch.compiler.is_compiling() and q.device.type == "cpu"
+            and q.shape[-2] <= SHORT_ATTENTION):
+        return broadcast_attention(q, k, v)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def broadcast_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """:func:`causal_attention` written as products and sums over broadcast axes, with no
+    matmul: the form inductor fuses for short sequences."""
+    scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1) / math.sqrt(q.shape[-1])
+    return (causal_softmax(scores).unsqueeze(-1) * v.unsqueeze(-3)).sum(-2)
+
+
+def causal_softmax(scores: Tensor) -> Tensor:
+    """Attention probabilities from ``(…, T, T)`` scores, query × key: each query's softmax
+    over the keys at or before it."""
+    T = scores.shape[-1]
+    future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
+    return scores.masked_fill(future, float("-inf")).softmax(-1)
+
+
 class _Attention(nn.Module):
     """Multi-head causal self-attention with RoPE: ``(B, T, d) → (B, T, d)``. With
     ``qk_norm``, each head's queries and keys pass an RMSNorm with a learned gain (shared by
@@ -264,16 +303,13 @@ class _Attention(nn.Module):
 
     def forward(self, c: Tensor) -> Tensor:
         B, T, _ = c.shape
-        y = F.scaled_dot_product_attention(*self.heads_of(c), is_causal=True)  # (B, H, T, hd)
+        y = causal_attention(*self.heads_of(c))  # (B, H, T, hd)
         return self.out(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
 
     def weights(self, c: Tensor) -> Tensor:
         """The attention probabilities ``(B, H, T, T)``: query token × key token."""
         q, k, _ = self.heads_of(c)
-        T = q.shape[-2]
-        future = torch.ones(T, T, dtype=torch.bool, device=c.device).triu(1)
-        scores = (q @ k.mT / math.sqrt(self.head_dim)).masked_fill(future, float("-inf"))
-        return scores.softmax(-1)
+        return causal_softmax(q @ k.mT / math.sqrt(self.head_dim))
 
 
 class _SwiGLU(nn.Module):
@@ -349,13 +385,18 @@ class _ChannelCompressor(nn.Module):
         self.mix = Scale(_compressor_weight((width, value_channels), width, init))
 
     def forward(self, X: Tensor) -> Tensor:
-        """One matmul against the block-diagonal ``(d·d_v, d)`` form of the mixing weights (a
-        batched one in a folded ensemble, whose ``mix`` holds one ``(d, d_v)`` per member):
-        cheaper, forward and backward, than a product and a sum over the d_v channels. In
-        the state's dtype (promoted with the weights'), autocast or not, as that product."""
+        """Eagerly, one matmul against the block-diagonal ``(d·d_v, d)`` form of the mixing
+        weights (a batched one in a folded ensemble, whose ``mix`` holds one ``(d, d_v)`` per
+        member): cheaper, forward and backward, than a product and a sum over the d_v
+        channels, though d times the arithmetic. Under ``torch.compile``, that product and
+        sum, which inductor fuses. In the state's dtype (promoted with the weights'),
+        autocast or not."""
         weight = self.mix.weight
         d, d_v = weight.shape[-2:]
         dtype = torch.promote_types(X.dtype, weight.dtype)
+        if torch.compiler.is_compiling():
+            states = X.to(dtype).reshape(*weight.shape[:-2], -1, d, d_v)
+            return (states * weight.to(dtype).unsqueeze(-3)).sum(-1).view(X.shape[:-1])
         eye = torch.eye(d, dtype=dtype, device=weight.device)
         blocks = (weight.to(dtype).unsqueeze(-1) * eye[:, None]).flatten(-3, -2)  # (…, d·d_v, d)
         rows = X.to(dtype).reshape(*weight.shape[:-2], -1, d * d_v)
