@@ -87,6 +87,21 @@ def test_a_cap_on_test_data_fails_that_split_alone_and_never_steers_the_choice()
     assert seed_values(chosen.selected, "test")[2] == 0.95  # the trained split finished
 
 
+@pytest.mark.parametrize(("val_by_lr", "text"), [
+    ({1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.9}, "lr=0.01 (grid edge)"),
+    ({1e-3: 0.9, 3e-3: 0.7, 1e-2: 0.6}, "lr=0.001 (grid edge)"),
+    ({1e-3: 0.6, 3e-3: 0.9, 1e-2: 0.7}, "lr=0.003"),
+    ({1e-3: 0.6, 1e-2: 0.9}, "lr=0.01"),  # two values: every choice is an end
+])
+def test_a_choice_at_an_end_of_the_grid_says_so(val_by_lr, text):
+    """charlm's first grid stopped at every row's choice, 1e-2; a wider one moved two rows
+    and changed a label: a row's best may lie beyond the grid, and the report marks it."""
+    rows = tuned_row("ddl", val_by_lr, {lr: set() for lr in val_by_lr})
+    chosen = run_of(rows).rows["parity", "ddl"]
+    assert chosen.chosen_text() == text
+    assert chosen.at_grid_edge == text.endswith("(grid edge)")
+
+
 # --- 2. ties and ceilings
 
 

@@ -285,7 +285,9 @@ def untuned(report: Report) -> bool:
 
 #: How to read the tables per task.
 TABLE_NOTE = (
-    "Each row at its chosen grid value (chosen: the value with the best mean val metric). n: "
+    "Each row at its chosen grid value (chosen: the value with the best mean val metric; "
+    "grid edge: the smallest or largest of three or more searched numbers, so the row's best "
+    "may lie beyond the grid and its result be understated). n: "
     "seeds that finished / seeds run (retried: earlier attempts, listed below the table); "
     "mean ± 95% CI over the finished seeds (a bare mean: one seed), every seed's value "
     "beside it; ↑/↓: higher/lower is better; params × baseline: the ratio to the baseline's "

@@ -67,10 +67,25 @@ class Row:
         return self.at(self.chosen)
 
     def chosen_text(self) -> str:
-        """``"lr=0.003"``, or empty when the row is not tuned (or "no grid value finished")."""
+        """``"lr=0.003"``, or empty when the row is not tuned (or "no grid value finished");
+        ``"lr=0.03 (grid edge)"`` where :attr:`at_grid_edge`."""
         if self.grid and not any(c.status in COUNTED for c in self.cells):
             return "no grid value finished"
-        return point_text(list(self.grid), self.chosen)
+        text = point_text(list(self.grid), self.chosen)
+        return f"{text} (grid edge)" if self.at_grid_edge else text
+
+    @property
+    def at_grid_edge(self) -> bool:
+        """Whether the chosen value of a searched numeric field of three or more values is its
+        smallest or largest: the row's best may lie beyond the grid, so its result may be
+        understated (with two values every choice is an end, and the mark would say
+        nothing)."""
+        for values, chosen in zip(self.grid.values(), self.chosen, strict=True):
+            numbers = [v for v in values if isinstance(v, int | float)
+                       and not isinstance(v, bool)]
+            if len(numbers) == len(values) >= 3 and chosen in (min(numbers), max(numbers)):
+                return True
+        return False
 
     @property
     def ensembles(self) -> list[int]:
