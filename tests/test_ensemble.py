@@ -144,7 +144,11 @@ def test_a_folded_transformer_step_is_each_members_own(task, model, options):
         torch.testing.assert_close(losses[i], own, rtol=1e-5, atol=0)
         for (name, mine), stack in zip(member.named_parameters(), ensemble.module.parameters(),
                                        strict=True):
-            torch.testing.assert_close(stack.grad[i], mine.grad, rtol=1e-4, atol=1e-7,
+            # float32 rounding, at the gradient's own scale: a sum over many tokens (the
+            # embedding's) can cancel to an element far below it, whose rounding then
+            # depends on the order the CPU's kernels add in
+            scale = mine.grad.abs().max().item()
+            torch.testing.assert_close(stack.grad[i], mine.grad, rtol=1e-4, atol=1e-5 * scale,
                                        msg=name)
 
 

@@ -512,7 +512,9 @@ def test_the_language_model_study_tunes_four_rows_on_the_char_lm():
     config = study("charlm")
     cells = expand_cells(config, seeds=[0])
     assert {c.task for c in cells} == {"char-lm"} and len(config.tune_defaults["lr"]) >= 3
-    assert {(c.model, c.control) for c in config.comparisons} == {("ddl-dv4", "ddl-write-dv4")}
+    assert {(c.model, c.control) for c in config.comparisons} == {
+        ("ddl-dv1", "transformer"), ("ddl-dv4", "transformer"), ("ddl-write-dv4", "transformer"),
+        ("ddl-dv4", "ddl-write-dv4")}
     dv4 = next(c for c in cells if c.label == "ddl-dv4")
     assert dv4.config["value_channels"] == 4 and dv4.config.get("expansion") in (None, "conv")
 
