@@ -35,6 +35,7 @@ def test_the_public_api_is_small_versioned_and_keeps_internals_in_their_modules(
     assert dd.ComparisonSpec is not Comparison  # one class of each name
 
 
+@pytest.mark.slow  # over 8 s on 2 cores
 def test_every_entry_point_works_in_a_fresh_process(tmp_path):
     """No call relies on another having registered the built-ins first: a run straight from
     an ExperimentConfig, then every public name, then the results as one row per cell."""
@@ -129,6 +130,7 @@ def test_train_runs_on_one_thread_unless_told_and_restores_the_callers(threads, 
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_checks_raise_value_errors_even_under_python_O():
     done = python("""
         import dataclasses

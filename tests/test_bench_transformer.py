@@ -33,6 +33,7 @@ def test_bench_transformer_rows_hold_throughput_ratios_against_the_first_variant
     assert len(format_transformer_table(rows).splitlines()) == 3
 
 
+@pytest.mark.slow  # over 8 s on 2 cores
 def test_the_variants_are_the_transformer_studys_rows_then_the_token_compressor():
     study = load_experiment(STUDY)
     variants = transformer_variants()

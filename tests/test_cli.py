@@ -201,6 +201,7 @@ def test_a_rerun_beside_other_results_warns_in_one_line(write, tmp_path, capsys)
     assert str(store.progress()) == "1 of 1 cells"
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_storage_problems_are_named_and_read_only_runs_are_reported(tmp_path, as_user, write):
     """A run folder on read-only storage is reported (md, and html written elsewhere) and
     never written; a run into it, or an unreadable store, says what is wrong in one line."""
@@ -492,6 +493,7 @@ def test_a_task_that_replaces_a_default_warns_in_one_line(write, tmp_path, capsy
         "apply to task 'sign-flip', which sets width = 1"]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_report_and_plot_a_task_file_run_from_a_fresh_process(tmp_path):
     """The run folder keeps a copy of the task file, so report and plot need nothing else
     (the original is gone); --task-file is accepted there too."""

@@ -200,6 +200,7 @@ def test_verdict_matrix_colours_each_mark():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["overwrite", "parity"]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_html_report_is_self_contained(tiny_run):
     assert main(["report", str(tiny_run), "--format", "html"]) == 0
     page = (tiny_run / "report.html").read_text()
@@ -287,6 +288,7 @@ def test_labels_that_differ_after_a_dot_get_a_figure_each(dotted_run, capsys):
     assert len(names) == len(written) == len(list((dotted_run / "figures").iterdir()))
 
 
+@pytest.mark.slow  # over 8 s on 2 cores
 def test_a_probe_cut_short_counts_as_missing(dotted_run, capsys):
     """A probe file written only in part (by a process killed mid-write before files were
     renamed into place) or damaged is probed again, by the report that shows it (its
@@ -306,6 +308,7 @@ def test_a_probe_cut_short_counts_as_missing(dotted_run, capsys):
                 assert arrays["beta"].shape[1] == 3  # every layer's gate, again
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_a_plot_killed_while_probing_leaves_a_run_the_html_report_takes(dotted_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(dotted_run, run, ignore=shutil.ignore_patterns("probes", "figures"))

@@ -80,6 +80,7 @@ def test_ray_gives_the_local_backends_rows_and_weights(tmp_path, local_ray):
     assert (remote / kept["copy"]).read_bytes() == TASK_FILE.read_bytes()
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_a_lost_ray_worker_fails_its_cells_and_the_run_goes_on(tmp_path, local_ray):
     exp = tmp_path / "exp.toml"
     exp.write_text(EXPERIMENT.format(steps=5).replace('"overwrite"', '"worker-crash"'))

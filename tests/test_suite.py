@@ -135,6 +135,7 @@ def run_cli(*args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_two_concurrent_runs_train_each_cell_once_in_total(tmp_path):
     config = tmp_path / "exp.toml"
     config.write_text(
@@ -180,6 +181,7 @@ def running(pid):
         return False
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
 def test_killing_the_parent_of_a_pool_run_leaves_no_process(tmp_path):
     config = tmp_path / "exp.toml"

@@ -395,6 +395,7 @@ def study(name: str) -> ExperimentConfig:
     return load_experiment(Path(__file__).resolve().parents[1] / "experiments" / f"{name}.toml")
 
 
+@pytest.mark.slow  # over 8 s on 2 cores
 def test_transformer_study_is_tuned_matched_and_declares_its_controls():
     config = study("transformer")
     assert len(config.seeds) >= 8 and config.tune_defaults == {"lr": (1e-3, 3e-3, 1e-2)}
@@ -492,6 +493,7 @@ def assert_matched_and_compared(name: str, rows: set[str]) -> None:
     assert all({c.model, c.control} <= rows for c in config.comparisons)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_the_depth_study_sweeps_hops_at_four_blocks_and_width_at_the_hardest():
     rows = {"transformer", "ddl-dv1", "ddl-write-dv1", "ddl-dv4", "additive-dv4"}
     assert_matched_and_compared("transformer-depth", rows)
@@ -519,6 +521,7 @@ def test_the_language_model_study_tunes_four_rows_on_the_char_lm():
     assert dv4.config["value_channels"] == 4 and dv4.config.get("expansion") in (None, "conv")
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_the_gpu_study_runs_eight_blocks_at_width_256_in_bf16_on_cuda():
     cells = expand_cells(study("transformer-gpu"), seeds=[0])
     assert {(c.config["width"], c.config["depth"]) for c in cells} == {(256, 8)}
