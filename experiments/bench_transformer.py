@@ -8,14 +8,17 @@ per width, every ratio measured within one call (see
 step's achieved GFLOP/s beside the machine's rate on a 256³ matmul timed in the same run.
 
 ``--folded``: the trainer's step (forward, each member's loss, backward, per-member AdamW)
-of 24 members folded at the studies' sizes (the block of ``experiments/transformer.toml``;
-depth 2 on var-chain hops = 2, T = 6; depth 4 on hops = 4, T = 10) for its rows ``ROWS``, on
+of ``--members`` members folded at the studies' sizes (the block of
+``experiments/transformer.toml``; depth 2 on var-chain hops = 2, T = 6; depth 4 on hops = 4,
+T = 10, the depth study's; it folds 16 members, 8 seeds × 2 rates) for its rows ``ROWS``, on
 this tree's models and on the models of ``--against`` (a git revision, read with ``git
-show`` into a private module, never registered), the two interleaved in one process
-(``achieved_rates``). With ``--json PATH``, writes the rows.
+show`` into a private module, never registered; default 89a60bc, the revision the Transformer's cost
+was first measured on), the two interleaved in one process (``achieved_rates``). With
+``--compile``, this tree's step runs compiled (``TrainConfig.compile``) and the revision's
+eagerly, as it then ran. With ``--json PATH``, writes the rows.
 
     python experiments/bench_transformer.py [--widths 64,256] [--length 64] [--batch 32]
-    python experiments/bench_transformer.py --folded [--against 89a60bc]
+    python experiments/bench_transformer.py --folded [--compile] [--against 89a60bc]
 """
 
 from __future__ import annotations
@@ -87,10 +90,10 @@ def revision_models(rev: str) -> tuple[ModuleType, ModuleType]:
 
 
 def folded_step(models: ModuleType, folding: ModuleType, cls: str, options: dict[str, Any],
-                block: dict[str, Any], depth: int, hops: int, members: int = 24,
-                batch: int = 32) -> tuple[Callable[[], None], torch.Tensor]:
-    """The trainer's step of ``members`` seeds of ``cls`` folded, and the members' losses
-    before it."""
+                block: dict[str, Any], depth: int, hops: int, members: int, batch: int = 32,
+                compile: bool = False) -> tuple[Callable[[], None], torch.Tensor]:
+    """The trainer's step of ``members`` seeds of ``cls`` folded (compiled with
+    ``compile``), and the members' losses before it."""
     task = make_task("var-chain", hops=hops)
     built = []
     for seed in range(members):
@@ -100,16 +103,19 @@ def folded_step(models: ModuleType, folding: ModuleType, cls: str, options: dict
     folded = folding.fold(built)
     assert folded is not None and folded.size == members, "the models must fold"
     data = fold_data([task.sample(batch, seed, "train") for seed in range(members)])
-    step = TrainingStep(task, TrainConfig(batch_size=batch, lr=1e-3), [folded], [data])
+    step = TrainingStep(task, TrainConfig(batch_size=batch, lr=1e-3, compile=compile),
+                        [folded], [data])
     with torch.no_grad():
         first = member_losses(folded.module, task, data, predictor(task, bf16=False), members)
     return step.run, first
 
 
-def bench_folded(against: str, repeats: int) -> list[dict[str, Any]]:
-    """Each row's folded step on this tree and on ``against``, interleaved, once their losses
-    on the same weights and batches are found equal to float32 rounding; with its FLOPs and
-    achieved rate beside the matmul rate (:func:`achieved_rates`)."""
+def bench_folded(against: str, repeats: int, members: int = 16,
+                 compile: bool = False) -> list[dict[str, Any]]:
+    """Each row's folded step on this tree (compiled with ``compile``) and on ``against``
+    (eager), interleaved, once their losses on the same weights and batches are found equal
+    to float32 rounding; with its FLOPs and achieved rate beside the matmul rate
+    (:func:`achieved_rates`), counted on an eager call."""
     old_models, old_folding = revision_models(against)
     block, rows_of = study_rows()
     rows = []
@@ -120,12 +126,14 @@ def bench_folded(against: str, repeats: int) -> list[dict[str, Any]]:
                 for tree, models, folding in (("new", transformer, ensemble),
                                               ("old", old_models, old_folding)):
                     calls[label, tree], losses[tree] = folded_step(
-                        models, folding, cls, options, block, depth, hops)
+                        models, folding, cls, options, block, depth, hops, members,
+                        compile=compile and tree == "new")
                 torch.testing.assert_close(losses["new"], losses["old"], rtol=1e-5, atol=1e-6)
             measured = achieved_rates(calls, repeats, clock, sync, "cpu", warmup=2)
             for label in rows_of:
                 new, old = measured[label, "new"], measured[label, "old"]
-                rows.append({"row": label, "depth": depth, "hops": hops, "members": 24,
+                rows.append({"row": label, "depth": depth, "hops": hops, "members": members,
+                             "compiled": compile,
                              "old_ms": 1e3 * old["seconds"], "new_ms": 1e3 * new["seconds"],
                              "x_old": old["seconds"] / new["seconds"],
                              "gflop": new["flops"] / 1e9, "gflop_per_s": new["gflop_per_s"],
@@ -158,11 +166,16 @@ def main() -> None:
                         help="the studies' folded step, against --against, instead")
     parser.add_argument("--against", default="89a60bc",
                         help="git revision whose models --folded compares with")
+    parser.add_argument("--members", type=int, default=16, help="--folded: members folded")
+    parser.add_argument("--compile", action="store_true",
+                        help="--folded: this tree's step compiled (the revision's eager)")
     args = parser.parse_args()
     print(f"torch={torch.__version__} load={machine_load()}")
     if args.folded:
-        rows = bench_folded(args.against, args.repeats)
-        print(f"folded step, 24 members, one thread, matmul 256³: "
+        rows = bench_folded(args.against, args.repeats, args.members, args.compile)
+        now = "compiled" if args.compile else "eager"
+        print(f"folded step, {args.members} members, this tree {now}, {args.against} eager, "
+              f"one thread, matmul 256³: "
               f"{rows[0]['matmul_gflop_per_s']:.0f} GFLOP/s\n"
               f"{format_folded_table(rows, args.against)}")
     else:
