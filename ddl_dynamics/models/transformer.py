@@ -80,10 +80,7 @@ def causal_conv(x: Tensor, weight: Tensor) -> Tensor:
     T, C, K = x.shape[-2], x.shape[-1], weight.shape[-1]
     padded = F.pad(x, (0, 0, K - 1, 0))  # (S, B, K − 1 + T, C): zeros before token 0
     taps = weight.view(weight.shape[0], 1, C, -1, K)  # (S, 1, C, C_out / C, K)
-    if taps.shape[-2] == 1:  # one output per channel: K shifted products
-        return cast(Tensor, sum(padded[:, :, j : j + T] * taps[:, :, None, :, 0, j]
-                                for j in range(K)))
-    if torch.compiler.is_compiling():
+    if taps.shape[-2] == 1 or torch.compiler.is_compiling():  # K shifted products
         return cast(Tensor, sum(padded[:, :, j : j + T, :, None] * taps[:, :, None, ..., j]
                                 for j in range(K))).flatten(-2)
     windows = padded.unfold(2, K, 1)  # (S, B, T, C, K)
