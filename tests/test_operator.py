@@ -186,6 +186,34 @@ def test_gradients_match_autograd_through_the_dense_reference(name, update, eras
         torch.testing.assert_close(g, e)
 
 
+@pytest.mark.parametrize("name", ALL_BACKENDS)
+@pytest.mark.parametrize(("update", "erase"), [(dd.delta_update, True), (dd.write_update, False)])
+def test_a_state_held_channels_first_is_updated_in_its_layout(name, update, erase):
+    """X (..., d, d_v) stored channel by channel (``X.mT`` row-major, as the Transformer holds
+    its state): the update equals the dense reference and passes gradcheck in float64, and the
+    ops (what a FLOP count and torch.compile run) return Y and dX in X's layout, as their fake
+    tensors promise; the C++ kernel reads and writes that layout without a copy."""
+    X, k, v, beta = random_case((2, 3), 5, 4)
+    X = X.mT.contiguous().mT
+    assert not X.is_contiguous() and X.mT.is_contiguous()
+    out = update(X, k, v, beta, backend=name)
+    torch.testing.assert_close(out, dense_update(X, k, v, beta, erase))
+    if name == "cpu":
+        assert out.stride() == X.stride()
+    first = X.mT.clone().requires_grad_()
+    inputs = (first, *(t.clone().requires_grad_() for t in (k, v, beta.clamp(0.1, 1.9))))
+    fast = name == "triton"  # interpreted: random projections of the Jacobians only
+    assert torch.autograd.gradcheck(lambda Xt, *rest: update(Xt.mT, *rest, backend=name),
+                                    inputs, fast_mode=fast)
+    ops = torch.ops.ddl_dynamics
+    assert ops.rank_one_update(X, k, v, beta, erase, name).stride() == X.stride()
+    G = torch.randn_like(out).contiguous()  # an upstream gradient in the other layout
+    dX = ops.rank_one_update_backward(G, X, k, v, beta, erase, name)[0]
+    assert dX.stride() == X.stride()
+    torch.testing.assert_close(dX, ops.rank_one_update_backward(
+        G, X.contiguous(), k, v, beta, erase, name)[0])
+
+
 def test_gradcheck_through_normalisation_and_gate():
     g = torch.Generator().manual_seed(1)
     X, k_raw, v, logit = (

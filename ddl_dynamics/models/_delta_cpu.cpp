@@ -2,7 +2,9 @@
 // one row (one d × d_v state) at a time, so each row is read from memory once and stays in
 // cache between its readout and its update. No temporaries the size of the state. A packed
 // call reads a DDL layer's raw generators instead of k, v and β, and normalises the direction
-// and applies the gate in the same pass (forward and backward).
+// and applies the gate in the same pass (forward and backward). A row is held channel by
+// channel (d_v × d, "channels first") or coordinate by coordinate (d × d_v): the Transformer
+// keeps its expanded state channels first, so that each channel is a contiguous d-vector.
 //
 // Built with the package (`pip install`) as an optional extension; it needs only Python.h and
 // a C++17 compiler, never torch: tensors arrive as data pointers of contiguous float32 or
@@ -23,7 +25,7 @@ constexpr int64_t kParallelWork = 1 << 16;
 
 template <typename T>
 struct Args {
-    const T* X;  // (n, d, dv) state (backward: the forward's input)
+    const T* X;  // (n, d, dv) state, or (n, dv, d) channels first (backward: the forward's input)
     const T* k;  // (n, d) direction
     const T* v;  // (n, dv) target readout
     const T* beta;  // (n,) gate
@@ -49,7 +51,7 @@ inline void for_each_row(const Args<T>& a, int64_t row_size, Body body) {
 
 // a = kᵀx for one row x (d × dv): one dot product per value channel; with SECOND, also
 // b = kᵀy in the same sweep, so that the row is read from memory once.
-template <typename T, bool SECOND = false>
+template <typename T, bool SECOND = false, bool CF = false>
 inline void readout(const T* k, int64_t d, int64_t dv, const T* x, T* a, const T* y = nullptr,
                     T* b = nullptr) {
     if (dv == 1) {
@@ -61,6 +63,19 @@ inline void readout(const T* k, int64_t d, int64_t dv, const T* x, T* a, const T
         }
         a[0] = sa;
         if (SECOND) b[0] = sb;
+        return;
+    }
+    if (CF) {  // one dot product along each contiguous channel
+        for (int64_t j = 0; j < dv; ++j) {
+            T sa = 0, sb = 0;
+#pragma omp simd reduction(+ : sa, sb)
+            for (int64_t i = 0; i < d; ++i) {
+                sa += k[i] * x[j * d + i];
+                if (SECOND) sb += k[i] * y[j * d + i];
+            }
+            a[j] = sa;
+            if (SECOND) b[j] = sb;
+        }
         return;
     }
     for (int64_t j = 0; j < dv; ++j) {
@@ -79,16 +94,22 @@ inline void readout(const T* k, int64_t d, int64_t dv, const T* x, T* a, const T
 // turns a raw direction into the unit one without a buffer for it (s = 1: k is unit already).
 // DV > 0 fixes the number of value channels at compile time, so the channel loops unroll into
 // registers; DV == 0 reads it from dv_rt.
-template <typename T, int DV, bool ERASE>
+template <typename T, int DV, bool ERASE, bool CF = false>
 inline void forward_row(const T* x, const T* k, T s, const T* v, T beta, int64_t d,
                         int64_t dv_rt, T* y) {
     const int64_t dv = DV ? DV : dv_rt;
     T c[DV ? DV : kMaxChannels] = {};
-    if (ERASE) readout(k, d, dv, x, c);
+    if (ERASE) readout<T, false, CF>(k, d, dv, x, c);
     for (int64_t j = 0; j < dv; ++j) c[j] = s * beta * (v[j] - s * c[j]);
     if (dv == 1) {  // vectorised over the row rather than over one channel
 #pragma omp simd
         for (int64_t i = 0; i < d; ++i) y[i] = x[i] + k[i] * c[0];
+        return;
+    }
+    if (CF) {
+        for (int64_t j = 0; j < dv; ++j)
+#pragma omp simd
+            for (int64_t i = 0; i < d; ++i) y[j * d + i] = x[j * d + i] + k[i] * c[j];
         return;
     }
     for (int64_t i = 0; i < d; ++i)
@@ -105,14 +126,14 @@ struct RowGrads {
 // One row's backward with u = s k the unit direction, g = uᵀG, e = v − uᵀX (write-only: e = v),
 // c = β e: dX = G − β u gᵀ, du = G c − β X g, dv = β g (the β terms in dX and du: erase only).
 // du is the gradient with respect to the unit direction u.
-template <typename T, int DV, bool ERASE>
+template <typename T, int DV, bool ERASE, bool CF = false>
 inline RowGrads<T> backward_row(const T* gr, const T* x, const T* k, T s, const T* v, T beta,
                                 int64_t d, int64_t dv_rt, T* dx, T* du, T* dv_out) {
     const int64_t dv = DV ? DV : dv_rt;
     T g[DV ? DV : kMaxChannels], e[DV ? DV : kMaxChannels] = {};  // e stays 0 write-only
     T c[DV ? DV : kMaxChannels], bg[DV ? DV : kMaxChannels], sbg[DV ? DV : kMaxChannels];
     T dbeta = 0;
-    readout<T, ERASE>(k, d, dv, gr, g, x, e);  // e = kᵀX until it becomes v − uᵀX
+    readout<T, ERASE, CF>(k, d, dv, gr, g, x, e);  // e = kᵀX until it becomes v − uᵀX
     for (int64_t j = 0; j < dv; ++j) {
         g[j] *= s;
         e[j] = v[j] - s * e[j];
@@ -132,6 +153,23 @@ inline RowGrads<T> backward_row(const T* gr, const T* x, const T* k, T s, const 
         }
         return {dbeta, k_du};
     }
+    if (CF) {  // along each contiguous channel, du summed over the channels
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) du[i] = 0;
+        for (int64_t j = 0; j < dv; ++j) {
+            const T* gj = gr + j * d;
+            const T* xj = x + j * d;
+            T* dxj = dx + j * d;
+#pragma omp simd
+            for (int64_t i = 0; i < d; ++i) {
+                dxj[i] = ERASE ? gj[i] - k[i] * sbg[j] : gj[i];
+                du[i] += ERASE ? gj[i] * c[j] - xj[i] * bg[j] : gj[i] * c[j];
+            }
+        }
+#pragma omp simd reduction(+ : k_du)
+        for (int64_t i = 0; i < d; ++i) k_du += k[i] * du[i];
+        return {dbeta, k_du};
+    }
     for (int64_t i = 0; i < d; ++i) {
         T acc = 0;
 #pragma omp simd reduction(+ : acc)
@@ -147,20 +185,20 @@ inline RowGrads<T> backward_row(const T* gr, const T* x, const T* k, T s, const 
 }
 
 // The update of unit directions k (n, d) with v (n, dv), beta (n,).
-template <typename T, int DV, bool ERASE>
+template <typename T, int DV, bool ERASE, bool CF>
 void forward(const Args<T>& a) {
     const int64_t d = a.d, m = d * a.dv;
     for_each_row(a, m, [&](int64_t r) {
-        forward_row<T, DV, ERASE>(a.X + r * m, a.k + r * d, T(1), a.v + r * a.dv, a.beta[r], d,
+        forward_row<T, DV, ERASE, CF>(a.X + r * m, a.k + r * d, T(1), a.v + r * a.dv, a.beta[r], d,
                                   a.dv, a.Y + r * m);
     });
 }
 
-template <typename T, int DV, bool ERASE>
+template <typename T, int DV, bool ERASE, bool CF>
 void backward(const Args<T>& a) {
     const int64_t d = a.d, m = d * a.dv;
     for_each_row(a, m, [&](int64_t r) {
-        a.dbeta[r] = backward_row<T, DV, ERASE>(a.G + r * m, a.X + r * m, a.k + r * d, T(1),
+        a.dbeta[r] = backward_row<T, DV, ERASE, CF>(a.G + r * m, a.X + r * m, a.k + r * d, T(1),
                                                 a.v + r * a.dv, a.beta[r], d, a.dv,
                                                 a.Y + r * m, a.dk + r * d, a.dv_out + r * a.dv)
                          .dbeta;
@@ -212,14 +250,15 @@ void packed_backward(const Args<T>& a, const Packed<T>& p) {
     });
 }
 
-template <typename T, bool ERASE>
+// Packed generators come with flat (n, d·dv) states, never channels first.
+template <typename T, bool ERASE, bool CF>
 void run(const Args<T>& a, bool is_backward, const Packed<T>* packed) {
     auto pick = [&](auto fwd, auto bwd, auto pfwd, auto pbwd) {
         if (packed) return is_backward ? pbwd(a, *packed) : pfwd(a, *packed);
         is_backward ? bwd(a) : fwd(a);
     };
 #define DDL_KERNELS(DV)                                                                   \
-    forward<T, DV, ERASE>, backward<T, DV, ERASE>, packed_forward<T, DV, ERASE>,          \
+    forward<T, DV, ERASE, CF>, backward<T, DV, ERASE, CF>, packed_forward<T, DV, ERASE>,  \
         packed_backward<T, DV, ERASE>
     switch (a.dv) {
         case 1: return pick(DDL_KERNELS(1));
@@ -232,34 +271,45 @@ void run(const Args<T>& a, bool is_backward, const Packed<T>* packed) {
 }
 
 template <typename T>
-void dispatch(const Args<T>& a, bool erase, bool is_backward, const Packed<T>* packed) {
-    erase ? run<T, true>(a, is_backward, packed) : run<T, false>(a, is_backward, packed);
+void dispatch(const Args<T>& a, bool erase, bool is_backward, const Packed<T>* packed,
+              bool channels_first) {
+    if (channels_first)
+        erase ? run<T, true, true>(a, is_backward, nullptr)
+              : run<T, false, true>(a, is_backward, nullptr);
+    else
+        erase ? run<T, true, false>(a, is_backward, packed)
+              : run<T, false, false>(a, is_backward, packed);
 }
 
 using Ptr = unsigned long long;
 
 template <typename T>
 void launch(const Ptr (&p)[9], int64_t n, int64_t d, int64_t dv, bool erase, bool is_backward,
-            int threads, bool packed, double beta_max, double eps) {
+            int threads, bool packed, double beta_max, double eps, bool channels_first) {
     Args<T> a{(const T*)p[0], (const T*)p[1], (const T*)p[2], (const T*)p[3], (const T*)p[4],
               (T*)p[5], (T*)p[6], (T*)p[7], (T*)p[8], n, d, dv, threads};
     const Packed<T> generators{T(beta_max), T(eps)};
-    dispatch(a, erase, is_backward, packed ? &generators : nullptr);
+    dispatch(a, erase, is_backward, packed ? &generators : nullptr, channels_first);
 }
 
 // update(X, k, v, beta, G, out, dk, dv, dbeta, n, d, dv, erase, backward, float64, threads,
-//        packed, beta_max, eps): pointers as integers; G, dk, dv and dbeta are unused (0) in
-// the forward. packed: k points at the rows raw = [k̃ | gate logit | v] (n, d + 1 + dv) and dk
-// at their gradient; v, beta, dv and dbeta are unused.
+//        packed, beta_max, eps, channels_first): pointers as integers; G, dk, dv and dbeta are
+// unused (0) in the forward. packed: k points at the rows raw = [k̃ | gate logit | v]
+// (n, d + 1 + dv) and dk at their gradient; v, beta, dv and dbeta are unused. channels_first:
+// X, G, out (and dX) rows are dv × d (not with packed).
 PyObject* update(PyObject*, PyObject* args) {
     Ptr p[9];
     long long n, d, dv;
-    int erase, is_backward, float64, threads, packed;
+    int erase, is_backward, float64, threads, packed, channels_first;
     double beta_max, eps;
-    if (!PyArg_ParseTuple(args, "KKKKKKKKKLLLpppipdd", &p[0], &p[1], &p[2], &p[3], &p[4], &p[5],
+    if (!PyArg_ParseTuple(args, "KKKKKKKKKLLLpppipddp", &p[0], &p[1], &p[2], &p[3], &p[4], &p[5],
                           &p[6], &p[7], &p[8], &n, &d, &dv, &erase, &is_backward, &float64,
-                          &threads, &packed, &beta_max, &eps))
+                          &threads, &packed, &beta_max, &eps, &channels_first))
         return nullptr;
+    if (packed && channels_first) {
+        PyErr_SetString(PyExc_ValueError, "packed generators take flat states, not channels first");
+        return nullptr;
+    }
     if (n < 0 || d < 1 || dv < 1 || dv > kMaxChannels || threads < 1) {
         PyErr_Format(PyExc_ValueError, "bad sizes n=%lld d=%lld dv=%lld threads=%d", n, d, dv,
                      threads);
@@ -267,7 +317,7 @@ PyObject* update(PyObject*, PyObject* args) {
     }
     Py_BEGIN_ALLOW_THREADS
     (float64 ? launch<double> : launch<float>)(p, n, d, dv, erase, is_backward, threads, packed,
-                                                beta_max, eps);
+                                                beta_max, eps, channels_first);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

@@ -13,7 +13,8 @@ All compute in at least float32 and return each result in its input's dtype. Bac
 - ``reference``: torch ops, any device and dtype; its backward is differentiable (double
   backward, ``torch.func``) and is the one checked against the dense ``d × d`` operator.
 - ``cpu``: the C++ kernel built with the package (``_delta_cpu.cpp``): one pass over each
-  state, float32/float64 on the CPU, split across ``torch.get_num_threads()`` threads.
+  state, row-major or channels first, float32/float64 on the CPU, split across
+  ``torch.get_num_threads()`` threads.
   :func:`cpu_generated` runs it on a DDL layer's packed generators, normalising the
   direction and applying the gate in the same pass.
 - ``triton``: Triton kernels (:mod:`.delta_triton`), CUDA tensors; CPU tensors only under
@@ -40,7 +41,7 @@ import torch
 from torch import Tensor
 
 from .base import check_choice
-from .delta_layout import contiguous
+from .delta_layout import channels_first, contiguous
 
 _delta_cpu: ModuleType | None
 try:
@@ -140,9 +141,16 @@ def _cpu_kernel(
     X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, G: Tensor | None = None
 ) -> list[Tensor]:
     """Run the C++ kernel forward (``G`` None: ``[Y]``) or backward (``[dX, dk, dv, dβ]``),
-    results in the dtype of ``X``."""
-    inputs = contiguous(X, k, v, beta, *([] if G is None else [G]), dtype=X.dtype)
-    outs = [torch.empty_like(t) for t in inputs[: 1 if G is None else 4]]  # row-major, as inputs
+    results in the dtype of ``X``, ``Y`` and ``dX`` in its layout (row-major or channels
+    first)."""
+    first = channels_first(X)
+    states = [X] if G is None else [X, G]
+    if first:  # the kernel addresses each state's rows channel by channel
+        states = [t.to(X.dtype).mT.contiguous().mT for t in states]
+    else:
+        states = contiguous(*states, dtype=X.dtype)
+    inputs = [states[0], *contiguous(k, v, beta, dtype=X.dtype), *states[1:]]
+    outs = [torch.empty_like(t) for t in inputs[: 1 if G is None else 4]]  # as the inputs
     if X.numel():
         if _delta_cpu is None:
             raise RuntimeError(_NOT_BUILT)
@@ -151,7 +159,7 @@ def _cpu_kernel(
         pointers += [t.data_ptr() for t in outs] + [0] * (4 - len(outs))
         _delta_cpu.update(
             *pointers, X.numel() // (d * dv), d, dv, erase, G is not None,
-            X.dtype == torch.float64, torch.get_num_threads(), False, 0.0, 0.0,
+            X.dtype == torch.float64, torch.get_num_threads(), False, 0.0, 0.0, first,
         )
     return outs
 
@@ -182,7 +190,7 @@ def cpu_generated(
         _delta_cpu.update(
             X.data_ptr(), raw.data_ptr(), 0, 0, G_ptr, outs[0].data_ptr(), draw_ptr, 0, 0,
             X.numel() // X.shape[-1], X.shape[-1] // d_v, d_v, erase, G is not None,
-            X.dtype == torch.float64, torch.get_num_threads(), True, beta_max, eps,
+            X.dtype == torch.float64, torch.get_num_threads(), True, beta_max, eps, False,
         )
     return outs
 

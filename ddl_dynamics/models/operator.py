@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.flop_counter import register_flop_formula
 
 from .delta_kernels import BACKENDS, choose_backend, cpu_generated, reference_jvp
+from .delta_layout import like
 
 #: Gate regimes in increasing order of β; the boundaries are :data:`REGIME_BOUNDS`.
 REGIMES: tuple[str, ...] = ("identity", "write", "projection", "over-relaxed", "reflection")
@@ -82,16 +83,18 @@ def _check_shapes(X: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> bool:
 # them with the formulas below, fake tensors (torch.compile, meta) get shapes from
 # register_fake. Without such a watcher the autograd Function calls the kernels directly,
 # which saves two dispatcher round trips per call.
+# Y and dX come back in the layout empty_like gives X, as their fake tensors say.
 @torch.library.custom_op("ddl_dynamics::rank_one_update", mutates_args=())
 def _forward_op(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) -> Tensor:
-    return BACKENDS[backend].forward(X, k, v, beta, erase)
+    return like(X, BACKENDS[backend].forward(X, k, v, beta, erase))
 
 
 @torch.library.custom_op("ddl_dynamics::rank_one_update_backward", mutates_args=())
 def _backward_op(
     G: Tensor, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return BACKENDS[backend].backward(G, X, k, v, beta, erase)
+    dX, dk, dv, dbeta = BACKENDS[backend].backward(G, X, k, v, beta, erase)
+    return like(X, dX), dk, dv, dbeta
 
 
 @_forward_op.register_fake
