@@ -368,7 +368,7 @@ TWIN_CASES = {
     "embedding": (lambda: torch.nn.Embedding(7, 4), lambda: torch.randint(0, 7, (3 * 5, 6))),
     "rmsnorm": (lambda: torch.nn.RMSNorm(4, eps=1e-5), lambda: torch.randn(3 * 5, 6, 4)),
     "scale": (lambda: Scale(torch.ones(2, 4)), lambda: torch.randn(3 * 5, 6, 2, 1)),
-    "causal-conv": (lambda: CausalConv(8, 3), lambda: torch.randn(3 * 5, 6, 4)),
+    "causal-conv": (lambda: CausalConv(4, 3, outputs=2), lambda: torch.randn(3 * 5, 6, 4)),
     "float-linear": (lambda: FloatLinear(4, 2), lambda: torch.randn(3 * 5, 6, 4)),
 }
 

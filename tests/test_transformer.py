@@ -20,6 +20,8 @@ from ddl_dynamics import (
 )
 from ddl_dynamics.models.params import match_hidden
 from ddl_dynamics.models.transformer import (
+    CausalConv,
+    _AddResidual,
     _Attention,
     _ChannelCompressor,
     _ConvExpansion,
@@ -125,7 +127,7 @@ def test_scalar_block_equals_the_update_by_hand():
         v = 4 * torch.sigmoid(expect @ value.weight.T + value.bias)  # (B, T, 1)
         readout = (k * expect).sum(-1, keepdim=True)
         expect = expect + beta * k * (v - readout)
-    got = block(x.unsqueeze(-1)).squeeze(-1)
+    got = block(x.unsqueeze(-2)).squeeze(-2)  # (B, T, d_v = 1, d)
     torch.testing.assert_close(got, expect, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(got, x + 0.0)
 
@@ -135,11 +137,11 @@ def test_v_map_block_equals_the_update_by_hand():
     the released RMSNorm eps; the gate as in k-Map."""
     m = scrambled(model("ddl-transformer", generator="v-map", value_channels=2, norm_eps=1e-5))
     block = m.blocks[0]
-    X = torch.randn(2, T, WIDTH, 2)
+    X = torch.randn(2, T, 2, WIDTH)  # channels first
     expect = X
     for i in range(2):
         norm, sublayer, residual = block.norms[i], block.sublayers[i], block.residuals[i]
-        x_in = (expect * block.compress.mix.weight).sum(-1)
+        x_in = (expect * block.compress.mix.weight).sum(-2)
         c = x_in * torch.rsqrt(x_in.square().mean(-1, keepdim=True) + 1e-5) * norm.weight
         h = sublayer(c)
         k_raw = c @ residual.direction.weight.T
@@ -147,8 +149,8 @@ def test_v_map_block_equals_the_update_by_hand():
         gate = residual.gate[0]
         beta = 2 * torch.sigmoid(c @ gate.weight.T + gate.bias)[..., None]  # (B, T, 1, 1)
         v = 4 * torch.sigmoid(h @ residual.value.weight.T + residual.value.bias)  # (B, T, 2)
-        readout = torch.einsum("btd,btdv->btv", k, expect)
-        expect = expect + beta * k[..., None] * (v - readout)[..., None, :]
+        readout = torch.einsum("btd,btvd->btv", k, expect)
+        expect = expect + beta * (v - readout)[..., None] * k[..., None, :]
     torch.testing.assert_close(block(X), expect, atol=1e-5, rtol=1e-5)
 
 
@@ -187,11 +189,11 @@ def test_released_options_set_every_norm_and_draw_the_compressors():
     weights = torch.cat([b.compress.mix.weight.flatten() for b in m.blocks])
     assert abs(weights.std().item() / (0.5 / 64**0.5) - 1) < 0.15 and abs(weights.mean()) < 0.02
     mean = model("ddl-transformer", value_channels=4, width=64, heads=4)
-    assert torch.equal(mean.blocks[0].compress.mix.weight, torch.full((64, 4), 0.25))
+    assert torch.equal(mean.blocks[0].compress.mix.weight, torch.full((4, 64), 0.25))
     token = model("ddl-transformer", value_channels=4, compressor="token",
                   compressor_init="random", width=64, heads=4)
-    kernel = token.blocks[0].compress.conv.weight
-    assert kernel[:, 0, :-1].abs().sum() > 0 and abs(kernel.std().item() * 8 - 0.5) < 0.1
+    kernel = token.blocks[0].compress.conv.weight  # (K, 1, d·d_v)
+    assert kernel[:-1].abs().sum() > 0 and abs(kernel.std().item() * 8 - 0.5) < 0.1
     torch.testing.assert_close(token.blocks[0].compress.read.weight, torch.full((4,), 0.25))
 
 
@@ -230,10 +232,12 @@ def test_gates_start_at_beta_init_and_a_constant_target():
 
 @pytest.mark.parametrize("repeat", [1, 3])
 def test_causal_conv_is_a_grouped_conv1d_over_past_tokens(repeat):
-    """Against torch's grouped convolution, left-padded; with a member axis, each member's
-    kernel on its own rows."""
-    x, weight = torch.randn(2, T, 5), torch.randn(5 * repeat, 1, 3)
-    want = F.conv1d(F.pad(x.transpose(1, 2), (2, 0)), weight, groups=5).transpose(1, 2)
+    """Against torch's grouped convolution, left-padded, whose output channel ``c·R + r``
+    is output ``(r, c)`` here; with a member axis, each member's kernel on its own rows."""
+    x, conv1d = torch.randn(2, T, 5), torch.randn(5 * repeat, 1, 3)
+    weight = conv1d.view(5, repeat, 3).permute(2, 1, 0)  # (K, R, C)
+    want = F.conv1d(F.pad(x.transpose(1, 2), (2, 0)), conv1d, groups=5).transpose(1, 2)
+    want = want.unflatten(-1, (5, repeat)).transpose(-1, -2)  # (B, T, R, C)
     torch.testing.assert_close(causal_conv(x, weight), want)
     kernels = torch.stack([weight, 2 * weight])
     torch.testing.assert_close(causal_conv(torch.stack([x, x]), kernels),
@@ -244,14 +248,42 @@ def test_causal_conv_is_a_grouped_conv1d_over_past_tokens(repeat):
 def test_expansion_conv_at_init_equals_repetition(channels):
     expand = _ConvExpansion(WIDTH, channels, kernel_size=3)
     x = torch.randn(2, T, WIDTH)
-    assert torch.equal(expand(x), x.unsqueeze(-1).expand(2, T, WIDTH, channels))
+    assert torch.equal(expand(x), x.unsqueeze(-2).expand(2, T, channels, WIDTH))
     scrambled(expand)
-    assert not torch.allclose(expand(x), x.unsqueeze(-1).expand(2, T, WIDTH, channels))
+    assert not torch.allclose(expand(x), x.unsqueeze(-2).expand(2, T, channels, WIDTH))
+
+
+@pytest.mark.parametrize(("name", "options"), [
+    ("transformer", {"value_channels": 4}),
+    ("ddl-transformer", {"value_channels": 4, "compressor": "token", "compressor_init": "random"}),
+])
+def test_weights_saved_in_the_coordinate_major_layout_load_as_the_same_function(name, options):
+    """Weights saved before the state was held channels first (0.1's run folders: a plain dict,
+    no layout versions; causal kernels in conv1d's ``(C·R, 1, K)``, channel mixing
+    ``(d, d_v)``, additive writes ``(d_v,)``) load into today's layers as the function they
+    were; today's state dict, which carries its versions, loads as it is."""
+    m = scrambled(model(name, **options))
+    saved = m.state_dict()
+    old = dict(saved)
+    for prefix, layer in m.named_modules():
+        key = f"{prefix}." if prefix else ""
+        if isinstance(layer, CausalConv):
+            K, R, C = layer.weight.shape
+            old[key + "weight"] = saved[key + "weight"].permute(2, 1, 0).reshape(C * R, 1, K)
+        elif isinstance(layer, _ChannelCompressor):
+            old[key + "mix.weight"] = saved[key + "mix.weight"].mT.contiguous()
+        elif isinstance(layer, _AddResidual) and layer.write is not None:
+            old[key + "write.weight"] = saved[key + "write.weight"].squeeze(-1)
+    x = tokens()
+    for state in (old, saved):
+        loaded = model(name, **options)
+        loaded.load_state_dict(state)
+        torch.testing.assert_close(loaded(x), m(x))
 
 
 def test_token_compressor_reads_a_short_causal_history():
     compress = scrambled(_TokenCompressor(WIDTH, 4, kernel_size=3, init="mean"))
-    X = torch.randn(2, T, WIDTH, 4)
+    X = torch.randn(2, T, 4, WIDTH)
     out = compress(X)
     changed = X.clone()
     changed[:, 4] += 1.0
@@ -547,26 +579,17 @@ def test_broadcast_attention_is_causal_attention_with_its_gradients(T):
 
 @pytest.mark.parametrize("value_channels", [2, 4])
 def test_the_forms_compiled_steps_take_compute_what_the_eager_ones_do(monkeypatch, value_channels):
-    """Under torch.compile the channel compressor and a several-output causal conv take
-    products and sums that inductor fuses; run eagerly (``is_compiling`` forced), in
-    float64, they equal the eager forms, values and gradients, alone and folded."""
+    """Under torch.compile a several-output causal conv takes shifted products that inductor
+    fuses; run eagerly (``is_compiling`` forced), in float64, they equal the eager einsum,
+    values and gradients, alone and folded."""
     g = torch.Generator().manual_seed(value_channels)
-    X = torch.randn(3, 6, 8, value_channels, generator=g, dtype=torch.float64,
-                    requires_grad=True)
-    mix = torch.randn(8, value_channels, generator=g, dtype=torch.float64, requires_grad=True)
-    folded = torch.randn(3, 8, value_channels, generator=g, dtype=torch.float64)
     x = torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64, requires_grad=True)
-    taps = torch.randn(2, 8 * value_channels, 1, 4, generator=g, dtype=torch.float64,
+    taps = torch.randn(2, 4, value_channels, 8, generator=g, dtype=torch.float64,
                        requires_grad=True)
 
     def outputs():
-        compressor = _ChannelCompressor(8, value_channels, "random").double()
-        compressor.mix.weight.data.copy_(mix)
-        ensemble = _ChannelCompressor(8, value_channels, "random").double()
-        ensemble.mix.weight = torch.nn.Parameter(folded.clone())  # one (d, d_v) per member
-        outs = (compressor(X), ensemble(X.reshape(3, 6, 8, value_channels)),
-                causal_conv(x, taps))
-        grads = torch.autograd.grad(sum(o.square().sum() for o in outs), (X, taps))
+        outs = (causal_conv(x, taps), causal_conv(x[0], taps[0]))
+        grads = torch.autograd.grad(sum(o.square().sum() for o in outs), (x, taps))
         return outs, grads
 
     eager = outputs()
@@ -574,3 +597,5 @@ def test_the_forms_compiled_steps_take_compute_what_the_eager_ones_do(monkeypatc
     for ours, theirs in zip(outputs(), eager, strict=True):
         for a, b in zip(ours, theirs, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+

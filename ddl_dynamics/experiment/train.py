@@ -371,6 +371,15 @@ def _check_fold(ensemble: Ensemble, task: Task, members: Sequence[_Member], rows
         raise _Unfolded
 
 
+def _cpu_state(model: nn.Module) -> dict[str, Tensor]:
+    """The model's state dict on the CPU, with the layout versions of its layers
+    (``_metadata``), by which a later release converts what it has changed."""
+    state = model.state_dict()
+    for key, value in state.items():
+        state[key] = value.cpu()
+    return state
+
+
 @dataclass
 class Trained:
     """What training a cell produced: its row and, unless it failed, its weights (CPU); a
@@ -420,8 +429,7 @@ def run_cells(cells: Sequence[Cell], progress: bool = False) -> list[Trained]:
         try:
             results = _train_members(ready[0][1], models, [m for *_, m in ready], since,
                                      progress)
-            trained = {i: Trained(result, {k: v.detach().cpu()
-                                           for k, v in model.state_dict().items()})
+            trained = {i: Trained(result, _cpu_state(model))
                        for (i, _, model, _), result in zip(ready, results, strict=True)}
         except Exception as err:  # failing cells must not stop the suite
             failed |= {i: err for i, *_ in ready}

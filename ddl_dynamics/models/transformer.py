@@ -9,10 +9,14 @@ only in how each sublayer's output ``h`` is written into the residual state of i
     ddl-transformer          X ← X + β k (vᵀ − kᵀX)         k = h / sqrt(‖h‖² + ε²)
     ddl-write-transformer    X ← X + β k vᵀ                  the same, without the erase term
 
-The state of a token is ``X ∈ R^{d×d_v}``. With ``value_channels`` d_v > 1 the layers follow
-Compress–Process–Rewrite: the embedding is expanded into d_v channels (``expansion``), every
-block compresses X to the width-d input of its two sublayers (``compressor``), and a last
-compressor reads X out before the final norm. ``transformer`` with d_v > 1 is therefore the
+The state of a token is ``X ∈ R^{d×d_v}``, held channels first, ``(B, T, d_v, d)``: each value
+channel a contiguous d-vector, so that the passes over the state (expansion, compression,
+residual updates) run along d rather than along the few channels of a coordinate (inductor's
+loops on the CPU vectorise along the last axis); the Delta update reads it as ``X.mT``,
+``(B, T, d, d_v)``. With ``value_channels`` d_v > 1 the layers follow Compress–Process–Rewrite:
+the embedding is expanded into d_v channels (``expansion``), every block compresses X to the
+width-d input of its two sublayers (``compressor``), and a last compressor reads X out before
+the final norm. ``transformer`` with d_v > 1 is therefore the
 additive expanded-state control: the expansion and compression of DDL, with a residual add.
 
 Per sublayer: ``x_in = compress(X)``, ``c = RMSNorm(x_in)``, ``h = sublayer(c)``. The Delta
@@ -65,26 +69,26 @@ Update = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 def causal_conv(x: Tensor, weight: Tensor) -> Tensor:
-    """Depthwise causal convolution over tokens: ``(B, T, C) → (B, T, C_out)``.
+    """Depthwise causal convolution over tokens, ``R`` outputs per channel: ``(B, T, C) →
+    (B, T, R, C)``.
 
-    ``weight`` is ``(C_out, 1, K)`` with ``C_out`` a multiple of ``C``; output channel ``o``
-    reads input channel ``o // (C_out / C)`` at tokens ``t − K + 1 … t`` (tap ``K − 1`` is ``t``).
-    With a leading member axis, ``x (S, B, T, C)`` and ``weight (S, C_out, 1, K)``, member
-    ``s``'s kernel convolves its rows. Computed as products of shifted tokens: a ``conv1d``
-    with one group per channel ran 2–6× slower on the CPU at these sizes; eagerly, several
-    outputs per channel as one einsum over windows, which ``torch.compile``'s loops run
-    slower than the products.
+    ``weight`` is ``(K, R, C)``: output ``(r, c)`` at token ``t`` is ``Σ_j weight[j, r, c] ·
+    x[t − K + 1 + j, c]`` (tap ``K − 1`` is ``t``). With a leading member axis, ``x (S, B, T, C)``
+    and ``weight (S, K, R, C)``, member ``s``'s kernel convolves its rows. Computed as products
+    of shifted tokens, each along the C contiguous channels: a ``conv1d`` with one group per
+    channel ran 2–6× slower on the CPU at these sizes; eagerly, several outputs per channel
+    as one einsum over windows, which ``torch.compile``'s loops run slower than the products.
     """
     if weight.dim() == 3:
         return causal_conv(x[None], weight[None])[0]
-    T, C, K = x.shape[-2], x.shape[-1], weight.shape[-1]
+    T, K = x.shape[-2], weight.shape[-3]
     padded = F.pad(x, (0, 0, K - 1, 0))  # (S, B, K − 1 + T, C): zeros before token 0
-    taps = weight.view(weight.shape[0], 1, C, -1, K)  # (S, 1, C, C_out / C, K)
+    taps = weight.unsqueeze(1)  # (S, 1, K, R, C)
     if taps.shape[-2] == 1 or torch.compiler.is_compiling():  # K shifted products
-        return cast(Tensor, sum(padded[:, :, j : j + T, :, None] * taps[:, :, None, ..., j]
-                                for j in range(K))).flatten(-2)
+        return cast(Tensor, sum(padded[:, :, j : j + T, None, :] * taps[:, :, j, None]
+                                for j in range(K)))
     windows = padded.unfold(2, K, 1)  # (S, B, T, C, K)
-    return torch.einsum("sbtck,sucrk->sbtcr", windows, taps).flatten(-2)
+    return torch.einsum("sbtck,skrc->sbtrc", windows, weight)
 
 
 def at_least_float32(*tensors: Tensor) -> torch.dtype:
@@ -99,18 +103,29 @@ def at_least_float32(*tensors: Tensor) -> torch.dtype:
 
 
 class CausalConv(nn.Module):
-    """:func:`causal_conv` with its own ``(C_out, 1, K)`` kernel, identity-initialised: the
+    """:func:`causal_conv` with its own ``(K, R, C)`` kernel, identity-initialised: the
     current-token tap is 1 and the history taps 0, so it starts by passing each input channel
-    through (repeated ``C_out / C`` times)."""
+    through (to each of its ``R`` outputs)."""
 
-    def __init__(self, channels: int, kernel_size: int) -> None:
+    # version 2: the kernel (K, R, C); 1 (0.1): conv1d's (C·R, 1, K), converted on loading
+    _version = 2
+
+    def __init__(self, channels: int, kernel_size: int, outputs: int = 1) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(channels, 1, kernel_size))
+        self.weight = nn.Parameter(torch.zeros(kernel_size, outputs, channels))
         with torch.no_grad():
-            self.weight[:, 0, -1] = 1.0
+            self.weight[-1] = 1.0
 
     def forward(self, x: Tensor) -> Tensor:
         return causal_conv(x, self.weight)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              local_metadata: dict[str, Any], *args: Any) -> None:
+        weight = state_dict.get(prefix + "weight")
+        if (local_metadata.get("version") or 1) < 2 and weight is not None:
+            K, R, C = self.weight.shape
+            state_dict[prefix + "weight"] = weight.reshape(C, R, K).permute(2, 1, 0)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
 
 class Scale(nn.Module):
@@ -163,7 +178,7 @@ class EnsembleCausalConv(nn.Module):
 
     def __init__(self, layers: Sequence[CausalConv]) -> None:
         super().__init__()
-        self.weight = stacked_weight(layers)  # (S, C_out, 1, K)
+        self.weight = stacked_weight(layers)  # (S, K, R, C)
 
     def forward(self, x: Tensor) -> Tensor:
         return causal_conv(x.unflatten(0, (self.weight.shape[0], -1)), self.weight).flatten(0, 1)
@@ -326,42 +341,42 @@ class _SwiGLU(nn.Module):
 
 
 class _Unsqueeze(nn.Module):
-    """d_v = 1: the state is the embedding with one value channel, ``(B, T, d, 1)``."""
+    """d_v = 1: the state is the embedding with one value channel, ``(B, T, 1, d)``."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return x.unsqueeze(-1)
+        return x.unsqueeze(-2)
 
 
 class _Squeeze(nn.Module):
     """d_v = 1: the sublayer input is the state itself."""
 
     def forward(self, X: Tensor) -> Tensor:
-        return X.squeeze(-1)
+        return X.squeeze(-2)
 
 
 class _Repeat(nn.Module):
-    """Expansion "repeat" (the paper's "w/o EC"): ``X_0 = x_emb 1ᵀ``, ``(B, T, d, d_v)``."""
+    """Expansion "repeat" (the paper's "w/o EC"): ``X_0 = x_emb 1ᵀ``, ``(B, T, d_v, d)``."""
 
     def __init__(self, value_channels: int) -> None:
         super().__init__()
         self.value_channels = value_channels
 
     def forward(self, x: Tensor) -> Tensor:
-        return x.unsqueeze(-1).expand(*x.shape, self.value_channels)
+        return x.unsqueeze(-2).expand(*x.shape[:-1], self.value_channels, x.shape[-1])
 
 
 class _ConvExpansion(nn.Module):
     """Expansion "conv" (EC): a causal depthwise convolution over tokens maps each embedding
-    coordinate to d_v channels (to itself at d_v = 1: EC without the expanded state).
-    Identity-initialised, so it starts as repetition."""
+    coordinate to d_v channels (to itself at d_v = 1: EC without the expanded state),
+    ``(B, T, d) → (B, T, d_v, d)``. Identity-initialised, so it starts as repetition."""
 
     def __init__(self, width: int, value_channels: int, kernel_size: int) -> None:
         super().__init__()
         self.value_channels = value_channels
-        self.conv = CausalConv(width * value_channels, kernel_size)
+        self.conv = CausalConv(width, kernel_size, outputs=value_channels)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.conv(x).unflatten(-1, (x.shape[-1], self.value_channels))
+        return cast(Tensor, self.conv(x))
 
 
 def _compressor_weight(shape: tuple[int, ...], width: int, init: str) -> Tensor:
@@ -375,30 +390,37 @@ def _compressor_weight(shape: tuple[int, ...], width: int, init: str) -> Tensor:
 
 class _ChannelCompressor(nn.Module):
     """Compressor "channel" (CC): ``x_in_i = Σ_j c_ij X_ij``, per-coordinate mixing of the d_v
-    channels of the current token only."""
+    channels of the current token only. The mixing weights are held as the state is, channels
+    first: ``mix`` is ``(d_v, d)``, drawn as ``(d, d_v)`` and transposed."""
+
+    # version 2: mix (d_v, d); 1 (0.1): (d, d_v), converted on loading
+    _version = 2
 
     def __init__(self, width: int, value_channels: int, init: str) -> None:
         super().__init__()
-        self.mix = Scale(_compressor_weight((width, value_channels), width, init))
+        self.mix = Scale(_compressor_weight((width, value_channels), width, init).mT.contiguous())
 
     def forward(self, X: Tensor) -> Tensor:
-        """Eagerly, one matmul against the block-diagonal ``(d·d_v, d)`` form of the mixing
-        weights (a batched one in a folded ensemble, whose ``mix`` holds one ``(d, d_v)`` per
-        member): cheaper, forward and backward, than a product and a sum over the d_v
-        channels, though d times the arithmetic. Under ``torch.compile``, that product and
-        sum, which inductor fuses. In the state's dtype (promoted with the weights'),
-        autocast or not."""
-        weight = self.mix.weight
-        d, d_v = weight.shape[-2:]
-        dtype = torch.promote_types(X.dtype, weight.dtype)
-        if torch.compiler.is_compiling():
-            states = X.to(dtype).reshape(*weight.shape[:-2], -1, d, d_v)
-            return (states * weight.to(dtype).unsqueeze(-3)).sum(-1).view(X.shape[:-1])
-        eye = torch.eye(d, dtype=dtype, device=weight.device)
-        blocks = (weight.to(dtype).unsqueeze(-1) * eye[:, None]).flatten(-3, -2)  # (…, d·d_v, d)
-        rows = X.to(dtype).reshape(*weight.shape[:-2], -1, d * d_v)
-        with torch.autocast(X.device.type, enabled=False):
-            return (rows @ blocks).view(X.shape[:-1])
+        """``(B, T, d_v, d) → (B, T, d)``: a product and a sum over the d_v channels, each
+        along d (in a folded ensemble, whose ``mix`` holds one ``(d_v, d)`` per member, on
+        each member's rows), which inductor fuses into one loop over d. In the state's dtype
+        (promoted with the weights'), autocast or not."""
+        mix: Tensor = self.mix.weight
+        dtype = torch.promote_types(X.dtype, mix.dtype)
+        folded = mix.dim() == 3
+        rows, mix = members_first(mix, X) if folded else (X, mix)
+        rows, mix = rows.to(dtype), mix.to(dtype)
+        x_in = rows[..., 0, :] * mix[..., 0, :]
+        for j in range(1, rows.shape[-2]):
+            x_in = x_in + rows[..., j, :] * mix[..., j, :]
+        return x_in.flatten(0, 1) if folded else x_in
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              local_metadata: dict[str, Any], *args: Any) -> None:
+        key = prefix + "mix.weight"
+        if (local_metadata.get("version") or 1) < 2 and key in state_dict:
+            state_dict[key] = state_dict[key].mT
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
 
 class _TokenCompressor(nn.Module):
@@ -409,14 +431,16 @@ class _TokenCompressor(nn.Module):
 
     def __init__(self, width: int, value_channels: int, kernel_size: int, init: str) -> None:
         super().__init__()
-        self.conv = CausalConv(width * value_channels, kernel_size)
-        if init == "random":
+        self.conv = CausalConv(width * value_channels, kernel_size)  # entries (i, j) as i·d_v + j
+        if init == "random":  # drawn in conv1d's (d·d_v, 1, K) order
             with torch.no_grad():
-                self.conv.weight.copy_(_compressor_weight(self.conv.weight.shape, width, init))
+                drawn = _compressor_weight((width * value_channels, 1, kernel_size), width, init)
+                self.conv.weight.copy_(drawn.permute(2, 1, 0))
         self.read = Scale(torch.full((value_channels,), 1.0 / value_channels))
 
     def forward(self, X: Tensor) -> Tensor:
-        mixed = self.conv(X.flatten(-2)).view(X.shape)  # (B, T, d, d_v)
+        entries = X.mT.flatten(-2)  # (B, T, d·d_v), entry (i, j) at i·d_v + j
+        mixed = self.conv(entries).view(*X.shape[:-2], X.shape[-1], X.shape[-2])  # (B, T, d, d_v)
         return self.read(mixed).sum(-1)
 
 
@@ -425,15 +449,26 @@ class _TokenCompressor(nn.Module):
 
 class _AddResidual(nn.Module):
     """``X + h wᵀ``: the additive residual. With d_v > 1, ``w`` is a learned write vector over
-    the value channels (initialised to 1, so the channels can diverge); with d_v = 1, ``x + h``."""
+    the value channels (initialised to 1, so the channels can diverge), held ``(d_v, 1)`` as
+    the state is, channels first; with d_v = 1, ``x + h``."""
+
+    # version 2: write (d_v, 1); 1 (0.1): (d_v,), converted on loading
+    _version = 2
 
     def __init__(self, value_channels: int) -> None:
         super().__init__()
-        self.write = Scale(torch.ones(value_channels)) if value_channels > 1 else None
+        self.write = Scale(torch.ones(value_channels, 1)) if value_channels > 1 else None
 
     def forward(self, X: Tensor, x_in: Tensor, c: Tensor, h: Tensor) -> Tensor:
-        h = h.unsqueeze(-1)
+        h = h.unsqueeze(-2)  # (B, T, 1, d)
         return X + (h if self.write is None else self.write(h))
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              local_metadata: dict[str, Any], *args: Any) -> None:
+        key = prefix + "write.weight"
+        if (local_metadata.get("version") or 1) < 2 and key in state_dict:
+            state_dict[key] = state_dict[key].unsqueeze(-1)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
 
 @dataclass(frozen=True)
@@ -514,12 +549,13 @@ class _DeltaResidual(nn.Module):
 
     def forward(self, X: Tensor, x_in: Tensor, c: Tensor, h: Tensor) -> Tensor:
         k_raw, v, beta = self.generators(x_in, c, h)  # β stays wide: the operator never rounds it
-        return self.update(X, normalize_direction(k_raw), v, beta)
+        return self.update(X.mT, normalize_direction(k_raw), v, beta).mT  # on (B, T, d, d_v)
 
 
 class Sublayer(NamedTuple):
     """One sublayer's pass over the state: the sublayer and its residual update, the state
-    before, the sublayer's input ``x_in``, context ``c`` and output ``h``, the state after."""
+    before (``(B, T, d_v, d)``, channels first), the sublayer's input ``x_in``, context ``c`` and
+    output ``h``, the state after."""
 
     sublayer: nn.Module
     residual: nn.Module
@@ -548,7 +584,7 @@ class _Block(nn.Module):
         c = self.norms[i](x_in)
         return x_in, c, self.sublayers[i](c)
 
-    def forward(self, X: Tensor) -> Tensor:  # (B, T, d, d_v) → (B, T, d, d_v)
+    def forward(self, X: Tensor) -> Tensor:  # (B, T, d_v, d) → (B, T, d_v, d)
         for i, residual in enumerate(self.residuals):
             X = residual(X, *self.process(i, X))
         return X
@@ -703,7 +739,7 @@ class Transformer(nn.Module):
                            dim=2)
 
     def state(self, tokens: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
-        """The initial residual state ``(B, T, d, d_v)`` of ``tokens`` (checked)."""
+        """The initial residual state ``(B, T, d_v, d)`` of ``tokens`` (checked), channels first."""
         name = type(self).__name__
         if tokens.dim() != 2 or tokens.is_floating_point():
             raise ValueError(f"{name}: tokens must be integer ids of shape (batch, length), got "
@@ -743,7 +779,7 @@ class _DeltaTransformer(Transformer):
         for p in self.passes(tokens):
             k_raw, v, beta = cast(_DeltaResidual, p.residual).generators(p.x_in, p.c, p.h)
             k = normalize_direction(k_raw).to(p.before.dtype)
-            layers.append((beta, k_raw, k, v, p.before, p.after))
+            layers.append((beta, k_raw, k, v, p.before.mT, p.after.mT))
         return DeltaProbe.of_layers(layers, dim=2)
 
 
