@@ -13,7 +13,13 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.experiment.train import train_seeds
-from ddl_dynamics.models.ensemble import TWINS, EnsembleLinear, fold, register_twin
+from ddl_dynamics.models.ensemble import (
+    TWINS,
+    EnsembleLinear,
+    ensemble_linear,
+    fold,
+    register_twin,
+)
 from ddl_dynamics.models.residual import ResNet
 from ddl_dynamics.models.transformer import CausalConv, FloatLinear, Scale
 
@@ -349,6 +355,26 @@ def test_ensemble_linear_applies_each_members_layer_to_its_rows():
     shared = torch.nn.Linear(2, 2)
     ensemble = fold([torch.nn.Sequential(shared, shared), torch.nn.Sequential(shared, shared)])
     assert ensemble.module[0] is ensemble.module[1]  # a shared layer stays shared
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_ensemble_linear_differentiates_as_each_member_and_in_the_weights_layout(bias):
+    """Gradients of input, weights and bias against each member's own layer (float64
+    gradcheck, twice), and the weights' gradient row-major like the weights, so that
+    accumulating it into ``.grad`` copies nothing."""
+    g = torch.Generator().manual_seed(int(bias))
+    x = torch.randn(3 * 4, 5, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(3, 7, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, 7, generator=g, dtype=torch.float64, requires_grad=True) if bias else None
+    inputs = (x, weight) if b is None else (x, weight, b)
+
+    def layer(x, weight, b=None):
+        return ensemble_linear(x, weight, b)
+
+    assert torch.autograd.gradcheck(layer, inputs)
+    assert torch.autograd.gradgradcheck(layer, inputs)
+    layer(*inputs).square().sum().backward()
+    assert weight.grad is not None and weight.grad.stride() == weight.stride()
 
 
 def members(make, count=3):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -36,8 +36,34 @@ Layer = TypeVar("Layer", bound=nn.Module)
 def ensemble_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """Member ``s``'s ``x W_sᵀ + b_s`` on its rows of ``x``, for ``weight`` ``(S, out, in)``."""
     rows = x.reshape(weight.shape[0], -1, x.shape[-1])  # (S, n·…, in)
-    out = rows @ weight.mT if bias is None else torch.baddbmm(bias.unsqueeze(1), rows, weight.mT)
+    out = _MemberLinear.apply(rows, weight, bias)
     return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class _MemberLinear(torch.autograd.Function):
+    """``rows_s W_sᵀ + b_s`` for ``rows (S, n, in)``, with the weight's gradient computed in the
+    weight's own layout, ``g_sᵀ rows_s`` ``(S, out, in)`` row-major: autograd's, through
+    ``weight.mT``, comes back transposed, and accumulating it into ``.grad`` would copy it."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        if bias is None:
+            return rows @ weight.mT
+        return torch.baddbmm(bias.unsqueeze(1), rows, weight.mT)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor, Tensor | None],
+                      output: Tensor) -> None:
+        ctx.save_for_backward(*inputs[:2])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        rows, weight = ctx.saved_tensors
+        wants = ctx.needs_input_grad
+        return (grad @ weight if wants[0] else None, grad.mT @ rows if wants[1] else None,
+                grad.sum(1) if wants[2] else None)
 
 
 def stacked(layers: Sequence[nn.Module], name: str) -> nn.Parameter | None:
