@@ -275,6 +275,23 @@ class Task(ABC):
             return F.binary_cross_entropy_with_logits(pred, target)
         return F.mse_loss(pred, target)
 
+    def member_losses(self, preds: Tensor, targets: Tensor) -> Tensor:
+        """Each member's :meth:`loss` on its rows, ``(S,)``, for the members' predictions and
+        targets stacked ``(S, n, …)``: computed for all members at once (a folded ensemble's
+        step pays per op), or member by member where a task overrides :meth:`loss`."""
+        if type(self).loss is not Task.loss:
+            return torch.stack([self.loss(p, t) for p, t in zip(preds, targets, strict=True)])
+        if self.loss_name == "ce":  # the mean over each member's scored positions
+            each = F.cross_entropy(preds.flatten(0, -2), targets.flatten(),
+                                   ignore_index=IGNORE_INDEX, reduction="none")
+            scored = (targets != IGNORE_INDEX).flatten(1).sum(1)
+            return each.view(len(preds), -1).sum(1) / scored
+        if self.loss_name == "bce":
+            each = F.binary_cross_entropy_with_logits(preds, targets, reduction="none")
+        else:
+            each = (preds - targets).square()
+        return each.flatten(1).mean(1)
+
     def metric(self, pred: Tensor, target: Tensor) -> float:
         """The headline metric: MSE; or accuracy of logits against 0/1 labels, or of the
         argmax of class logits against class ids on the scored positions."""

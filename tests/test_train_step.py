@@ -117,3 +117,25 @@ def test_an_eager_cell_keeps_its_key_and_a_compiled_one_has_its_own():
     assert compiled.to_dict()["train"]["compile"] is True and compiled.key != cell.key
     assert Cell.from_dict(compiled.to_dict()) == compiled and Cell.from_dict(
         cell.to_dict()) == cell
+
+
+@pytest.mark.parametrize("name", ["var-chain", "overwrite", "parity"])  # ce, mse, bce
+def test_members_losses_at_once_are_each_members_own_loss(name):
+    """All members' losses in one batched computation equal each member's ``loss`` on its own
+    rows; a task that overrides ``loss`` is served member by member."""
+    task = dd.make_task(name)
+    data = task.sample(3 * 8, 0, "train")
+    g = torch.Generator().manual_seed(0)
+    shape = (*data.targets.shape, task.out_dim) if task.loss_name == "ce" else data.targets.shape
+    preds = torch.randn(shape, generator=g, dtype=torch.float64).unflatten(0, (3, -1))
+    targets = data.targets.unflatten(0, (3, -1))
+    targets = targets if task.loss_name == "ce" else targets.double()
+    each = torch.stack([task.loss(p, t) for p, t in zip(preds, targets, strict=True)])
+    torch.testing.assert_close(task.member_losses(preds, targets), each)
+
+    class Halved(type(task)):
+        def loss(self, pred, target):
+            return super().loss(pred, target) / 2
+
+    halved = Halved(**{f.name: getattr(task, f.name) for f in dataclasses.fields(task)})
+    torch.testing.assert_close(halved.member_losses(preds, targets), each / 2)

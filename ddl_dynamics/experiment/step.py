@@ -42,8 +42,7 @@ def predictor(task: Task, bf16: bool) -> Predict:
 def member_losses(module: nn.Module, task: Task, batch: TaskData, predict: Predict,
                   size: int) -> Tensor:
     """Each member's training loss on its rows of the folded ``batch``, ``(size,)``."""
-    preds, targets = unfold(predict(module, batch), size), unfold(batch.targets, size)
-    return torch.stack([task.loss(p, t) for p, t in zip(preds, targets, strict=True)])
+    return task.member_losses(unfold(predict(module, batch), size), unfold(batch.targets, size))
 
 
 Losses = Callable[[nn.Module, Task, TaskData, Predict, int], Tensor]
