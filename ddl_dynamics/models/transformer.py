@@ -208,8 +208,11 @@ def rope_tables(length: int, head_dim: int, base: float, device: torch.device,
 
 
 def _swap_halves(x: Tensor) -> Tensor:
-    """``(x_{hd/2…}, x_{…hd/2})``: each coordinate's partner under RoPE, in its place."""
-    return x.roll(x.shape[-1] // 2, dims=-1)
+    """``(x_{hd/2…}, x_{…hd/2})``: each coordinate's partner under RoPE, in its place. As two
+    halves side by side rather than a roll, whose modular index inductor's loops gather
+    element by element; the halves are contiguous reads."""
+    half = x.shape[-1] // 2
+    return torch.cat([x[..., half:], x[..., :half]], dim=-1)
 
 
 def rotary(x: Tensor, base: float) -> Tensor:
