@@ -49,7 +49,8 @@ def descend(ensemble: Ensemble, optimizer: torch.optim.Optimizer, losses: Tensor
     with torch.no_grad():
         before = torch._foreach_mul(params, 1.0)
         optimizer.step()
-        torch._foreach_lerp_(params, before, [1 - _per_member(rates, p, ensemble.size)
+        keep = 1 - rates
+        torch._foreach_lerp_(params, before, [_per_member(keep, p, ensemble.size)
                                               for p in params])
         if decays.any():
             torch._foreach_sub_(params, torch._foreach_mul(
