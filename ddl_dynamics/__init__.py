@@ -30,8 +30,8 @@ API: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "tasks": {
         "._task": ("IGNORE_INDEX", "Expectation", "SequenceTask", "Subject", "Task", "TaskData",
-                   "check_task", "held_out", "list_tasks", "make_task", "register_task",
-                   "split_generator"),
+                   "held_out", "list_tasks", "make_task", "register_task", "split_generator"),
+        "._task_check": ("check_task",),
     },
     "depth models": {
         ".models.base": ("DepthModel", "check_model", "list_models", "make_model",

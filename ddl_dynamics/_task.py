@@ -23,7 +23,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._registry import Registry
-from .models.operator import REGIMES
 
 TASKS: Registry[Task] = Registry("task", entry_point_group="ddl_dynamics.tasks")
 
@@ -362,16 +361,6 @@ class SequenceTask(Task):
         """The targets of ``tokens``: int64 ``(n, T)``, :data:`IGNORE_INDEX` where unscored."""
 
 
-def _supervise_hint(task: Task, dims: int) -> str:
-    """The fix when a task's targets have the other supervision's shape."""
-    other = {2: "final", 3: "trajectory"}.get(dims)
-    if other is None or other == task.supervise:
-        return ""
-    per = "every depth step" if other == "trajectory" else "the final state only"
-    return (f"; the targets supervise {per}: set supervise = {other!r} on "
-            f"{type(task).__name__} (a class attribute)")
-
-
 def register_task(name: str, task: type[Task] | None = None) -> Any:
     """Register a :class:`Task` subclass under ``name`` (also as ``@register_task("name")``)."""
     return TASKS.register(name, task)
@@ -394,122 +383,3 @@ def make_task(name: str, **spec: Any) -> Task:
 
 def list_tasks() -> list[str]:
     return TASKS.names()
-
-
-class TaskCheckError(ValueError):
-    """A task breaks the interface (:func:`check_task`); the message names the problem."""
-
-
-def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> None:
-    """Validate a task against the interface; raises :class:`TaskCheckError` (a
-    ``ValueError``, so it holds under ``python -O``) naming the problem.
-
-    Run it on your own task before a sweep. It checks shapes, dtypes, finiteness,
-    determinism, that loss and metric accept the targets, and that val and test are held
-    out: at most :data:`MAX_OVERLAP` of ``n_overlap`` of their examples may have content
-    that also occurs among ``n_overlap`` training examples.
-    """
-    if not isinstance(task, Task):
-        raise TaskCheckError(f"check_task takes a Task instance (e.g. MyTask()), not {task!r}")
-    name = type(task).__name__
-    unknown = sorted(set(task.regimes) - set(REGIMES))
-    if unknown:
-        raise TaskCheckError(f"{name}.regimes: unknown regime {unknown[0]!r}; regimes: {REGIMES}")
-    fields = [f.name for f in dataclasses.fields(task)]
-    if task.knob not in (None, *fields):
-        raise TaskCheckError(f"{name}.knob {task.knob!r} is not a spec field")
-    for split in task.splits:
-        data = task.sample(n, seed, split)
-        if not isinstance(data, TaskData):
-            raise TaskCheckError(f"{name}.sample must return TaskData")
-        if len(data) != n:
-            raise TaskCheckError(f"{name}[{split}]: asked {n} samples, got {len(data)}")
-        if task.kind == "sequence":
-            _check_tokens(task, data, f"{name}[{split}]")
-        else:
-            if data.inputs.shape != (n, task.in_dim):
-                raise TaskCheckError(
-                    f"{name}[{split}]: inputs {tuple(data.inputs.shape)} != {(n, task.in_dim)}"
-                )
-            steps = data.steps
-            want = (n, task.out_dim) if task.supervise == "final" else (n, steps, task.out_dim)
-            if tuple(data.targets.shape) != want:
-                raise TaskCheckError(
-                    f"{name}[{split}]: targets {tuple(data.targets.shape)} != {want}"
-                    + _supervise_hint(task, data.targets.dim())
-                )
-            if task.control_dim:
-                if data.controls is None:
-                    raise TaskCheckError(f"{name}[{split}]: control_dim>0 but no controls")
-                if tuple(data.controls.shape) != (n, steps, task.control_dim):
-                    raise TaskCheckError(
-                        f"{name}[{split}]: controls {tuple(data.controls.shape)} != "
-                        f"{(n, steps, task.control_dim)}"
-                    )
-            elif data.controls is not None:
-                raise TaskCheckError(f"{name}[{split}]: controls given but control_dim=0")
-            if data.trajectory is not None and data.trajectory.shape[:2] != (n, steps + 1):
-                raise TaskCheckError(
-                    f"{name}[{split}]: trajectory {tuple(data.trajectory.shape)} "
-                    "is not (n, steps+1, ·)"
-                )
-            if data.step_regimes is not None:
-                regimes = data.step_regimes
-                if tuple(regimes.shape) != (n, steps) or regimes.is_floating_point():
-                    raise TaskCheckError(
-                        f"{name}[{split}]: step_regimes must be integers of shape {(n, steps)}"
-                    )
-                if not ((regimes >= -1) & (regimes < len(REGIMES))).all():
-                    raise TaskCheckError(
-                        f"{name}[{split}]: step_regimes must be −1 or an index in REGIMES"
-                    )
-            for label, t in (("inputs", data.inputs), ("targets", data.targets),
-                             ("controls", data.controls)):
-                if t is not None:
-                    if t.dtype != torch.float32:  # the models' dtype: other floats fail
-                        raise TaskCheckError(
-                            f"{name}[{split}]: {label} must be float32, got {t.dtype}"
-                        )
-                    if not torch.isfinite(t).all():
-                        raise TaskCheckError(f"{name}[{split}]: {label} has NaN/Inf")
-        again = task.sample(n, seed, split)
-        if not (torch.equal(data.inputs, again.inputs)
-                and torch.equal(data.targets, again.targets)):
-            raise TaskCheckError(f"{name}[{split}]: sample is not deterministic in its seed")
-        loss = task.loss(data.targets.clone(), data.targets) if task.loss_name == "mse" else None
-        if loss is not None and loss.item() != 0.0:
-            raise TaskCheckError(f"{name}: loss of a perfect prediction != 0")
-        if task.kind == "sequence":  # sure logits: accuracy 1, or (bits per char) 0
-            perfect = 100 * F.one_hot(data.targets.clamp(min=0), task.out_dim).float()
-            best = 1.0 if task.higher_is_better else 0.0
-            if abs(task.metric(perfect, data.targets) - best) >= 1e-6:
-                raise TaskCheckError(f"{name}: metric of a perfect prediction != {best}")
-        else:
-            task.metric(torch.zeros_like(data.targets), data.targets)
-    for split in IN_DISTRIBUTION[1:]:
-        overlap = content_overlap(task, split, n_overlap, seed)
-        if overlap > MAX_OVERLAP:
-            raise TaskCheckError(
-                f"{name}: {overlap:.0%} of {split} examples also occur in train (at most "
-                f"{MAX_OVERLAP:.0%} allowed); hold whole inputs out, e.g. with held_out()"
-            )
-
-
-def _check_tokens(task: Task, data: TaskData, where: str) -> None:
-    """The split of a sequence task: int64 tokens and targets ``(n, T)`` in range, and at
-    least one scored position in every sequence."""
-    shape = (len(data), data.steps)
-    for label, t, size in (("inputs", data.inputs, task.in_dim),
-                           ("targets", data.targets, task.out_dim)):
-        if t.dtype != torch.int64:
-            raise TaskCheckError(f"{where}: {label} must be int64 tokens, got {t.dtype}")
-        if tuple(t.shape) != shape:
-            raise TaskCheckError(f"{where}: {label} {tuple(t.shape)} != {shape}")
-        ids = t[t != IGNORE_INDEX] if label == "targets" else t
-        if not ((ids >= 0) & (ids < size)).all():
-            raise TaskCheckError(f"{where}: {label} outside [0, {size})")
-    if data.controls is not None:
-        raise TaskCheckError(f"{where}: a sequence task has no controls")
-    scored = data.targets != IGNORE_INDEX
-    if not scored.any(dim=1).all():
-        raise TaskCheckError(f"{where}: a sequence has no scored position")

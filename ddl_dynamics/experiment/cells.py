@@ -41,7 +41,8 @@ from typing import Any, cast
 import torch
 
 from .._registry import did_you_mean
-from .._task import TASKS, Task, TaskCheckError, check_task, make_task
+from .._task import TASKS, Task, make_task
+from .._task_check import TaskCheckError, check_task
 from ..models.base import MODELS, DepthModel, make_model
 from ..models.base import model_options as _model_options
 from ..models.params import count_parameters, match_hidden, parameter_count
