@@ -20,7 +20,6 @@ def channels_first(X: Tensor) -> bool:
     return X.dim() >= 2 and X.shape[-1] > 1 and not X.is_contiguous() and X.mT.is_contiguous()
 
 
-
 def like(X: Tensor, Y: Tensor) -> Tensor:
     """``Y``, shaped as ``X``, in the memory layout :func:`torch.empty_like` gives ``X`` (its
     own, where ``X`` is dense): the layout the update's op promises for ``Y`` and ``dX``, which

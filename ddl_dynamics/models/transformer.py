@@ -16,8 +16,8 @@ loops on the CPU vectorise along the last axis); the Delta update reads it as ``
 ``(B, T, d, d_v)``. With ``value_channels`` d_v > 1 the layers follow Compress–Process–Rewrite:
 the embedding is expanded into d_v channels (``expansion``), every block compresses X to the
 width-d input of its two sublayers (``compressor``), and a last compressor reads X out before
-the final norm. ``transformer`` with d_v > 1 is therefore the
-additive expanded-state control: the expansion and compression of DDL, with a residual add.
+the final norm. ``transformer`` with d_v > 1 is therefore the additive expanded-state
+control: the expansion and compression of DDL, with a residual add.
 
 Per sublayer: ``x_in = compress(X)``, ``c = RMSNorm(x_in)``, ``h = sublayer(c)``. The Delta
 generators follow the authors' released code (the *k-Map* layout): ``k̃ = h``;
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, cast
@@ -102,13 +103,32 @@ def at_least_float32(*tensors: Tensor) -> torch.dtype:
 # --- the leaves that hold parameters besides nn.Linear, nn.Embedding and nn.RMSNorm
 
 
-class CausalConv(nn.Module):
-    """:func:`causal_conv` with its own ``(K, R, C)`` kernel, identity-initialised: the
-    current-token tap is 1 and the history taps 0, so it starts by passing each input channel
-    through (to each of its ``R`` outputs)."""
+class _Relaid(nn.Module, ABC):
+    """A layer that holds one tensor, ``relaid_key`` of its state dict, laid out channels first
+    since version 2; on loading a state dict of version 1 (0.1's layout, whose state dicts
+    carry no versions) :meth:`relay` converts it."""
 
-    # version 2: the kernel (K, R, C); 1 (0.1): conv1d's (C·R, 1, K), converted on loading
     _version = 2
+    relaid_key: ClassVar[str]
+
+    @abstractmethod
+    def relay(self, saved: Tensor) -> Tensor:
+        """The tensor ``saved`` under version 1, in today's layout."""
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              local_metadata: dict[str, Any], *args: Any) -> None:
+        key = prefix + self.relaid_key
+        if (local_metadata.get("version") or 1) < 2 and key in state_dict:
+            state_dict[key] = self.relay(state_dict[key])
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+
+class CausalConv(_Relaid):
+    """:func:`causal_conv` with its own ``(K, R, C)`` kernel (version 1: conv1d's
+    ``(C·R, 1, K)``), identity-initialised: the current-token tap is 1 and the history taps 0,
+    so it starts by passing each input channel through (to each of its ``R`` outputs)."""
+
+    relaid_key = "weight"
 
     def __init__(self, channels: int, kernel_size: int, outputs: int = 1) -> None:
         super().__init__()
@@ -119,13 +139,9 @@ class CausalConv(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return causal_conv(x, self.weight)
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
-                              local_metadata: dict[str, Any], *args: Any) -> None:
-        weight = state_dict.get(prefix + "weight")
-        if (local_metadata.get("version") or 1) < 2 and weight is not None:
-            K, R, C = self.weight.shape
-            state_dict[prefix + "weight"] = weight.reshape(C, R, K).permute(2, 1, 0)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+    def relay(self, saved: Tensor) -> Tensor:
+        K, R, C = self.weight.shape
+        return saved.reshape(C, R, K).permute(2, 1, 0)
 
 
 class Scale(nn.Module):
@@ -391,13 +407,13 @@ def _compressor_weight(shape: tuple[int, ...], width: int, init: str) -> Tensor:
     return torch.randn(shape) * (0.5 / math.sqrt(width))
 
 
-class _ChannelCompressor(nn.Module):
+class _ChannelCompressor(_Relaid):
     """Compressor "channel" (CC): ``x_in_i = Σ_j c_ij X_ij``, per-coordinate mixing of the d_v
     channels of the current token only. The mixing weights are held as the state is, channels
-    first: ``mix`` is ``(d_v, d)``, drawn as ``(d, d_v)`` and transposed."""
+    first: ``mix`` is ``(d_v, d)`` (version 1: ``(d, d_v)``), drawn as ``(d, d_v)`` and
+    transposed."""
 
-    # version 2: mix (d_v, d); 1 (0.1): (d, d_v), converted on loading
-    _version = 2
+    relaid_key = "mix.weight"
 
     def __init__(self, width: int, value_channels: int, init: str) -> None:
         super().__init__()
@@ -418,12 +434,8 @@ class _ChannelCompressor(nn.Module):
             x_in = x_in + rows[..., j, :] * mix[..., j, :]
         return x_in.flatten(0, 1) if folded else x_in
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
-                              local_metadata: dict[str, Any], *args: Any) -> None:
-        key = prefix + "mix.weight"
-        if (local_metadata.get("version") or 1) < 2 and key in state_dict:
-            state_dict[key] = state_dict[key].mT
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+    def relay(self, saved: Tensor) -> Tensor:
+        return saved.mT
 
 
 class _TokenCompressor(nn.Module):
@@ -450,13 +462,12 @@ class _TokenCompressor(nn.Module):
 # --- residual updates: how a sublayer's output h enters the state
 
 
-class _AddResidual(nn.Module):
+class _AddResidual(_Relaid):
     """``X + h wᵀ``: the additive residual. With d_v > 1, ``w`` is a learned write vector over
     the value channels (initialised to 1, so the channels can diverge), held ``(d_v, 1)`` as
-    the state is, channels first; with d_v = 1, ``x + h``."""
+    the state is, channels first (version 1: ``(d_v,)``); with d_v = 1, ``x + h``."""
 
-    # version 2: write (d_v, 1); 1 (0.1): (d_v,), converted on loading
-    _version = 2
+    relaid_key = "write.weight"
 
     def __init__(self, value_channels: int) -> None:
         super().__init__()
@@ -466,12 +477,8 @@ class _AddResidual(nn.Module):
         h = h.unsqueeze(-2)  # (B, T, 1, d)
         return X + (h if self.write is None else self.write(h))
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
-                              local_metadata: dict[str, Any], *args: Any) -> None:
-        key = prefix + "write.weight"
-        if (local_metadata.get("version") or 1) < 2 and key in state_dict:
-            state_dict[key] = state_dict[key].unsqueeze(-1)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+    def relay(self, saved: Tensor) -> Tensor:
+        return saved.unsqueeze(-1)
 
 
 @dataclass(frozen=True)
