@@ -148,12 +148,13 @@ def test_a_folded_transformer_step_is_each_members_own(task, model, options):
         own = task_.loss(member(d.inputs), d.targets)
         own.backward()
         torch.testing.assert_close(losses[i], own, rtol=1e-5, atol=0)
+        # float32 rounding, at the scale of the whole gradient: a sum over many tokens (an
+        # embedding's, a gate bias's) can cancel to an element far below the terms it adds,
+        # whose rounding then depends on the order the kernels add in (seen up to ~6 eps of
+        # the gradient's norm, on the C++ kernel and the reference backend alike)
+        scale = torch.cat([p.grad.flatten() for p in member.parameters()]).norm().item()
         for (name, mine), stack in zip(member.named_parameters(), ensemble.module.parameters(),
                                        strict=True):
-            # float32 rounding, at the gradient's own scale: a sum over many tokens (the
-            # embedding's) can cancel to an element far below it, whose rounding then
-            # depends on the order the CPU's kernels add in
-            scale = mine.grad.abs().max().item()
             torch.testing.assert_close(stack.grad[i], mine.grad, rtol=1e-4, atol=1e-5 * scale,
                                        msg=name)
 
