@@ -1,6 +1,6 @@
 """ddl_dynamics: where does the Delta operator beat additive residual stacks and neural ODEs?
 
-The public API, in one screen, by group (:data:`API`). The implementation is in wings
+The public API, in one screen, by group (`API`). The implementation is in wings
 whose imports run one way, ``analysis`` and ``bench`` → ``experiment`` → task interface →
 ``models`` → registry:
 

@@ -5,7 +5,7 @@ lookup, so no caller has to import them first), then ``"module:Name"`` import pa
 package entry-point group (scanned lazily, once). Unknown names fail with one ``ValueError``
 that lists the valid names and a did-you-mean hint.
 
-Which modules hold a kind's built-ins is said from above (:data:`BUILTINS`, filled by the
+Which modules hold a kind's built-ins is said from above (`BUILTINS`, filled by the
 package's root), so the module that defines a registry never names the modules that register
 into it: imports run one way, from the built-ins to the registry.
 """

@@ -4,7 +4,7 @@ A task says what the model sees (inputs, optional per-step controls), what it mu
 produce (the final output, or one output per depth step), how that is scored, and which
 gate regime of the Delta operator it probes. Built-in tasks live in the top-level
 ``tasks/`` folder (imported as ``ddl_dynamics.tasks``, which the registry loads on its first
-lookup: the package's root names it); a user adds one with :func:`register_task` in a single
+lookup: the package's root names it); a user adds one with `register_task` in a single
 file.
 """
 
@@ -32,7 +32,7 @@ Metric = Literal["mse", "accuracy", "bpc"]
 LONG_FACTOR = 4
 #: The splits drawn from the training distribution; OOD splits follow them.
 IN_DISTRIBUTION = ("train", "val", "test")
-#: Shares of a finite content space that :func:`held_out` keeps for val and for test.
+#: Shares of a finite content space that `held_out` keeps for val and for test.
 HELD_OUT = {"val": 0.1, "test": 0.2}
 #: The largest share of val or test examples whose content may also occur in train.
 MAX_OVERLAP = 0.01
@@ -109,7 +109,7 @@ class Expectation:
     the one-sample test. Either way the verdict needs at least 3 paired finished seeds and
     p < 0.05. A claim on an out-of-distribution split must state ``requires``: the test
     metric the model has to reach on every finished seed (it must succeed in distribution
-    before its extrapolation means anything). A family name stands for a :class:`Subject`
+    before its extrapolation means anything). A family name stands for a `Subject`
     without options.
     """
 
@@ -134,13 +134,13 @@ class Expectation:
 def split_generator(seed: int, split: str) -> torch.Generator:
     """A CPU generator for ``(seed, split)``: the same stream on any machine, and distinct
     streams for different splits. Never touches global RNG. Distinct streams keep splits of
-    a continuous input space apart; a finite one also needs :func:`held_out`."""
+    a continuous input space apart; a finite one also needs `held_out`."""
     return torch.Generator().manual_seed(zlib.crc32(f"{split}/{seed}".encode()))
 
 
 def content_split(rows: Tensor) -> list[str]:
     """The in-distribution split that owns each row's content: ``"val"`` or ``"test"`` for
-    the :data:`HELD_OUT` shares of all possible contents, else ``"train"``; a fixed hash of
+    the `HELD_OUT` shares of all possible contents, else ``"train"``; a fixed hash of
     the row's bytes decides, the same for every seed and machine."""
     owners = []
     for row in rows.flatten(1):
@@ -158,7 +158,7 @@ def content_split(rows: Tensor) -> list[str]:
 
 def held_out(draw: Callable[[int], Tensor], n: int, split: str, rounds: int = 100) -> Tensor:
     """``n`` rows of ``draw(m)`` (``m`` candidate rows from a seeded generator) whose content
-    belongs to ``split`` (:func:`content_split`), in the order drawn.
+    belongs to ``split`` (`content_split`), in the order drawn.
 
     A task with a finite input space samples through this, so that no val or test input
     ever occurs in train; OOD splits (new by construction, e.g. longer) keep every row.
@@ -204,7 +204,7 @@ class Task(ABC):
     from experiment files). ``depth`` is the number of depth steps of the train, val and
     test splits; out-of-distribution splits (``ood_splits``) may use more. Train, val and
     test are disjoint by content: a task with a finite input space samples through
-    :func:`held_out`.
+    `held_out`.
     """
 
     depth: int = 8
@@ -275,9 +275,9 @@ class Task(ABC):
         return F.mse_loss(pred, target)
 
     def member_losses(self, preds: Tensor, targets: Tensor) -> Tensor:
-        """Each member's :meth:`loss` on its rows, ``(S,)``, for the members' predictions and
+        """Each member's `loss` on its rows, ``(S,)``, for the members' predictions and
         targets stacked ``(S, n, …)``: computed for all members at once (a folded ensemble's
-        step pays per op), or member by member where a task overrides :meth:`loss`."""
+        step pays per op), or member by member where a task overrides `loss`."""
         if type(self).loss is not Task.loss:
             return torch.stack([self.loss(p, t) for p, t in zip(preds, targets, strict=True)])
         if self.loss_name == "ce":  # the mean over each member's scored positions
@@ -322,12 +322,12 @@ class SequenceTask(Task):
     """Base class of token-sequence tasks, run by the Transformer families.
 
     ``sample`` returns int64 tokens ``(n, T)`` in ``[0, in_dim)`` as inputs and int64 targets
-    ``(n, T)`` in ``[0, out_dim)``, :data:`IGNORE_INDEX` where nothing is scored; the model
+    ``(n, T)`` in ``[0, out_dim)``, `IGNORE_INDEX` where nothing is scored; the model
     gives logits at every position (cross-entropy and accuracy on the scored positions).
     ``steps`` is the sequence length: ``length`` on train, val and test,
     ``length_factors[split]`` times it on an OOD split. ``depth`` is the model's number of
-    blocks; the task ignores it. A subclass draws sequences (:meth:`tokens`) and answers them
-    (:meth:`answers`); :meth:`sample` holds whole sequences out by split (:func:`held_out`).
+    blocks; the task ignores it. A subclass draws sequences (`tokens`) and answers them
+    (`answers`); `sample` holds whole sequences out by split (`held_out`).
     """
 
     length: int = 64
@@ -345,8 +345,8 @@ class SequenceTask(Task):
         return self.length * self.length_factors.get(split, 1)
 
     def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
-        """``n`` sequences of :meth:`tokens`, whole sequences held out by split, with their
-        :meth:`answers`."""
+        """``n`` sequences of `tokens`, whole sequences held out by split, with their
+        `answers`."""
         T = self.split_steps(split)
         g = split_generator(seed, split)
         inputs = held_out(lambda m: self.tokens(m, T, g), n, split)
@@ -358,11 +358,11 @@ class SequenceTask(Task):
 
     @abstractmethod
     def answers(self, tokens: Tensor) -> Tensor:
-        """The targets of ``tokens``: int64 ``(n, T)``, :data:`IGNORE_INDEX` where unscored."""
+        """The targets of ``tokens``: int64 ``(n, T)``, `IGNORE_INDEX` where unscored."""
 
 
 def register_task(name: str, task: type[Task] | None = None) -> Any:
-    """Register a :class:`Task` subclass under ``name`` (also as ``@register_task("name")``)."""
+    """Register a `Task` subclass under ``name`` (also as ``@register_task("name")``)."""
     return TASKS.register(name, task)
 
 

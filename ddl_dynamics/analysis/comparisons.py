@@ -1,8 +1,8 @@
 """Comparisons: the tests a report draws, judged together.
 
 Whatever asks for a comparison (each row's baseline, the experiment's ``[[comparisons]]``, a
-task's expectation) hands a :class:`Request`; :func:`judge` turns the requests of one run
-into :class:`Comparison` s by the rule book (:mod:`.verdicts`): the gates first, then the
+task's expectation) hands a `Request`; `judge` turns the requests of one run
+into `Comparison`s by the rule book (`verdicts`): the gates first, then the
 paired test per request, then Holm's adjustment over every test the report draws (one
 test per distinct task, unordered pair of rows and split, however many asked for it, and
 only tests that could reach the level), then the labels.
@@ -66,7 +66,7 @@ class Comparison:
     """One judged comparison: model − control on a split's metric, paired over seeds.
 
     ``paired`` is None where no test could be drawn (a gate closed, or a row missing);
-    ``label`` is one of :data:`~.verdicts.LABELS`; ``p_adjusted`` and ``tost_adjusted`` are
+    ``label`` is one of `LABELS`; ``p_adjusted`` and ``tost_adjusted`` are
     Holm-adjusted within the report (None for a test outside the family: a ceiling, too few
     pairs, or a signed-rank test whose floor lies above the level); ``detectable`` is the
     smallest difference the paired t-test could have found over its n pairs (80% power, at

@@ -84,7 +84,7 @@ def auditable(row: RunResult) -> Task | None:
 
 
 def hop_audit(run: Run) -> list[HopAudit]:
-    """:class:`HopAudit` of every probed Delta row on a task with ``hop_positions`` and a
+    """`HopAudit` of every probed Delta row on a task with ``hop_positions`` and a
     knob (needs the run's probes, with their tokens and attention)."""
     probed = []
     for row, arrays in load_probes(run):

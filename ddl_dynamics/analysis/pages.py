@@ -1,20 +1,20 @@
 """The documentation's generated parts, from the published results and the code alone.
 
-``ddl-dyn docs`` (:func:`write_docs`) reads ``results/<study>/`` (:mod:`.publish`), never a run
+``ddl-dyn docs`` (`write_docs`) reads ``results/<study>/`` (`publish`), never a run
 folder, and writes:
 
 - the README's headline, between ``<!-- results:start -->`` and ``<!-- results:end -->``: the
-  finding in three sentences from the labels (:func:`~.wording.summary`), the headline figure,
+  finding in three sentences from the labels (`summary`), the headline figure,
   a line per study;
 - ``docs/headline.png``: every declared comparison's paired difference with its 95% CI,
   coloured by its label, one panel per study and task (a study that declares none: its
   baseline comparisons);
 - ``docs/studies/<study>.md`` and ``docs/studies/index.md``: per study its comparisons as
-  sentences (:mod:`.wording`) and tables, the rows per task (descriptive), the expectations,
+  sentences (`wording`) and tables, the rows per task (descriptive), the expectations,
   its figures (copied beside the page) and the line that reproduces it; each in the site's
   nav (``mkdocs.yml``, between its ``# studies:start`` and ``# studies:end`` lines);
 - the generated blocks of ``docs/running-experiments.md`` (every training key with its
-  default and its check, probed from :class:`~..experiment.config.TrainConfig`, and the
+  default and its check, probed from `TrainConfig`, and the
   entry keys from the config dataclasses) and of ``docs/reading-the-report.md`` (the labels,
   what they mean and the words a text may use for them).
 
@@ -189,7 +189,7 @@ def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
 # --- generated reference blocks
 
 def _probe_check(name: str) -> str:
-    """What :class:`TrainConfig` rejects for field ``name``, found by trying values."""
+    """What `TrainConfig` rejects for field ``name``, found by trying values."""
     default = TrainConfig.__dataclass_fields__[name].default
     kind = type(default) if default is not None else int
     tries: list[Any] = ["?"] if kind is str else ([] if kind is bool else
@@ -250,7 +250,7 @@ def config_block() -> str:
 
 
 def task_block() -> str:
-    """One table of what a task states: every attribute of :class:`~.._task.Task` with its
+    """One table of what a task states: every attribute of `Task` with its
     default and its comment in the source, then the fields of a sampled split."""
     source = inspect.getsource(Task).splitlines()
     rows, comment = [], []

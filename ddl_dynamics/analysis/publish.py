@@ -1,13 +1,13 @@
 """A study's reference results, shipped as data: ``results/<study>/`` from a run folder.
 
 A published study holds everything the documentation quotes and nothing a reader cannot
-check: ``report.json`` (the report, :func:`~.render.render_json`), ``experiment.toml`` (the
+check: ``report.json`` (the report, `render_json`), ``experiment.toml`` (the
 file as it ran), ``run.json`` (what ran it: command, versions, machine, wall time, dates)
 and ``figures/*.png`` (the verdict matrix and the per-seed comparison drawn now, from the
 report, plus every other figure already in the run folder's ``figures/``: run ``ddl-dyn plot
 all RUN_DIR`` first for curves, regimes and the rest). No weights, no store: ``ddl-dyn
 docs`` and ``ddl-dyn compare`` read these files alone. The run folder is only read, but
-for the probes its report computes (:func:`~.report.build_report`), kept in ``probes/``.
+for the probes its report computes (`build_report`), kept in ``probes/``.
 """
 
 from __future__ import annotations

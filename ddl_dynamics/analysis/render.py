@@ -1,5 +1,5 @@
-"""The report as text: renderers in :data:`RENDERERS` turn a :class:`~.report.Report` into
-``md``, ``csv`` or ``json``, each opening with the comparisons; :func:`write_report` writes
+"""The report as text: renderers in `RENDERERS` turn a `Report` into
+``md``, ``csv`` or ``json``, each opening with the comparisons; `write_report` writes
 one for a run folder."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def render_markdown(report: Report) -> str:
 
 
 def render_csv(report: Report) -> str:
-    """The run's tidy table, one line per cell (:func:`~.results.load_results`)."""
+    """The run's tidy table, one line per cell (`load_results`)."""
     return results_csv(load_results(report.run_dir))
 
 
@@ -126,7 +126,7 @@ RENDERERS: dict[str, Callable[[Report], str]] = {
 
 
 def render(report: Report, fmt: str = "md") -> str:
-    """The report in format ``fmt``, a key of :data:`RENDERERS`."""
+    """The report in format ``fmt``, a key of `RENDERERS`."""
     if fmt not in RENDERERS:
         raise ValueError(f"unknown report format {fmt!r}; formats: {', '.join(RENDERERS)}")
     return RENDERERS[fmt](report)

@@ -1,22 +1,22 @@
 """The report: the verdicts first, then the evidence they rest on.
 
-:func:`build_report` reads a run folder once (:func:`~.run.load_run`) and turns it into
+`build_report` reads a run folder once (`load_run`) and turns it into
 
 - **comparisons**: per task, every row against its baseline (the label its cells name in
   ``config["baseline"]``) and every comparison the experiment declares
-  (``[[comparisons]]``), each drawn and labelled by the rule book (:mod:`.verdicts`):
+  (``[[comparisons]]``), each drawn and labelled by the rule book (`verdicts`):
   win / loss / equivalent / inconclusive on Holm-adjusted p-values over every test of the
   report, or no test (unequal budget, unmatched size) with the reason;
 - **expectations**: the tasks' claims, judged as comparisons of the same family
-  (:mod:`.expectations`);
-- **crossovers**: the comparisons followed across a swept knob (:mod:`.crossover`);
+  (`expectations`);
+- **crossovers**: the comparisons followed across a swept knob (`crossover`);
 - **tables**: per task, one row per model at its chosen grid value: n = finished seeds /
   seeds run, the per-seed test values beside their mean ± 95% CI, the chosen value, params
   and their ratio to the baseline's, and the ODE reconstruction flag; every failed seed and
   every earlier attempt listed;
 - **regimes**: the gate regimes the trained Delta stacks use.
 
-The cell text of its tables lives in :mod:`.report_text`, the renderers in :mod:`.render`.
+The cell text of its tables lives in `report_text`, the renderers in `render`.
 """
 
 from __future__ import annotations

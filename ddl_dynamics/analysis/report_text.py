@@ -1,5 +1,5 @@
 """The report's text, shared by every renderer: each table as a header and rows of cell
-text (one function per table: :func:`comparison_cells`, :func:`table_cells`, ...), the notes
+text (one function per table: `comparison_cells`, `table_cells`, ...), the notes
 that say how to read them, and the summary in words."""
 
 from __future__ import annotations

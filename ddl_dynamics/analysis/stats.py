@@ -1,20 +1,20 @@
 """Statistics over seeds: confidence intervals, paired tests, multiplicity, equivalence.
 
 Every model of a task sees the same data and the same initial-weight stream for a given
-seed, so two models are compared *paired*, seed by seed (:class:`Paired`). One parametric
+seed, so two models are compared *paired*, seed by seed (`Paired`). One parametric
 rule decides every test of the mean difference, ties and ceilings included: the paired
-t-test (:func:`paired_t_p`) for a difference, and the paired-t TOST (:func:`tost_p`, the two
-one-sided t-tests; equivalently its 90% t interval, :func:`tost_interval`, inside the
+t-test (`paired_t_p`) for a difference, and the paired-t TOST (`tost_p`, the two
+one-sided t-tests; equivalently its 90% t interval, `tost_interval`, inside the
 margin) for equivalence. Both take the t statistic's limit where the differences do not
 vary, so a tie never switches the test: identical differences d give p = 0 for d ≠ 0 and
 p = 1 for d = 0, and a TOST p of 0 inside the margin and 1 outside, the values the tests
 approach as the spread shrinks to 0. A t-test has no floor: unlike an exact permutation
 test, its p can fall below any level at any n ≥ 2, which a family of tests over 8 seeds
 needs. Only where a seed failed, and so has an order but no value, does the exact
-signed-rank test decide (:func:`signed_rank_p`). Holm's adjustment (:func:`holm`) and the
-smallest difference a test could detect (:func:`detectable_difference`) complete the set;
+signed-rank test decide (`signed_rank_p`). Holm's adjustment (`holm`) and the
+smallest difference a test could detect (`detectable_difference`) complete the set;
 which test decides what, and how p-values become words, is the rule book's
-(:mod:`.verdicts`).
+(`verdicts`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from scipy import optimize, stats
 
 #: Significance level of every verdict, after Holm's adjustment.
 ALPHA = 0.05
-#: Power at which :func:`detectable_difference` states the smallest detectable effect.
+#: Power at which `detectable_difference` states the smallest detectable effect.
 POWER = 0.8
 
 
@@ -79,7 +79,7 @@ def _moments(values: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 def paired_t_ps(differences: np.ndarray) -> np.ndarray:
-    """:func:`paired_t_p` per row of ``differences`` ``(R, n)``; NaN entries take no part,
+    """`paired_t_p` per row of ``differences`` ``(R, n)``; NaN entries take no part,
     and a row with fewer than 2 values has no test (NaN)."""
     n, mean, se, flat = _moments(np.atleast_2d(np.asarray(differences, dtype=float)))
     df = np.maximum(n - 1, 1)
@@ -97,7 +97,7 @@ def paired_t_p(differences: Sequence[float]) -> float | None:
 
 
 def tost_ps(differences: np.ndarray, margin: float) -> np.ndarray:
-    """:func:`tost_p` per row of ``differences`` ``(R, n)``; NaN entries take no part, and
+    """`tost_p` per row of ``differences`` ``(R, n)``; NaN entries take no part, and
     a row with fewer than 2 values has no test (NaN)."""
     n, mean, se, flat = _moments(np.atleast_2d(np.asarray(differences, dtype=float)))
     df = np.maximum(n - 1, 1)
@@ -120,7 +120,7 @@ def tost_p(differences: Sequence[float], margin: float | None) -> float | None:
 def tost_interval(differences: Sequence[float],
                   alpha: float = ALPHA) -> tuple[float, float] | None:
     """The ``1 − 2·alpha`` t interval (90% at the default) of the mean difference that the
-    TOST inverts: :func:`tost_p` is below ``alpha`` exactly when it lies inside the margin.
+    TOST inverts: `tost_p` is below ``alpha`` exactly when it lies inside the margin.
     A point where the differences do not vary; None below 2 pairs."""
     if len(differences) < 2:
         return None
@@ -154,7 +154,7 @@ def _rank_sum_counts(doubled: tuple[int, ...]) -> np.ndarray:
 
 
 def signed_rank_ps(values: np.ndarray) -> np.ndarray:
-    """:func:`signed_rank_p` per row of ``values`` ``(R, n)``, NaN where a row is all 0."""
+    """`signed_rank_p` per row of ``values`` ``(R, n)``, NaN where a row is all 0."""
     out = np.full(len(ranks := signed_ranks(values)), np.nan)
     for i, row in enumerate(ranks):
         if not (nonzero := row[row != 0]).size:
@@ -179,7 +179,7 @@ def signed_rank_p(differences: Sequence[float]) -> float | None:
 
 
 def signed_rank_floor(values: Sequence[float]) -> float:
-    """The smallest p :func:`signed_rank_p` can give over these magnitudes: where every
+    """The smallest p `signed_rank_p` can give over these magnitudes: where every
     value has the same sign. A test whose floor is not below the level can never reject."""
     p = signed_rank_p([abs(v) for v in values])
     return 1.0 if p is None else p
@@ -228,8 +228,8 @@ class Paired:
     one side failed, the pair counts as that side's worst outcome, ranked beyond every
     finished difference (``failed``: the seeds the model failed, ``control_failed``: the
     control's; a seed both failed is a tie). The deciding p is the paired t-test's on the
-    finished differences (:func:`paired_t_p`), or, with a one-sided failure, the exact
-    signed-rank test's (:func:`signed_rank_p`), a failure having an order but no value.
+    finished differences (`paired_t_p`), or, with a one-sided failure, the exact
+    signed-rank test's (`signed_rank_p`), a failure having an order but no value.
     ``mean``, ``ci`` and ``sd`` describe the finished pairs only; ``tost`` is the paired-t
     equivalence p at ``margin`` and ``interval`` its 90% t interval (None with a one-sided
     failure: a row that fails is not equivalent to one that does not). Seeds only one side
@@ -253,7 +253,7 @@ class Paired:
     #: The TOST's 90% interval of the mean difference.
     interval: tuple[float, float] | None = None
     #: The smallest p the deciding test could give over these seeds: 0 for the t-test,
-    #: :func:`signed_rank_floor` for the signed ranks.
+    #: `signed_rank_floor` for the signed ranks.
     floor: float = 1.0
     only_model: tuple[int, ...] = ()
     only_control: tuple[int, ...] = ()
@@ -309,7 +309,7 @@ class Paired:
         return None if not self.direction else (self.direction > 0) == higher_is_better
 
 
-#: The deciding tests, as :attr:`Paired.test` names them.
+#: The deciding tests, as `Paired.test` names them.
 PAIRED_T, SIGNED_RANK = "paired t", "signed rank, failures last"
 
 

@@ -4,29 +4,29 @@ A *comparison* is one row against a control on one task and split: its baseline,
 comparison the experiment declares, a contrast the suite always draws, or a task's stated
 expectation. It reads, in this order:
 
-1. **unequal tuning** (:func:`tuning_gap`): the two rows searched different grids (or one
+1. **unequal tuning** (`tuning_gap`): the two rows searched different grids (or one
    searched and the other did not). Val and test score the same trained network, so the
    best of several rates carries a winner's curse a fixed rate does not: no test is drawn.
-2. **unequal budget** (:func:`budget_gap`): the two rows' resolved training configs differ
+2. **unequal budget** (`budget_gap`): the two rows' resolved training configs differ
    in more than seed, device, the tuned fields and the fields that do not change training
    (``eval_every``, ``max_seconds``, ``compile``; ``bf16`` on the CPU, which ignores it), or
    a finished cell trained fewer steps than its budget (an early stop): no test is drawn.
-3. **unmatched size** (:func:`size_gap`): parameter counts more than
-   :data:`SIZE_TOLERANCE` apart, of the smaller: no test is drawn.
+3. **unmatched size** (`size_gap`): parameter counts more than
+   `SIZE_TOLERANCE` apart, of the smaller: no test is drawn.
 4. An out-of-distribution comparison needs both rows to have solved the trained split on
-   every seed (:func:`unsolved`, at the strictest ``requires`` asked); otherwise it is drawn
+   every seed (`unsolved`, at the strictest ``requires`` asked); otherwise it is drawn
    on the trained split instead.
-5. The paired t-test of the mean difference (:class:`~.stats.Paired`), in its
+5. The paired t-test of the mean difference (`Paired`), in its
    zero-variance limit where the differences do not vary, so that ties never switch the
    test; a seed one side did not finish (or whose metric is not finite) counts as that
    side's worst outcome, and then the exact signed-rank test decides. With fewer than
-   :data:`MIN_PAIRS` seeds both finished, **fails k/n** where a side failed, else
+   `MIN_PAIRS` seeds both finished, **fails k/n** where a side failed, else
    **inconclusive**. **both solved**: both rows at the metric's best value
-   (:data:`METRIC_BEST`) on every seed, a ceiling that says the task cannot tell them apart.
-6. Within a report every other drawn p-value is Holm-adjusted (:func:`~.stats.holm`), the
+   (`METRIC_BEST`) on every seed, a ceiling that says the task cannot tell them apart.
+6. Within a report every other drawn p-value is Holm-adjusted (`holm`), the
    equivalence p-values as a family of their own; a mirrored pair (a vs b, b vs a) is one
-   test, and a signed-rank test whose floor (:func:`~.stats.signed_rank_floor`) cannot
-   reach :data:`~.stats.ALPHA` does not enlarge the family. **equivalent**: the adjusted
+   test, and a signed-rank test whose floor (`signed_rank_floor`) cannot
+   reach `ALPHA` does not enlarge the family. **equivalent**: the adjusted
    paired-t TOST p at the task's margin below ALPHA (the 90% t interval inside the
    margin), a difference within the margin being what the task counts as none (a
    significant but smaller one is named in the note); **win** / **loss**: otherwise, the
@@ -35,10 +35,10 @@ expectation. It reads, in this order:
    "tie": not significant is not equal.
 
 A tuned row's results are those of the grid value with the best mean val metric in its
-task's direction (:func:`chosen_value`), and every verdict says whether its direction holds
+task's direction (`chosen_value`), and every verdict says whether its direction holds
 at every grid value. A task's expectation is confirmed by the matching label, contradicted
 by the opposite one or by equivalence without a significant difference its way
-(:func:`claim_verdict`). An ODE seed whose
+(`claim_verdict`). An ODE seed whose
 reconstruction check failed (⚑) counts with its measured value, which its model computed
 whatever the solver did, and every verdict that involves one names it.
 """
@@ -58,7 +58,7 @@ from .stats import ALPHA, Paired, finite
 WIN, LOSS, EQUIVALENT, INCONCLUSIVE = "win", "loss", "equivalent", "inconclusive"
 #: Both rows at the metric's best value on every seed: no test, outside the family.
 BOTH_SOLVED = "both solved"
-#: Fewer than :data:`MIN_PAIRS` seeds both finished because a side failed: "fails k/n".
+#: Fewer than `MIN_PAIRS` seeds both finished because a side failed: "fails k/n".
 FAILS = "fails"
 UNEQUAL_BUDGET, UNMATCHED_SIZE = "unequal budget", "unmatched size"
 #: The two rows searched different grids (or only one searched): no test.
@@ -169,7 +169,7 @@ def budget_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
 def size_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     """Why two rows are not of a size (``"ddl has 18,916 parameters, node 2,628: more than
     10% apart"``), or empty where their parameter counts lie within
-    :data:`SIZE_TOLERANCE` of the smaller, whichever row is the control."""
+    `SIZE_TOLERANCE` of the smaller, whichever row is the control."""
     ours, theirs = [max((r.params for r in rows if r.params), default=None)
                     for rows in (model, control)]
     if (ours is None or theirs is None
@@ -206,7 +206,7 @@ def unsolved(rows: Sequence[RunResult], requires: float, higher_is_better: bool,
 def both_solved(model: dict[int, float | None], control: dict[int, float | None] | float,
                 metric: str) -> bool:
     """Whether both sides sit at the metric's best value on every seed compared (a ceiling:
-    at least :data:`MIN_PAIRS` seeds, none failed)."""
+    at least `MIN_PAIRS` seeds, none failed)."""
     best = METRIC_BEST.get(metric)
     theirs = control if isinstance(control, dict) else dict.fromkeys(model, control)
     seeds = set(model) & set(theirs)

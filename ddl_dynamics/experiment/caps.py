@@ -20,7 +20,7 @@ class SolverCap(Capped):
 
 @contextlib.contextmanager
 def solver_cap() -> Iterator[None]:
-    """Turn an ODE solve that ran out of steps (``ode_max_steps``) into :class:`SolverCap`."""
+    """Turn an ODE solve that ran out of steps (``ode_max_steps``) into `SolverCap`."""
     try:
         yield
     except SolverCapped as err:

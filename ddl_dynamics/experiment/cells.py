@@ -10,7 +10,7 @@ and train options likewise (``TrainConfig`` defaults < ``[defaults.train]`` < ta
 < model entry < overrides). A cell's task always runs at its model's ``depth``.
 
 A ``tune`` table beside any ``train`` table gives a *grid* for tunable training fields
-(:data:`~.grid.TUNABLE`; :func:`~.grid.expand`), e.g. ``[defaults.tune] lr = [1e-3, 3e-3,
+(`TUNABLE`; `expand`), e.g. ``[defaults.tune] lr = [1e-3, 3e-3,
 1e-2]``: the row trains at every combination of grid values, on every seed, and the report
 takes, per task and row, the value with the best mean val metric. At each level a field is
 either fixed (``train``) or searched (``tune``); the most specific level decides, so a model
@@ -19,12 +19,12 @@ value fixes the field.
 
 Only ``[defaults.model]`` ranks below a task's ``model_defaults``: a task that needs, say,
 width 1 replaces an experiment-wide ``width = 32``, as suites want, and a
-:class:`ConfigWarning` names each value so replaced (an error would forbid the normal
+`ConfigWarning` names each value so replaced (an error would forbid the normal
 case; a value set for the pair itself always wins over the task's).
 
 ``match_params`` sizes ``hidden`` so that the model has, on the same task, the parameter
 count of another model label of the file or a given number, within ±10%
-(:func:`~ddl_dynamics.models.params.match_hidden`). ``baseline`` (a model entry's, or the
+(`match_hidden`). ``baseline`` (a model entry's, or the
 file's default; default: the label ``resnet`` if there is one) names the row a model is
 compared with; a row that is some row's baseline heads its family and takes no default
 baseline itself.
@@ -156,10 +156,10 @@ def baseline_on(config: ExperimentConfig, t_index: int, m_index: int) -> str | N
 
 
 def check_experiment(config: ExperimentConfig) -> None:
-    """Resolve and build every task × model pair once and run :func:`check_task` on every
+    """Resolve and build every task × model pair once and run `check_task` on every
     task so built, so that bad options, values and tasks fail at load time, not mid-run
     (the caller's RNG state is left as it was); every problem found is raised at once
-    (:meth:`ConfigError.of`). Warn about ``[defaults.model]`` values a task replaces, and
+    (`ConfigError.of`). Warn about ``[defaults.model]`` values a task replaces, and
     about rows that ``match_params`` sizes to the budget of another kind of row."""
     errors: list[ConfigError] = []
     built: dict[tuple[str, str], tuple[Task, DepthModel]] = {}  # by task and row label
@@ -319,8 +319,8 @@ def compared_tasks(config: ExperimentConfig, index: int,
 
 def check_size(cell: Cell) -> None:
     """``ValueError`` for a model too large for any sane run, before anything allocates it:
-    its sizes first (:data:`MAX_DEPTH`, :data:`MAX_WIDTH`; counting builds every layer),
-    then its parameters (:data:`MAX_PARAMS`), counted on the meta device."""
+    its sizes first (`MAX_DEPTH`, `MAX_WIDTH`; counting builds every layer),
+    then its parameters (`MAX_PARAMS`), counted on the meta device."""
     for option, limit in (("depth", MAX_DEPTH), ("width", MAX_WIDTH), ("hidden", MAX_WIDTH),
                           ("max_steps", MAX_STEPS)):
         value = cell.config.get(option)
@@ -358,7 +358,7 @@ def references(entries: Sequence[TaskEntry] | Sequence[ModelEntry]) -> list[str]
 
 
 def _task_kind(name: str) -> str:
-    """The kind (vector or sequence) of a registered task: its factory is a :class:`Task`."""
+    """The kind (vector or sequence) of a registered task: its factory is a `Task`."""
     return cast("type[Task]", TASKS.get(name)).kind
 
 
@@ -369,7 +369,7 @@ def same_kind(entry: TaskEntry, model: ModelEntry) -> bool:
 
 @dataclass(frozen=True)
 class _Pair:
-    """One task entry × model entry, resolved (see :func:`_resolve`)."""
+    """One task entry × model entry, resolved (see `_resolve`)."""
 
     spec: dict[str, Any]
     config: dict[str, Any]
@@ -456,7 +456,7 @@ def _match(config: ExperimentConfig, t_index: int, m_index: int, match: str | in
 
 
 def _check_task(task: Task, source: str, label: str) -> None:
-    """:func:`check_task` of one task of an experiment, failing as a :class:`ConfigError`."""
+    """`check_task` of one task of an experiment, failing as a `ConfigError`."""
     try:
         check_task(task)
     except Exception as err:  # a user's sampler may fail in any way

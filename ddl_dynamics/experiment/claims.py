@@ -1,6 +1,6 @@
 """How several runs of one experiment split its cells: each claims a group in the store
-before training it, keeps its claims alive with a heartbeat every :data:`HEARTBEAT`
-seconds, and takes over a claim whose owner has been silent for :data:`STALE_AFTER`
+before training it, keeps its claims alive with a heartbeat every `HEARTBEAT`
+seconds, and takes over a claim whose owner has been silent for `STALE_AFTER`
 seconds, or at once when the owner was a process of this machine that no longer exists.
 """
 
@@ -31,7 +31,7 @@ POLL = 1.0
 
 class CellQueue:
     """The cells this run still has to train, in groups that train together
-    (:func:`~ddl_dynamics.experiment.train.seed_groups`, or one cell each without
+    (`seed_groups`, or one cell each without
     ``vectorize``); each cell is claimed in the store when its group is taken, so that
     several runs split one experiment. While open, a background thread sends the heartbeat
     of this run's claims, and closing it releases those not finished."""

@@ -1,9 +1,9 @@
 """Experiment configs: the frozen dataclasses an experiment file becomes.
 
-An experiment lists tasks × models × seeds (:class:`ExperimentConfig`); the TOML reader
-(:mod:`.reader`) checks a file and builds one, and :mod:`.cells` expands it into
-:class:`Cell` s, each one task, model, train config and seed, fully resolved. This module
-holds the values themselves and the rule for a value's type (:func:`coerce`).
+An experiment lists tasks × models × seeds (`ExperimentConfig`); the TOML reader
+(`reader`) checks a file and builds one, and `cells` expands it into
+`Cell`s, each one task, model, train config and seed, fully resolved. This module
+holds the values themselves and the rule for a value's type (`coerce`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ MAX_NAME = 200
 #: ``width = 10**7``) before it trains for ever or fills the machine's memory: training
 #: steps; examples per split or batch; layers; units per layer (``width``, ``hidden``);
 #: parameters (16 bytes each to train: weights, gradients and AdamW's two moments).
-#: Setting the environment variable :data:`NO_LIMITS` lifts them, for a user who means it.
+#: Setting the environment variable `NO_LIMITS` lifts them, for a user who means it.
 MAX_STEPS = 10**8
 MAX_EXAMPLES = 10**7
 MAX_DEPTH = 1000
@@ -61,7 +61,7 @@ NO_LIMITS = "DDL_DYNAMICS_NO_LIMITS"
 class ConfigError(ValueError):
     """An experiment file (or dict) is invalid; the message names file, key and fix.
 
-    ``errors`` lists each problem found (one, unless :meth:`of` gathered several), so that a
+    ``errors`` lists each problem found (one, unless `of` gathered several), so that a
     file with many mistakes is fixed in one pass."""
 
     def __init__(self, source: str, where: str, message: str) -> None:
@@ -243,7 +243,7 @@ class Cell:
     #: The label of the row this one is compared with; None for a row that has none.
     baseline: str | None = None
     #: What ``match_params`` asked for (a model label or a count), and the parameter count
-    #: it resolved to (``config["hidden"]`` is sized for it; :attr:`RunResult.params` is
+    #: it resolved to (``config["hidden"]`` is sized for it; `RunResult.params` is
     #: the count measured).
     match_params: str | int | None = None
     params_target: int | None = None
@@ -280,8 +280,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """A validated experiment: build with :func:`~.reader.load_experiment` or
-    :func:`~.reader.parse_experiment`, expand with :func:`~.cells.expand_cells`."""
+    """A validated experiment: build with `load_experiment` or
+    `parse_experiment`, expand with `expand_cells`."""
 
     name: str
     seeds: tuple[int, ...]
@@ -300,7 +300,7 @@ class ExperimentConfig:
 
 
 def cell_key(config: Mapping[str, Any] | Sequence[str]) -> str:
-    """The key of a cell from its :meth:`Cell.to_dict` (or that dict as a row stores it), or
+    """The key of a cell from its `Cell.to_dict` (or that dict as a row stores it), or
     of an ensemble from its cells' sorted keys."""
     text = json.dumps(config, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -353,7 +353,7 @@ def check_seeds(seeds: Any) -> tuple[int, ...]:
 def check_name(value: str, what: str) -> str:
     """``value`` if it can name a file or folder as it is (``what`` says which it names):
     one path component (no ``/`` or ``\\``, not ``.``, ``..`` or empty) of at most
-    :data:`MAX_NAME` bytes, without control characters; else ``ValueError``."""
+    `MAX_NAME` bytes, without control characters; else ``ValueError``."""
     if value in ("", ".", "..") or "/" in value or "\\" in value:
         raise ValueError(f"{value!r} is not one path component ({what}): no '/', '\\' or "
                          "'..', and not empty")
@@ -366,13 +366,13 @@ def check_name(value: str, what: str) -> str:
 
 
 def check_label(label: str) -> str:
-    """``label`` if a task or model label can name figure files (:func:`check_name`)."""
+    """``label`` if a task or model label can name figure files (`check_name`)."""
     return check_name(label, "a label names figure files")
 
 
 def check_limit(what: str, value: int, limit: int, note: str = "") -> None:
     """``ValueError`` saying ``what`` is beyond any sane run when ``value`` exceeds ``limit``,
-    unless :data:`NO_LIMITS` is set."""
+    unless `NO_LIMITS` is set."""
     if value > limit and os.environ.get(NO_LIMITS, "") in ("", "0"):
         raise ValueError(f"{what} is beyond any sane run (at most {limit:,}{note}); set "
                          f"{NO_LIMITS}=1 if you mean it")

@@ -1,13 +1,13 @@
 """A run folder, opened once: its store, trained weights, kept task files and probes.
 
-A run folder holds ``results.sqlite`` (the :class:`~.store.ResultStore`), ``models/<key>.pt``
+A run folder holds ``results.sqlite`` (the `ResultStore`), ``models/<key>.pt``
 (the trained weights, so analysis never retrains), ``task_files/`` (a copy of each user task
 file the run imported, so the folder can be reported on its own) and ``probes/<key>.npz``
 (what each trained model did on its test and OOD splits, a cache the analysis fills). A run
-opens it once (:meth:`RunFolder.open` with ``"w"``) and saves every finished group through
+opens it once (`RunFolder.open` with ``"w"``) and saves every finished group through
 it; a report opens it once (``"r"``) and reads everything from the one value: each probe
 file is read at most once and kept in memory. Every file but the store is written through
-:func:`write_atomically`, so a process killed meanwhile leaves no partial file.
+`write_atomically`, so a process killed meanwhile leaves no partial file.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class RunFolder:
     def keep_task_files(self, paths: Iterable[str | Path]) -> list[dict[str, Any]]:
         """Copy user task files into ``task_files/<stem>-<hash>.py`` and import them;
         returns one record per file (its path, SHA-256, copy and what it registers) for
-        :meth:`~.store.ResultStore.start_run`. Workers import the copies, so editing a task
+        `start_run`. Workers import the copies, so editing a task
         file while a run is going on changes nothing in that run."""
         records = []
         for path in map(Path, paths):

@@ -1,16 +1,16 @@
 """Tuning grids and what makes cells one row.
 
-A ``tune`` table searches tunable training fields (:data:`TUNABLE`): :func:`check_tune` reads
-one, and :func:`expand` resolves a pair's layers of fixed and searched fields into one train
+A ``tune`` table searches tunable training fields (`TUNABLE`): `check_tune` reads
+one, and `expand` resolves a pair's layers of fixed and searched fields into one train
 config per combination of grid values. A row (one task × model label) has one cell per seed
 and grid value; what its cells share, their config but the seed and the values of the fields
-the row searches, is its identity (:func:`row_identity`): the cells that train together as
-one ensemble are a row's (:func:`~.train.seed_groups`), and a report reads the cells of one
-identity as one version of the row (:mod:`ddl_dynamics.analysis.run`). Where a cell sits on
-its row's grid is :func:`grid_value`.
+the row searches, is its identity (`row_identity`): the cells that train together as
+one ensemble are a row's (`seed_groups`), and a report reads the cells of one
+identity as one version of the row (`ddl_dynamics.analysis.run`). Where a cell sits on
+its row's grid is `grid_value`.
 
-A task entry's spec is a grid too: a list of values sweeps a field (:func:`swept_values`),
-each value then tagged in the entry's label as the file spells it (:func:`spelled`).
+A task entry's spec is a grid too: a list of values sweeps a field (`swept_values`),
+each value then tagged in the entry's label as the file spells it (`spelled`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ Layer = tuple[Mapping[str, Any], Mapping[str, Sequence[Any]]]
 
 def check_tune(data: Mapping[str, Any], where: str, source: str) -> dict[str, tuple[Any, ...]]:
     """A ``tune`` table as a grid: tunable training fields, each with a non-empty list of
-    distinct values, each value checked as the field's own; else a :class:`ConfigError`."""
+    distinct values, each value checked as the field's own; else a `ConfigError`."""
     fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     hints = typing.get_type_hints(TrainConfig)
     grid = {}
@@ -84,7 +84,7 @@ def expand(layers: Sequence[Layer]) -> tuple[list[TrainConfig], dict[str, list[A
     one per combination of grid values (the first field outermost), and the fields it
     searches with their values. At each level a field is fixed or searched; the most
     specific level decides, and a grid of one value fixes its field. A ``ValueError`` for a
-    grid beyond :data:`~.config.MAX_GRID` or a config that ``TrainConfig`` rejects."""
+    grid beyond `MAX_GRID` or a config that ``TrainConfig`` rejects."""
     fixed: dict[str, Any] = {}
     tune: dict[str, list[Any]] = {}
     for train_layer, tune_layer in layers:

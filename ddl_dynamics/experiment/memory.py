@@ -35,7 +35,7 @@ def reset_peak_memory(device: torch.device) -> str:
 
 
 def peak_memory(device: torch.device, measure: str) -> tuple[int, str]:
-    """Peak memory in bytes since :func:`reset_peak_memory`, and what it measured."""
+    """Peak memory in bytes since `reset_peak_memory`, and what it measured."""
     if measure == "cuda":
         peak = int(torch.cuda.max_memory_allocated(device))
     elif measure == "cell":

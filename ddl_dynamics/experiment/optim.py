@@ -19,7 +19,7 @@ from .config import TrainConfig
 
 
 def make_optimizer(module: nn.Module) -> torch.optim.Optimizer:
-    """AdamW over every parameter at learning rate 1 and no weight decay: :func:`descend`
+    """AdamW over every parameter at learning rate 1 and no weight decay: `descend`
     scales each member's step by its own rate and applies its own decay. AdamW acts per
     element, so it serves an ensemble's members as it would each alone."""
     return torch.optim.AdamW(module.parameters(), lr=1.0, weight_decay=0.0,
@@ -30,10 +30,10 @@ def descend(ensemble: Ensemble, optimizer: torch.optim.Optimizer, losses: Tensor
             training: Tensor, cfgs: Sequence[TrainConfig], index: int) -> None:
     """Optimiser step ``index`` (from 0) of the members still ``training`` (a bool mask),
     each on its own loss with its own config: gradient clipped to its ``grad_clip`` (0:
-    unclipped), then AdamW at its rate on its schedule (:func:`_lr_factor`) and decay.
+    unclipped), then AdamW at its rate on its schedule (`_lr_factor`) and decay.
 
     AdamW's step is linear in the rate, and its decay a separate shrink: the optimiser
-    (:func:`make_optimizer`) steps at rate 1, and each member's parameters then move that
+    (`make_optimizer`) steps at rate 1, and each member's parameters then move that
     step times its rate, ``p ← p + lr·(p₁ − p) − lr·wd·p``; a frozen member gets rate 0.
     """
     optimizer.zero_grad(set_to_none=True)

@@ -1,14 +1,14 @@
-"""Experiment files: TOML → a checked :class:`~.config.ExperimentConfig`.
+"""Experiment files: TOML → a checked `ExperimentConfig`.
 
 Everything is checked when the file is loaded, before anything trains: unknown keys,
 names and options, wrong types, non-finite numbers, seeds outside 0 ≤ seed < 2⁶³ or given
-twice, a name or label that cannot name a file (:func:`~.config.check_name`), baselines
+twice, a name or label that cannot name a file (`check_name`), baselines
 that name each other in a circle, sizes and budgets beyond any sane run
-(:func:`~.config.check_limit`), values that a task or model constructor rejects, and tasks
-that fail :func:`check_task` are each a :class:`ConfigError` naming the file, the key
-path and the closest valid name (see :mod:`.cells` for how options resolve,
+(`check_limit`), values that a task or model constructor rejects, and tasks
+that fail `check_task` are each a `ConfigError` naming the file, the key
+path and the closest valid name (see `cells` for how options resolve,
 ``match_params`` and ``baseline``), and every one a file has is raised at once, in one
-error; a byte-order mark and nesting deeper than :data:`MAX_NESTING` fail alone.
+error; a byte-order mark and nesting deeper than `MAX_NESTING` fail alone.
 
 A task entry *sweeps* a spec field by giving a list of values::
 
@@ -61,7 +61,7 @@ MAX_NESTING = 32
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
-    """Read and validate an experiment TOML file (raises :class:`ConfigError`)."""
+    """Read and validate an experiment TOML file (raises `ConfigError`)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(str(path), "", "no such file")
@@ -126,8 +126,8 @@ class _Parser:
         return value
 
     def name(self, value: str, where: str, check: Callable[[str], str] = check_label) -> str:
-        """``value`` if it can name files (``check``: :func:`check_label` or
-        :func:`check_name`), else fail."""
+        """``value`` if it can name files (``check``: `check_label` or
+        `check_name`), else fail."""
         try:
             return check(value)
         except ValueError as err:
@@ -141,7 +141,7 @@ class _Parser:
 
     def experiment(self, data: Mapping[str, Any], text: str) -> ExperimentConfig:
         """The whole file, every entry checked even after another fails: the errors found
-        are raised together (:meth:`ConfigError.of`)."""
+        are raised together (`ConfigError.of`)."""
         data = self.table(data, "")
         self.keys(data, ("name", "description", "seeds", "defaults", "tasks", "models",
                          "overrides", "comparisons", "baseline"), "")
@@ -202,7 +202,7 @@ class _Parser:
         return config
 
     def collect(self, check: Callable[..., Any], *args: Any) -> Any:
-        """``check(*args)``, or None with its :class:`ConfigError` kept for the end."""
+        """``check(*args)``, or None with its `ConfigError` kept for the end."""
         try:
             return check(*args)
         except ConfigError as err:
@@ -445,14 +445,14 @@ class _Parser:
 
     def bounded(self, what: str, sizes: Sequence[int], where: str) -> None:
         """Fail when the product of ``sizes`` (entries or cells per seed) is beyond any sane
-        run (:data:`~.config.MAX_GRID`), before anything expands it."""
+        run (`MAX_GRID`), before anything expands it."""
         try:
             check_limit(f"{math.prod(sizes):,} {what}", math.prod(sizes), MAX_GRID)
         except ValueError as err:
             raise self.fail(where, str(err)) from None
 
     def coerce(self, value: Any, default: Any, hint: Any, where: str) -> Any:
-        """``value`` if it has the option's type and is finite (:func:`coerce`), else fail."""
+        """``value`` if it has the option's type and is finite (`coerce`), else fail."""
         try:
             return coerce(value, default, hint)
         except ValueError as err:

@@ -1,4 +1,4 @@
-"""The record of one trained cell (:class:`RunResult`), as the store keeps it and the
+"""The record of one trained cell (`RunResult`), as the store keeps it and the
 analysis reads it."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class RunResult:
             (CUDA: memory allocated; CPU: resident set size, where the platform can reset
             its high-water mark, else the worker process's peak so far;
             ``metrics["peak_mem_measure"]`` says which).
-        config: the fully resolved cell (:meth:`Cell.to_dict`), every model option with
+        config: the fully resolved cell (`Cell.to_dict`), every model option with
             its default filled in: the gate's ``beta_init``/``value_source``, an ODE's
             ``method``, ``rtol``, ``atol`` and ``max_steps``; and the row's ``baseline``,
             ``match_params`` and ``params_target``.

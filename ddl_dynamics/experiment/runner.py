@@ -1,7 +1,7 @@
 """The runner: expand an experiment into cells, skip finished ones, train the rest.
 
 Cells that differ only in their seed train together, as one ensemble
-(:func:`~ddl_dynamics.experiment.train.run_cells`), unless ``vectorize`` is off. Groups
+(`run_cells`), unless ``vectorize`` is off. Groups
 run in this process (``jobs=1``), in a local pool of spawned processes, or as Ray tasks.
 Workers return what they trained (rows and weights) and the run's own process alone
 writes the run folder, one group at a time as it finishes (its rows in one transaction,
@@ -14,7 +14,7 @@ process alone: it stops the pool at once.
 
 Several runs of one experiment (processes, or machines sharing the run folder) split its
 cells: a run claims each group in the store before training it
-(:class:`~.claims.CellQueue`), and returns when every selected cell is finished, by it or
+(`CellQueue`), and returns when every selected cell is finished, by it or
 by the others.
 """
 
@@ -100,7 +100,7 @@ def run_experiment(
     """Run every unfinished cell of an experiment and return a summary.
 
     Args:
-        config_or_path: an :class:`ExperimentConfig` or the path of its TOML file.
+        config_or_path: an `ExperimentConfig` or the path of its TOML file.
         run_dir: the run folder (default ``runs/<name>``), holding the store and weights.
         jobs: cells trained at once (worker processes, one torch thread each).
         device: overrides every cell's ``train.device`` (``"cpu"``/``"cuda"``).
@@ -110,7 +110,7 @@ def run_experiment(
             task (one CPU, and one GPU for cells on ``cuda``) that gets the task files'
             contents and returns rows and weights, so workers need no shared disk.
         task_files: user task files; a copy of each is kept in the run folder (see
-            :meth:`~.folder.RunFolder.keep_task_files`) and imported here and in every
+            `keep_task_files`) and imported here and in every
             worker.
         retry_failed: also train again the cells that ended ``"diverged"`` or
             ``"capped"`` (``"failed"`` cells always run again); only ``"ok"`` is kept.

@@ -21,7 +21,7 @@ SPLITS = ("train", "val", "test")
 def sample_splits(task: Task, cfg: TrainConfig, seed: int,
                   splits: Sequence[str] = SPLITS) -> list[TaskData]:
     """The task's ``splits`` for one seed, at the sizes ``cfg`` asks for, each checked
-    (:func:`check_sample`), val and test also for content they share with train (which
+    (`check_sample`), val and test also for content they share with train (which
     comes first)."""
     sizes = {"train": cfg.n_train, "val": cast(int, cfg.n_val)}  # (n_test where not given)
     found: dict[str, TaskData] = {}
@@ -34,7 +34,7 @@ def sample_splits(task: Task, cfg: TrainConfig, seed: int,
 
 
 def check_held_out(train: TaskData, data: TaskData, seed: int, split: str) -> None:
-    """:class:`TaskDataError` unless at most :data:`~ddl_dynamics._task.MAX_OVERLAP` of the
+    """`TaskDataError` unless at most `MAX_OVERLAP` of the
     examples of ``split`` also occur in ``train``, at the run's own sizes and seed (a small
     sample can miss an overlap that a large training set makes)."""
     shared = shared_content(train, data)
@@ -47,7 +47,7 @@ def check_held_out(train: TaskData, data: TaskData, seed: int, split: str) -> No
 
 def check_sample(data: TaskData, n: int, seed: int, split: str) -> TaskData:
     """``data`` if it holds ``n`` examples with finite inputs and targets, else
-    :class:`TaskDataError` naming what is wrong (a bad sample would otherwise read as the
+    `TaskDataError` naming what is wrong (a bad sample would otherwise read as the
     model diverging, or train on less than asked for without a word)."""
     where = f"the task's {split} split for seed {seed}"
     if len(data) != n or len(data.targets) != n:

@@ -1,7 +1,7 @@
 """One training step, the trainer's and every benchmark's: forward on a folded batch, each
 member's loss read back, then backward and the per-member AdamW step
-(:func:`~.optim.descend`) of the members still training; with ``TrainConfig.compile``, the
-forward and the losses through ``torch.compile`` (:func:`compiled_losses`)."""
+(`descend`) of the members still training; with ``TrainConfig.compile``, the
+forward and the losses through ``torch.compile`` (`compiled_losses`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .batches import unfold
 from .config import TrainConfig
 from .optim import descend
 
-#: ``predict(model, batch)``: the model's float32 output for a task (:func:`predictor`).
+#: ``predict(model, batch)``: the model's float32 output for a task (`predictor`).
 Predict = Callable[[nn.Module, TaskData], Tensor]
 
 
@@ -57,10 +57,10 @@ class CompileWarning(UserWarning):
 
 
 class _Compiled:
-    """:func:`member_losses` through ``torch.compile`` (inductor, static shapes; AOTAutograd
+    """`member_losses` through ``torch.compile`` (inductor, static shapes; AOTAutograd
     compiles its backward), built on first use and shared by every module: a graph is
     traced once per architecture and shape, its parameters inputs, so the next ensemble of
-    the same shapes reuses it, and up to :data:`GRAPHS` graphs are kept (dynamo's default,
+    the same shapes reuses it, and up to `GRAPHS` graphs are kept (dynamo's default,
     8, would leave a study's later rows eager). Inductor's FX graph cache (on by default,
     under ``TORCHINDUCTOR_CACHE_DIR``, else ``<tmp>/torchinductor_<user>``) keeps the
     compiled kernels for later processes. Where no C++ compiler (CPU) or backend is found,
@@ -108,7 +108,7 @@ def _unavailable() -> str:
     return ""
 
 
-#: The one compiled :func:`member_losses` of this process.
+#: The one compiled `member_losses` of this process.
 compiled_losses = _Compiled()
 
 
@@ -120,11 +120,11 @@ def training_step(
     """Step ``index`` (from 0) of the ensemble's members on their rows of the folded
     ``batch``, each with its config (``cfgs``: one per member, or one for all); returns
     their losses. With ``compile`` (the config's), the forward and the losses run through
-    :data:`compiled_losses` (eagerly while a mode watches ops, as a FLOP count does).
+    `compiled_losses` (eagerly while a mode watches ops, as a FLOP count does).
 
     The losses are read back after the forward, as the trainer must to watch them; then
     ``keep(losses)`` (default: every member) says which members still train, and those
-    take the backward, clipping and AdamW step (:func:`~.optim.descend`; none where no
+    take the backward, clipping and AdamW step (`descend`; none where no
     member is kept). The forward runs under bfloat16 autocast where the config asks and
     the batch is on CUDA.
     """

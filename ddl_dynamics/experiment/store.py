@@ -1,19 +1,19 @@
 """The results store: one SQLite file per run folder, one row per cell.
 
 The rows of the cells trained together are written in one transaction
-(:meth:`ResultStore.put_all`), in WAL mode, by the run's own process (through its
-:class:`~.folder.RunFolder`): a run killed at any moment keeps every finished group, and a
-rerun skips them (see :data:`FINISHED`; ``"failed"`` cells run again).
+(`ResultStore.put_all`), in WAL mode, by the run's own process (through its
+`RunFolder`): a run killed at any moment keeps every finished group, and a
+rerun skips them (see `FINISHED`; ``"failed"`` cells run again).
 
 Several processes split one experiment by *claiming* cells before training them
-(:meth:`ResultStore.claim`, :meth:`~ResultStore.heartbeat`, :meth:`~ResultStore.release`):
+(`ResultStore.claim`, `heartbeat`, `release`):
 a claim is a row of the ``claims`` table with its owner and the owner's last heartbeat,
 taken in one transaction; a claim whose heartbeat is older than ``stale_after`` seconds
 is taken over. Each cell also counts the results written for it (its *generation*), so a
 process that saw a cell unfinished learns, when it comes to claim it, that another
 process has finished it meanwhile.
 
-A store carries its schema's version (SQLite's ``user_version``, :data:`SCHEMA_VERSION`); a
+A store carries its schema's version (SQLite's ``user_version``, `SCHEMA_VERSION`); a
 store of another version is refused, never read half-right.
 """
 
@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS claims (
     generation INTEGER NOT NULL DEFAULT 0
 );
 """
-#: The version of :data:`_SCHEMA`, kept in the file as SQLite's ``user_version``: a store
+#: The version of `_SCHEMA`, kept in the file as SQLite's ``user_version``: a store
 #: written under another one is refused. 0 is a store from before versions were kept; one
 #: whose tables are exactly version 1's (the 0.x releases wrote them) is read as version 1.
 SCHEMA_VERSION = 1
@@ -88,7 +88,7 @@ _JSON_COLUMNS = {"metrics": dict, "curve": list, "config": dict}
 _STORAGE_ERRORS = {"SQLITE_FULL": "disk full", "SQLITE_READONLY": "read-only",
                    "SQLITE_PERM": "permission denied", "SQLITE_AUTH": "permission denied",
                    "SQLITE_IOERR": "I/O error", "SQLITE_CANTOPEN": "cannot open"}
-#: What :meth:`ResultStore.claim` found: the cell is now the caller's; another live
+#: What `ResultStore.claim` found: the cell is now the caller's; another live
 #: process holds it; or a result was written for it since the caller looked.
 Claim = Literal["claimed", "busy", "done"]
 def _now() -> str:
@@ -96,7 +96,7 @@ def _now() -> str:
 
 
 class ResultStore:
-    """Rows of :class:`RunResult` in SQLite; safe to write from several processes.
+    """Rows of `RunResult` in SQLite; safe to write from several processes.
 
     ``create=False`` opens an existing store read-only (on read-only storage too): it never
     writes to the file. A file that is not a results store (corrupt, truncated, or another
@@ -176,7 +176,7 @@ class ResultStore:
                 time.sleep(0.05)
 
     def _check_version(self, con: sqlite3.Connection, tables: set[str]) -> None:
-        """``ValueError`` unless the file is a results store of :data:`SCHEMA_VERSION`."""
+        """``ValueError`` unless the file is a results store of `SCHEMA_VERSION`."""
         columns = ({row[1] for row in con.execute("PRAGMA table_info(results)")}
                    if "results" in tables else set())
         missing = [f.name for f in dataclasses.fields(RunResult) if f.name not in columns]
@@ -195,7 +195,7 @@ class ResultStore:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """A short-lived connection (read-only where the store was opened so) whose work
         commits as one transaction, or not at all. SQLite errors other than a busy or
-        locked database become :meth:`_refusal` s."""
+        locked database become `_refusal`s."""
         try:
             with closing(sqlite3.connect(self.path, timeout=60) if self._uri is None else
                          sqlite3.connect(self._uri, uri=True, timeout=60)) as con:
@@ -209,7 +209,7 @@ class ResultStore:
             raise self._refusal(err) from err
 
     def put(self, result: RunResult) -> None:
-        """Write the row of ``result.key`` (:meth:`put_all` of one)."""
+        """Write the row of ``result.key`` (`put_all` of one)."""
         self.put_all([result])
 
     def put_all(self, results: Sequence[RunResult]) -> None:
@@ -244,7 +244,7 @@ class ResultStore:
 
     def todo(self, keys: Iterable[str], finished: Collection[str] = FINISHED) -> dict[str, int]:
         """The cells among ``keys`` without a row of a ``finished`` status, each with its
-        generation (results written for it so far), to pass to :meth:`claim`."""
+        generation (results written for it so far), to pass to `claim`."""
         with self._transaction() as con:
             con.execute("BEGIN")  # one snapshot of both tables
             status = {r["key"]: r["status"] for r in con.execute("SELECT key, status FROM results")}
@@ -253,7 +253,7 @@ class ResultStore:
         return {key: generation.get(key, 0) for key in keys if status.get(key) not in finished}
 
     def claim(self, key: str, owner: str, generation: int, stale_after: float) -> Claim:
-        """Take cell ``key`` for ``owner`` (:meth:`claim_all` of one)."""
+        """Take cell ``key`` for ``owner`` (`claim_all` of one)."""
         return self.claim_all({key: generation}, owner, stale_after)[key]
 
     def claim_all(self, generations: Mapping[str, int], owner: str,
@@ -334,10 +334,10 @@ class ResultStore:
         return keys
 
     def _result(self, row: dict[str, Any]) -> RunResult:
-        """A stored row as a :class:`RunResult`, or ``ValueError`` naming the cell where the
+        """A stored row as a `RunResult`, or ``ValueError`` naming the cell where the
         row is damaged: a JSON column that does not hold its JSON, a label that cannot name
         files, a seed that is not an integer, an unknown status, scores that are not numbers,
-        no metrics for an ``"ok"`` cell, or a key made from a config (:func:`cell_key`, 16
+        no metrics for an ``"ok"`` cell, or a key made from a config (`cell_key`, 16
         hex digits) that its config no longer hashes to."""
         try:
             for column, kind in _JSON_COLUMNS.items():
@@ -359,7 +359,7 @@ class ResultStore:
     def start_run(self, name: str, config_text: str,
                   task_files: Sequence[dict[str, Any]] = (), cells: Sequence[str] = ()) -> int:
         """Record that a run (or a resume) of experiment ``name`` starts now, with the records
-        of :meth:`~.folder.RunFolder.keep_task_files` and the keys of the cells it selected."""
+        of `keep_task_files` and the keys of the cells it selected."""
         with self._transaction() as con:
             cursor = con.execute(
                 "INSERT INTO runs (name, config, task_files, versions, machine, started_at, "
@@ -418,7 +418,7 @@ class ResultStore:
 
 def _check_row(row: dict[str, Any]) -> None:
     """``ValueError`` saying what is wrong with a decoded row's values (see
-    :meth:`ResultStore._result`)."""
+    `ResultStore._result`)."""
     if type(row["seed"]) is not int:
         raise ValueError(f"its seed is not an integer ({row['seed']!r})")
     if row["status"] not in STATUSES:

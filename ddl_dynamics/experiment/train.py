@@ -5,8 +5,8 @@ step budget, same data per seed: only the depth dynamics differ between rows. Th
 curve and early stopping read the val split; the test split is scored once, at the end.
 Besides metrics, a run records what a fair comparison needs: parameters, FLOPs, function
 evaluations, time and memory, and how it ended. This module holds the loop; the step
-(:mod:`.step`), the optimiser (:mod:`.optim`), the data (:mod:`.splits`, :mod:`.batches`),
-the final scoring (:mod:`.evaluate`) and the memory measure (:mod:`.memory`) live beside it.
+(`step`), the optimiser (`optim`), the data (`splits`, `batches`),
+the final scoring (`evaluate`) and the memory measure (`memory`) live beside it.
 """
 
 from __future__ import annotations
@@ -62,10 +62,10 @@ def train(
     default as ``ddl-dyn run`` does: the suite's small models train several times faster so,
     above all on a busy machine; the caller's thread count is restored after.
     The curve and ``target_metric`` read val; test is scored once, after training. A loss
-    that is non-finite or above :data:`DIVERGENCE_FACTOR` × the first step's loss stops the
+    that is non-finite or above `DIVERGENCE_FACTOR` × the first step's loss stops the
     run as ``"diverged"``, a time or solver cap (in training or in the final evaluation) as
     ``"capped"``: both are failures, scored where possible.
-    Exceptions propagate (:func:`run_cells` records them as failed).
+    Exceptions propagate (`run_cells` records them as failed).
     """
     with torch_threads(threads):
         return train_seeds(task, [model], cfg, [seed], progress=progress)[0]
@@ -87,11 +87,11 @@ def train_seeds(
     task: Task, models: Sequence[nn.Module], cfgs: TrainConfig | Sequence[TrainConfig],
     seeds: Sequence[int], *, progress: bool = False,
 ) -> list[RunResult]:
-    """Train ``models[i]``, initialised for ``seeds[i]``, as :func:`train` would on that seed
+    """Train ``models[i]``, initialised for ``seeds[i]``, as `train` would on that seed
     with ``cfgs[i]`` (or one config for all), all at once where they fold into one ensemble
-    (:func:`~ddl_dynamics.models.ensemble.fold`), else one after another.
+    ([`fold`][ddl_dynamics.models.ensemble.fold]), else one after another.
 
-    The configs may differ only in tunable fields (:data:`~.grid.TUNABLE`: rate, decay,
+    The configs may differ only in tunable fields (`TUNABLE`: rate, decay,
     warmup, clipping), so that one ensemble trains a row's seeds at every grid value. In an
     ensemble each member sees its own seed's data, batches and minibatch order, has its own
     optimiser state (AdamW acts per element), learning rate and schedule, weight decay,
@@ -127,7 +127,7 @@ class _Since:
 
 def _train_members(task: Task, models: Sequence[nn.Module], members: Sequence[_Member],
                    since: _Since, progress: bool) -> list[RunResult]:
-    """:func:`train_seeds` of members whose data is sampled."""
+    """`train_seeds` of members whose data is sampled."""
     budgets = {json.dumps(_budget(m.cfg), sort_keys=True) for m in members}
     if len(budgets) > 1:
         raise ValueError("members trained together may differ only in the tunable fields "
@@ -177,9 +177,9 @@ class _Member:
 
 def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _Since,
            progress: bool) -> list[RunResult]:
-    """The training loop of :func:`train_seeds`, over the folded batches of ``ensemble``:
+    """The training loop of `train_seeds`, over the folded batches of ``ensemble``:
     a step at a time until every member has stopped or the budget is spent; a cap stops
-    the members still training (a solver cap in an ensemble raises :class:`_Unfolded`, so
+    the members still training (a solver cap in an ensemble raises `_Unfolded`, so
     that the members train alone and one's cap stops no other)."""
     loop = _Loop(ensemble, task, members)
     cfg = loop.cfg
@@ -202,7 +202,7 @@ def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _S
 
 
 def _check_time(cfg: TrainConfig, elapsed: float, step: int) -> None:
-    """Raise :class:`Capped` where each member's share of the time, ``elapsed``, is past
+    """Raise `Capped` where each member's share of the time, ``elapsed``, is past
     ``cfg.max_seconds`` before the last step."""
     if cfg.max_seconds is not None and elapsed > cfg.max_seconds and step < cfg.steps:
         raise Capped(f"time cap: stopped at step {step}/{cfg.steps} after {elapsed:.1f} s "
@@ -278,7 +278,7 @@ class _Loop:
 
     def _count_flops(self, batch: TaskData, counter: FlopCounterMode, units: list[int]) -> None:
         """Each member's FLOPs per unit of work, from the first step's count (an ODE
-        ensemble's members counted alone: see :func:`~.evaluate.own_flops`)."""
+        ensemble's members counted alone: see `own_flops`)."""
         size = self.ensemble.size
         with solver_cap():
             flops = (own_flops(self.ensemble, self.task, batch, self.predict)
@@ -355,7 +355,7 @@ def _result(model: nn.Module, task: Task, member: _Member, predict: Predict,
 
 @torch.no_grad()
 def _check_fold(ensemble: Ensemble, task: Task, members: Sequence[_Member], rows: int) -> None:
-    """Raise :class:`_Unfolded` unless the folded forward on the members' first ``rows``
+    """Raise `_Unfolded` unless the folded forward on the members' first ``rows``
     training examples equals each member's own forward on them, to float32 rounding (or
     where a member's ODE solve hits its step cap there, which it must meet alone)."""
     predict = predictor(task, bf16=False)
@@ -383,16 +383,16 @@ def _cpu_state(model: nn.Module) -> dict[str, Tensor]:
 @dataclass
 class Trained:
     """What training a cell produced: its row and, unless it failed, its weights (CPU); a
-    plain value, which the run's process saves (:meth:`~.folder.RunFolder.save`)."""
+    plain value, which the run's process saves (`save`)."""
 
     result: RunResult
     weights: dict[str, Tensor] | None = None
 
 
 def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
-    """The cells grouped by row (:func:`~.grid.row_identity`: a row's seeds at every grid
-    value), in first-seen order, to train together (:func:`run_cells`); the cells
-    of a model that cannot fold (see :func:`~ddl_dynamics.models.ensemble.fold`) stay apart,
+    """The cells grouped by row (`row_identity`: a row's seeds at every grid
+    value), in first-seen order, to train together (`run_cells`); the cells
+    of a model that cannot fold (see [`fold`][ddl_dynamics.models.ensemble.fold]) stay apart,
     to spread over workers."""
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
@@ -408,7 +408,7 @@ def _folds(cell: Cell) -> bool:
 
 def run_cells(cells: Sequence[Cell], progress: bool = False) -> list[Trained]:
     """Build and train cells that differ only in their seed and tunable fields, together
-    where they fold (:func:`train_seeds`); never raises for a problem of the cells
+    where they fold (`train_seeds`); never raises for a problem of the cells
     themselves. A cell whose model or data cannot be made (say, the task fails for its
     seed) is ``"failed"`` alone, and the others train; an error in training fails them all.
     """
@@ -455,7 +455,7 @@ def describe_error(err: BaseException) -> str:
 
 
 def _diverged(loss: float, first: float) -> bool:
-    """Non-finite, or above :data:`DIVERGENCE_FACTOR` × the first step's (positive) loss."""
+    """Non-finite, or above `DIVERGENCE_FACTOR` × the first step's (positive) loss."""
     return not math.isfinite(loss) or (first > 0 and loss > DIVERGENCE_FACTOR * first)
 
 

@@ -82,8 +82,8 @@ class DepthModel(nn.Module):
     """Base class of the vector depth models: encoder → ``depth`` steps → decoder.
 
     Every family uses this encoder, decoder and state padding, so only the depth dynamics
-    differ between families. Discrete families implement :meth:`step` (and build their
-    per-step modules with :meth:`per_layer`); continuous ones override :meth:`trajectory`.
+    differ between families. Discrete families implement `step` (and build their
+    per-step modules with `per_layer`); continuous ones override `trajectory`.
 
     Args:
         in_dim: input size. out_dim: output size.
@@ -243,7 +243,7 @@ def model_options(name: str) -> dict[str, tuple[Any, Any]]:
     """``option → (default, type hint)`` of a registered model.
 
     Follows ``**options`` pass-through up a class's bases, so that options a family hands
-    on to :class:`DepthModel` are found too. A model declares its options by name: a
+    on to `DepthModel` are found too. A model declares its options by name: a
     keyword it only swallows through ``**kwargs`` is not one.
     """
     factory = MODELS.get(name)

@@ -23,7 +23,7 @@ def decoupled_update(
     X: Tensor, k: Tensor, v: Tensor, beta_erase: Tensor, beta_write: Tensor
 ) -> Tensor:
     """``X − β_e k kᵀX + β_w k vᵀ`` at ``O(d·d_v)`` per sample: the erase (a delta update
-    toward ``v = 0``), then the write. Shapes as :func:`~.operator.delta_update`."""
+    toward ``v = 0``), then the write. Shapes as `delta_update`."""
     erased = delta_update(X, k, torch.zeros_like(v), beta_erase)
     return write_update(erased, k, v, beta_write)
 

@@ -2,7 +2,7 @@
 
 Each step reads its direction ``k̃``, target ``v`` and gate logit from the context
 ``[x; u_l]`` and updates the state, viewed as ``X ∈ R^{d×d_v}``, with the operator of
-:mod:`ddl_dynamics.models.operator` at ``O(d·d_v)`` cost per sample. With
+`ddl_dynamics.models.operator` at ``O(d·d_v)`` cost per sample. With
 ``context = "control"`` the generators read the control ``u_l`` alone, which makes the stack
 a recurrence linear in its state (DeltaNet's, run over depth).
 """
@@ -62,7 +62,7 @@ class DeltaProbe:
 
 class _Generators(nn.Module):
     """One layer's generators from the context ``z`` (``[x; u_l]`` or ``u_l``): per head,
-    ``[k̃ | gate logits | v]``, the layout :func:`~.operator.generated_update` reads (one
+    ``[k̃ | gate logits | v]``, the layout `generated_update` reads (one
     head, one gate), heads side by side.
 
     Every gate row of the branch starts at zero weight and bias ``gate_logit(beta_init)``, so
@@ -96,7 +96,7 @@ class _Generators(nn.Module):
 
 
 class _DeltaStack(DepthModel):
-    """Shared body of ``ddl`` and ``ddl-write``; they differ only in :attr:`erase`.
+    """Shared body of ``ddl`` and ``ddl-write``; they differ only in `erase`.
 
     Options:
         value_channels: ``d_v ≥ 1``; the state is viewed as ``(state_dim // d_v, d_v)``.

@@ -15,14 +15,14 @@ All compute in at least float32 and return each result in its input's dtype. Bac
 - ``cpu``: the C++ kernel built with the package (``_delta_cpu.cpp``): one pass over each
   state, row-major or channels first, float32/float64 on the CPU, split across
   ``torch.get_num_threads()`` threads.
-  :func:`cpu_generated` runs it on a DDL layer's packed generators, normalising the
+  `cpu_generated` runs it on a DDL layer's packed generators, normalising the
   direction and applying the gate in the same pass.
-- ``triton``: Triton kernels (:mod:`.delta_triton`), CUDA tensors; CPU tensors only under
+- ``triton``: Triton kernels (`delta_triton`), CUDA tensors; CPU tensors only under
   ``TRITON_INTERPRET=1``.
 
 ``auto`` (the default) picks ``triton`` on CUDA when Triton is installed, ``cpu`` on the CPU
 when the kernel was built and supports the state, and ``reference`` otherwise. The
-environment variable :data:`BACKEND_ENV` (or a ``backend=`` argument) forces a backend, e.g.
+environment variable `BACKEND_ENV` (or a ``backend=`` argument) forces a backend, e.g.
 ``DDL_DYNAMICS_DELTA_BACKEND=reference``.
 """
 
@@ -248,7 +248,7 @@ AUTO: dict[str, tuple[str, ...]] = {"cuda": ("triton",), "cpu": ("cpu",)}
 
 def choose_backend(X: Tensor, requested: str | None = None, channels: int | None = None) -> str:
     """The backend that runs the update of state ``X``: ``requested``, else the value of
-    :data:`BACKEND_ENV`, else ``auto``. A forced backend that cannot run ``X`` is an error.
+    `BACKEND_ENV`, else ``auto``. A forced backend that cannot run ``X`` is an error.
     ``channels``: the value channels of ``X`` (default ``X.shape[-1]``, as for ``(..., d, d_v)``
     states; give it for a flat state)."""
     name = requested or os.environ.get(BACKEND_ENV) or "auto"

@@ -1,5 +1,5 @@
 """The memory layouts the fused kernels of the Delta update address (the C++ kernel of
-:mod:`.delta_kernels` and the Triton ones of :mod:`.delta_triton`): row-major tensors of one
+`delta_kernels` and the Triton ones of `delta_triton`): row-major tensors of one
 dtype, and for the C++ kernel states held channels first. A module of its own so that both
 backends import it and neither imports the other."""
 
@@ -21,7 +21,7 @@ def channels_first(X: Tensor) -> bool:
 
 
 def like(X: Tensor, Y: Tensor) -> Tensor:
-    """``Y``, shaped as ``X``, in the memory layout :func:`torch.empty_like` gives ``X`` (its
+    """``Y``, shaped as ``X``, in the memory layout `torch.empty_like` gives ``X`` (its
     own, where ``X`` is dense): the layout the update's op promises for ``Y`` and ``dX``, which
     ``torch.compile`` holds it to."""
     if Y.stride() == X.stride() or (X.is_contiguous() and Y.is_contiguous()):

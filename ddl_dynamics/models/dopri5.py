@@ -2,7 +2,7 @@
 
 torchdiffeq's adaptive solvers take one error norm over everything they integrate, so the
 samples of a batch share their step sizes, and the members of a folded ensemble
-(:mod:`.ensemble`) would steer each other's. Here the state is ``(members · n, …)``, member
+(`ensemble`) would steer each other's. Here the state is ``(members · n, …)``, member
 by member as an ensemble folds it: each member's error is the RMS over its own rows (as
 torchdiffeq takes it over a batch alone), and each member accepts, rejects and sizes its
 steps on its own; a member that has reached the next output time waits, frozen, while the
@@ -76,7 +76,7 @@ def dopri5_step(field: Field, y0: Tensor, f0: Tensor, weights: Tensor, rtol: flo
     """One step of every member: its stages ``(S, 7, N)``, the state at the step's end
     ``(S, N)`` and the error ratio ``(S,)`` (≤ 1: accept).
 
-    ``y0``, ``f0 = field(y0)``: ``(S, N)``; ``weights``: :data:`TABLEAU` times each
+    ``y0``, ``f0 = field(y0)``: ``(S, N)``; ``weights``: `TABLEAU` times each
     member's step, ``(S, 7, 7)``. The ratio is the RMS over the member's entries of the
     error estimate over ``atol + rtol · max(|y0|, |y1|)``.
     """
@@ -117,7 +117,7 @@ def dopri5(field: Field, y0: Tensor, times: Tensor, *, members: int = 1, rtol: f
         times: 1-D, strictly monotonic; the first is the start.
         first_step: every member's first trial step (torchdiffeq's ``first_step``).
         max_steps: the most steps (accepted or rejected) a member may take between two
-            output times; more raise :class:`SolverCapped`.
+            output times; more raise `SolverCapped`.
 
     Returns:
         The states at ``times``, ``(len(times), *y0.shape)``, and each member's count of

@@ -2,8 +2,8 @@
 
 The members' parameters are stacked along a leading member axis, and their batches are
 concatenated along the batch axis, member by member. Every layer that holds parameters is
-replaced by its ensemble twin (:data:`TWINS`: torch's layers here, each family's own added
-by its module with :func:`register_twin`), which applies member ``s``'s weights to member
+replaced by its ensemble twin (`TWINS`: torch's layers here, each family's own added
+by its module with `register_twin`), which applies member ``s``'s weights to member
 ``s``'s rows (a batched matmul, a lookup in its slice of a stacked table, a gain on its
 rows); a parameter that several layers share, as a head tied to the embedding, stays one
 stack. Every other op of a depth model or Transformer acts on each sample (each sequence)
@@ -85,7 +85,7 @@ class EnsembleLinear(nn.Module):
     """``S`` linear layers over a folded batch: rows ``[s·n, (s+1)·n)`` go through layer ``s``.
 
     ``weight`` is ``(S, out, in)`` and ``bias`` ``(S, out)``: member ``s``'s slice has the
-    layout of its own :class:`~torch.nn.Linear`.
+    layout of its own `Linear`.
     """
 
     def __init__(self, layers: Sequence[nn.Linear]) -> None:
@@ -98,7 +98,7 @@ class EnsembleLinear(nn.Module):
 
 class EnsembleEmbedding(nn.Module):
     """``S`` lookup tables: member ``s``'s ids index its own ``(vocab, d)`` slice of
-    ``weight`` ``(S, vocab, d)``, which a tied head's :class:`EnsembleLinear` shares."""
+    ``weight`` ``(S, vocab, d)``, which a tied head's `EnsembleLinear` shares."""
 
     def __init__(self, layers: Sequence[nn.Embedding]) -> None:
         super().__init__()
@@ -133,7 +133,7 @@ class EnsembleVmap(nn.Module):
     tensor argument go through its own weights. Arguments that are None pass through.
 
     The parameters are named by their path in the member with ``.`` as ``__``; ``sources``
-    maps each back to that path, for :func:`fold`'s slots.
+    maps each back to that path, for `fold`'s slots.
     """
 
     def __init__(self, layers: Sequence[nn.Module]) -> None:
@@ -160,7 +160,7 @@ class EnsembleVmap(nn.Module):
 
 
 #: The layers that can hold parameters in a folded ensemble, with their twin's factory:
-#: torch's, and those each family adds with :func:`register_twin`.
+#: torch's, and those each family adds with `register_twin`.
 TWINS: dict[type[nn.Module], Callable[..., nn.Module]] = {
     nn.Linear: EnsembleLinear,
     nn.Embedding: EnsembleEmbedding,
@@ -182,7 +182,7 @@ class Ensemble:
     """``members`` run as ``module`` on member-major folded batches.
 
     In an ensemble of several, every parameter of ``module`` has the member axis first;
-    :meth:`export` writes member ``s``'s current weights back into ``members[s]``.
+    `export` writes member ``s``'s current weights back into ``members[s]``.
     An ensemble of one is the model itself.
     """
 
@@ -210,7 +210,7 @@ def alone(model: nn.Module) -> Ensemble:
 
 def fold(models: Sequence[nn.Module]) -> Ensemble | None:
     """The ensemble of ``models`` (same architecture, any weights) or None where it cannot
-    be built: a layer holding parameters or buffers has no twin in :data:`TWINS`, or the
+    be built: a layer holding parameters or buffers has no twin in `TWINS`, or the
     model's outputs for one sample depend on others (``samples_independent`` False, as for
     an adaptive ODE solve, whose step sizes the whole batch shares). A model whose ops mix
     only the rows of one member may fold all the same: it says so with

@@ -48,8 +48,8 @@ class _HyperStack(DepthModel):
             stream the package falls back to a plain residual, ``resnet``.
 
     The stacks fold into ensembles (seeds × grid values) although the package keeps its
-    mixing weights as bare parameters, which no layer twin of :mod:`.ensemble` covers: a
-    layer's twin is :class:`~.ensemble.EnsembleVmap`, the package's own code under
+    mixing weights as bare parameters, which no layer twin of `ensemble` covers: a
+    layer's twin is `EnsembleVmap`, the package's own code under
     ``torch.func.vmap`` over the members' stacked weights.
     """
 

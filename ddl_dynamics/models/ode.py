@@ -4,7 +4,7 @@ Depth step ``l`` is the time interval ``[t_l, t_{l+1})``, ``t_l = l·T/depth``, 
 control ``u_l`` is held constant. The vector field ``f(x, u)`` is autonomous and shared by
 every step, so an ODE model is always "tied" and can integrate past ``T``.
 
-``dopri5`` without the adjoint runs on the suite's own solver (:mod:`.dopri5`), which
+``dopri5`` without the adjoint runs on the suite's own solver (`dopri5`), which
 controls each ensemble member's steps apart so that seeds fold; everything else on
 torchdiffeq, which stays the reference the own solver is tested against.
 """
@@ -46,7 +46,7 @@ class NeuralODE(DepthModel):
             evaluates the vector field no further times (``nfe_backward`` stays 0).
         horizon: the time ``T`` that ``depth`` steps span.
         solver: ``"auto"``: ``dopri5`` without the adjoint on the suite's own solver, which
-            gives every ensemble member its own step-size control (:mod:`.dopri5`), so
+            gives every ensemble member its own step-size control (`dopri5`), so
             seeds fold; everything else on torchdiffeq. ``"torchdiffeq"``: always
             torchdiffeq, whose adaptive solves share one step size over the batch, so
             their seeds train one by one.
@@ -54,7 +54,7 @@ class NeuralODE(DepthModel):
 
     ``nfe_forward`` counts each member's vector-field evaluations made by forward/trajectory
     calls and ``nfe_backward`` every other one (the adjoint solves of backward passes), both
-    since :meth:`reset_nfe`; a model alone is one member. Controls take piecewise-constant
+    since `reset_nfe`; a model alone is one member. Controls take piecewise-constant
     values, so with controls each depth step is solved separately; the solver never steps
     across a discontinuity.
     """
@@ -84,7 +84,7 @@ class NeuralODE(DepthModel):
         context = self.state_dim + self.control_dim
         self.layers = self.per_layer(lambda: self.branch(context, self.state_dim))
         #: The ensemble members whose batches an input concatenates, member by member
-        #: (set by :func:`~ddl_dynamics.models.ensemble.fold`).
+        #: (set by `fold`).
         self.members = 1
         # Per kind, a count or an array of per-member counts (a Counter: 0 when unseen).
         self._nfe = cast("dict[str, np.ndarray | int]", Counter())
@@ -194,7 +194,7 @@ class NeuralODE(DepthModel):
 
     @property
     def reconstruction_tolerance(self) -> float:
-        """The largest :meth:`reconstruction_error` of a solve that can be trusted,
+        """The largest `reconstruction_error` of a solve that can be trusted,
         ``2·depth·(rtol + atol)``.
 
         An accepted adaptive step keeps its local error below ``atol + rtol·|z|``, about

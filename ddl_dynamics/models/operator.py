@@ -6,7 +6,7 @@ a forward-mode rule and a vmap rule (so ``torch.func`` works through it), backed
 ops ``torch.ops.ddl_dynamics.rank_one_update[_backward]`` that carry FLOP formulas and
 fake-tensor rules (so ``FlopCounterMode`` counts it and ``torch.compile`` keeps it whole).
 Its kernels, one per backend (torch ops, a C++ CPU kernel, Triton), are in
-:mod:`.delta_kernels`. A DDL layer calls :func:`generated_update`, which on the C++ kernel
+`delta_kernels`. A DDL layer calls `generated_update`, which on the C++ kernel
 also normalises the direction and applies the gate within the same node. ``shortcut_matrix``
 builds ``A`` densely for analysis and tests.
 The β regime thresholds live here and nowhere else.
@@ -27,13 +27,13 @@ from torch.utils.flop_counter import register_flop_formula
 from .delta_kernels import BACKENDS, choose_backend, cpu_generated, reference_jvp
 from .delta_layout import like
 
-#: Gate regimes in increasing order of β; the boundaries are :data:`REGIME_BOUNDS`.
+#: Gate regimes in increasing order of β; the boundaries are `REGIME_BOUNDS`.
 REGIMES: tuple[str, ...] = ("identity", "write", "projection", "over-relaxed", "reflection")
 #: identity < 0.25 ≤ write < 0.75 ≤ projection ≤ 1.25 < over-relaxed ≤ 1.75 < reflection.
 REGIME_BOUNDS: tuple[float, ...] = (0.25, 0.75, 1.25, 1.75)
 
 
-#: The ``eps`` of :func:`normalize_direction`.
+#: The ``eps`` of `normalize_direction`.
 DIRECTION_EPS = 1e-5
 
 
@@ -148,7 +148,7 @@ def _transformed(*tensors: Tensor) -> bool:
 
 class _RankOneUpdate(torch.autograd.Function):
     """``Y = X + k cᵀ``, ``c = β (v − kᵀX)`` (``erase``) or ``c = β v``, with the closed-form
-    backward of :mod:`.delta_kernels` and a vmap rule, so ``torch.func`` works through it.
+    backward of `delta_kernels` and a vmap rule, so ``torch.func`` works through it.
 
     A backward that must itself be differentiated (``create_graph``, ``torch.func.grad``)
     runs the reference's torch ops, which autograd and the transforms see through.
@@ -219,7 +219,7 @@ _forward_op.register_autograd(_RankOneUpdate.backward, setup_context=_RankOneUpd
 def _update(
     X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str | None
 ) -> Tensor:
-    """Validate, view a vector state as one value channel, and apply :class:`_RankOneUpdate`."""
+    """Validate, view a vector state as one value channel, and apply `_RankOneUpdate`."""
     if not _check_shapes(X, k, v, beta):
         return _update(X.unsqueeze(-1), k, v.unsqueeze(-1), beta, erase, backend).squeeze(-1)
     update = _forward_op if torch.compiler.is_compiling() else _RankOneUpdate.apply
@@ -233,18 +233,18 @@ def delta_update(
 
     Args:
         X: state, ``(..., d)`` or ``(..., d, d_v)``.
-        k: unit direction, ``(..., d)`` (see :func:`normalize_direction`).
+        k: unit direction, ``(..., d)`` (see `normalize_direction`).
         v: target readout, ``(...,)`` or ``(..., d_v)`` to match ``X``.
         beta: gate, ``(...,)``.
         backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` (see
-            :mod:`ddl_dynamics.models.delta_kernels`); default: the environment variable
+            `ddl_dynamics.models.delta_kernels`); default: the environment variable
             ``DDL_DYNAMICS_DELTA_BACKEND``, else ``"auto"``.
 
     The readout, gate and residual are computed in at least float32, autocast or not, and
     the result is cast back to the dtype of ``X``: a bfloat16 state keeps the identity
     ``e_post = (1 − β) e_pre`` to float32 rounding before that final cast, and a float32
     ``beta`` is never rounded to the state's dtype. Costs ``O(d·d_v)`` per sample
-    (:func:`update_flops`, counted by ``FlopCounterMode``); works under ``torch.func``
+    (`update_flops`, counted by ``FlopCounterMode``); works under ``torch.func``
     (``vmap``, ``grad``, ``jacrev``) and differentiates twice.
     """
     return _update(X, k, v, beta, erase=True, backend=backend)
@@ -273,7 +273,7 @@ def _composed_update(
 
 
 class _GeneratedUpdate(torch.autograd.Function):
-    """:func:`generated_update` on the C++ kernel: normalisation, gate and update in one node.
+    """`generated_update` on the C++ kernel: normalisation, gate and update in one node.
 
     Never reached under ``torch.func``, so it has the older one-call ``forward(ctx, …)``
     (no ``setup_context``, no vmap rule), which costs less per call. A backward that must
@@ -304,14 +304,14 @@ def generated_update(
 ) -> Tensor:
     """A DDL layer's update from its generators, ``raw = [k̃ | gate logit | v]``
     ``(..., d + 1 + d_v)`` as one branch emits them, on the flat state ``X (..., d·d_v)``:
-    :func:`delta_update` (``erase``; else :func:`write_update`) of ``X`` viewed as
+    `delta_update` (``erase``; else `write_update`) of ``X`` viewed as
     ``(..., d, d_v)``, with ``k = normalize_direction(k̃)`` and ``β = gate(logit, beta_max)``.
 
     A small layer pays per op, not per FLOP: on the C++ kernel (``backend`` ``cpu``, which
     ``auto`` picks on the CPU) this is one autograd node and one pass over each row, forward
     and backward. Elsewhere, and under ``torch.func``, FLOP counting or ``torch.compile``, it
-    runs the composition :func:`split_generators` → :func:`normalize_direction` →
-    :func:`delta_update`, to which it is equal.
+    runs the composition `split_generators` → `normalize_direction` →
+    [`delta_update`][ddl_dynamics.models.operator.delta_update], to which it is equal.
     """
     d, rest = divmod(X.shape[-1], value_channels)
     if rest or raw.shape[:-1] != X.shape[:-1] or raw.shape[-1] != d + 1 + value_channels:
@@ -345,7 +345,7 @@ def gate(logits: Tensor, beta_max: float = 2.0) -> Tensor:
 
 
 def gate_logit(beta0: float, beta_max: float = 2.0) -> float:
-    """The logit at which :func:`gate` equals ``beta0`` (to initialise a gate bias)."""
+    """The logit at which `gate` equals ``beta0`` (to initialise a gate bias)."""
     if not 0.0 < beta0 < beta_max:
         raise ValueError(f"initial gate {beta0} must lie strictly inside (0, beta_max={beta_max})")
     p = beta0 / beta_max
@@ -364,7 +364,7 @@ def regime(beta: Tensor | float) -> list[str] | str:
 
 
 def regime_index(beta: Tensor) -> Tensor:
-    """Integer regime index (into :data:`REGIMES`) of every gate value, same shape."""
+    """Integer regime index (into `REGIMES`) of every gate value, same shape."""
     b = beta.detach().double()
     lo_id, lo_proj, hi_proj, hi_over = REGIME_BOUNDS
     return (

@@ -25,7 +25,7 @@ generators follow the authors' released code (the *k-Map* layout): ``k̃ = h``;
 ``c = 0``; ``v = 4σ(Linear(x_in))`` read from the (compressed) residual stream. The *v-Map*
 layout swaps the roles: ``v = 4σ(Linear(h))`` from the sublayer output and ``k̃ = Linear(c)``
 from a light branch on the context. The update is
-:func:`~ddl_dynamics.models.operator.delta_update` (or ``write_update``), whose readout
+`delta_update` (or ``write_update``), whose readout
 ``kᵀX`` accumulates in float32.
 
 Three options reproduce the released block where this file's defaults differ: ``qk_norm``
@@ -34,9 +34,9 @@ Three options reproduce the released block where this file's defaults differ: ``
 ``compressor_init = "random"`` (the compressors' matrices drawn N(0, 0.25/d) instead of
 starting as the channel mean).
 
-Every parameter sits in a layer that :mod:`.ensemble` can fold (``nn.Linear``,
-``nn.Embedding``, ``nn.RMSNorm`` and the leaves below: :class:`CausalConv`,
-:class:`Scale`, :class:`FloatLinear`, whose twins this file registers), so a row's seeds train
+Every parameter sits in a layer that `ensemble` can fold (``nn.Linear``,
+``nn.Embedding``, ``nn.RMSNorm`` and the leaves below: `CausalConv`,
+`Scale`, `FloatLinear`, whose twins this file registers), so a row's seeds train
 as one ensemble.
 """
 
@@ -106,7 +106,7 @@ def at_least_float32(*tensors: Tensor) -> torch.dtype:
 class _Relaid(nn.Module, ABC):
     """A layer that holds one tensor, ``relaid_key`` of its state dict, laid out channels first
     since version 2; on loading a state dict of version 1 (0.1's layout, whose state dicts
-    carry no versions) :meth:`relay` converts it."""
+    carry no versions) `relay` converts it."""
 
     _version = 2
     relaid_key: ClassVar[str]
@@ -124,7 +124,7 @@ class _Relaid(nn.Module, ABC):
 
 
 class CausalConv(_Relaid):
-    """:func:`causal_conv` with its own ``(K, R, C)`` kernel (version 1: conv1d's
+    """`causal_conv` with its own ``(K, R, C)`` kernel (version 1: conv1d's
     ``(C·R, 1, K)``), identity-initialised: the current-token tap is 1 and the history taps 0,
     so it starts by passing each input channel through (to each of its ``R`` outputs)."""
 
@@ -168,7 +168,7 @@ class FloatLinear(nn.Linear):
 
 
 class EnsembleFloatLinear(EnsembleLinear):
-    """The ensemble twin of :class:`FloatLinear`: computed in at least float32."""
+    """The ensemble twin of `FloatLinear`: computed in at least float32."""
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = at_least_float32(x, self.weight)
@@ -178,7 +178,7 @@ class EnsembleFloatLinear(EnsembleLinear):
 
 
 class EnsembleScale(nn.Module):
-    """The ensemble twin of :class:`Scale`: ``S`` factors, each on its member's rows."""
+    """The ensemble twin of `Scale`: ``S`` factors, each on its member's rows."""
 
     def __init__(self, layers: Sequence[Scale]) -> None:
         super().__init__()
@@ -190,7 +190,7 @@ class EnsembleScale(nn.Module):
 
 
 class EnsembleCausalConv(nn.Module):
-    """The ensemble twin of :class:`CausalConv`: ``S`` kernels, each over its member's rows."""
+    """The ensemble twin of `CausalConv`: ``S`` kernels, each over its member's rows."""
 
     def __init__(self, layers: Sequence[CausalConv]) -> None:
         super().__init__()
@@ -210,7 +210,7 @@ register_twin(CausalConv, EnsembleCausalConv)
 def rope_tables(length: int, head_dim: int, base: float, device: torch.device,
                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """RoPE's ``cos`` and signed ``sin`` per token and coordinate, ``(T, head_dim)`` each, such
-    that :func:`rotary` is ``x · cos + swap(x) · sin``; built once per length and kept, since a
+    that `rotary` is ``x · cos + swap(x) · sin``; built once per length and kept, since a
     training step would otherwise rebuild them in every attention layer. Never inference
     tensors, which a later training step could not save for its backward. Under
     ``torch.compile`` they are the graph's constants, which its kernels read, where traced
@@ -261,15 +261,15 @@ _count_cpu_attention_flops()
 
 
 #: The longest sequence that attends, under ``torch.compile`` on the CPU, by broadcast
-#: products (:func:`causal_attention`).
+#: products (`causal_attention`).
 SHORT_ATTENTION = 16
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Causal softmax attention over ``(B, H, T, hd)`` queries, keys and values.
 
-    Under ``torch.compile`` on the CPU, a sequence of at most :data:`SHORT_ATTENTION` tokens
-    attends by :func:`broadcast_attention`, which inductor fuses into a few loops: for
+    Under ``torch.compile`` on the CPU, a sequence of at most `SHORT_ATTENTION` tokens
+    attends by `broadcast_attention`, which inductor fuses into a few loops: for
     thousands of 10-token sequences the flash kernel's per-tile work costs more than the
     arithmetic (forward and backward about 1.5x slower at T = 10, faster from T = 32).
     Eagerly, where the broadcast would be materialised, and on CUDA, the fused kernel."""
@@ -280,7 +280,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 
 def broadcast_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """:func:`causal_attention` written as products and sums over broadcast axes, with no
+    """`causal_attention` written as products and sums over broadcast axes, with no
     matmul: the form inductor fuses for short sequences."""
     scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1) / math.sqrt(q.shape[-1])
     return (causal_softmax(scores).unsqueeze(-1) * v.unsqueeze(-3)).sum(-2)
@@ -524,7 +524,7 @@ class Generators:
 
 class _DeltaResidual(nn.Module):
     """``update(X, k, v, β)`` with ``k = k̃ / sqrt(‖k̃‖² + ε²)`` and ``k̃``, ``v``, ``β`` as
-    :class:`Generators` lays them out."""
+    `Generators` lays them out."""
 
     def __init__(self, update: Update, width: int, value_channels: int, spec: Generators) -> None:
         super().__init__()
@@ -764,7 +764,7 @@ class Transformer(nn.Module):
 
 class _DeltaTransformer(Transformer):
     """Shared body of ``ddl-transformer`` and ``ddl-write-transformer``: they differ only in
-    :attr:`update`. Options are those of :class:`Transformer` and :class:`Generators`."""
+    `update`. Options are those of `Transformer` and `Generators`."""
 
     update: ClassVar[staticmethod[[Tensor, Tensor, Tensor, Tensor], Tensor]]
 
@@ -781,7 +781,7 @@ class _DeltaTransformer(Transformer):
 
     @torch.no_grad()
     def probe(self, tokens: Tensor) -> DeltaProbe:
-        """What every Delta sublayer did to every token, as a :class:`DeltaProbe` whose
+        """What every Delta sublayer did to every token, as a `DeltaProbe` whose
         arrays are ``(B, T, S, ·)`` for ``S = 2 · depth`` sublayers (attention, MLP, attention,
         …): gate β, ‖k̃‖, direction k, target v, and the readout ``kᵀX`` before the update with
         the discrepancies ``e = kᵀX − v`` before and after it."""

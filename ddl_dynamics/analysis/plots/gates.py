@@ -73,7 +73,7 @@ def beta_histograms(betas: Mapping[str, np.ndarray], model: str,
 
 
 #: Where ``|e_pre|`` is below this fraction of the readout's and the target's size, the
-#: float32 rounding of ``e_post`` is a visible part of the ratio (see :func:`probe_consistency`).
+#: float32 rounding of ``e_post`` is a visible part of the ratio (see `probe_consistency`).
 ROUNDING_SCALE = 1e-4
 #: Where the raw key is shorter than this many ``DIRECTION_EPS``, its direction ``k`` falls
 #: short of a unit vector by more than 1e-4 of its squared length.

@@ -62,7 +62,7 @@ def row_colors(labels: Iterable[str]) -> dict[str, str]:
 
 
 def model_colors(panels: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
-    """:func:`row_colors` of the models of a figure's panels (for a figure drawn alone)."""
+    """`row_colors` of the models of a figure's panels (for a figure drawn alone)."""
     return row_colors(m for by_model in panels.values() for m in by_model)
 
 
@@ -105,7 +105,7 @@ def log_ticks(low: float, high: float, most: int = 6) -> list[float]:
 
 def log_axis(ax: Axes, which: str, values: Iterable[float]) -> None:
     """A log ``which`` (``"x"``, ``"y"``) axis whose labels never overlap: a few round
-    ticks (:func:`log_ticks`) with short labels, the minor ticks unlabelled."""
+    ticks (`log_ticks`) with short labels, the minor ticks unlabelled."""
     positive = np.asarray([v for v in values if np.isfinite(v) and v > 0], float)
     getattr(ax, f"set_{which}scale")("log")
     if not positive.size:

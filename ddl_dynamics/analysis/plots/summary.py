@@ -30,12 +30,12 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
 
     Points, not bars, so that a log axis (MSE) does not exaggerate; the models down the
     side, so that their names never overlap; each interval clipped to the metric's range
-    (:data:`~.style.METRIC_RANGE`; on a log axis, to the lowest point drawn).
+    (`METRIC_RANGE`; on a log axis, to the lowest point drawn).
 
     Args:
         tables: task → model → (mean, CI half-width; 0 for a single seed, per-seed values).
         metric: task → metric name.
-        colors: model → colour (default: :func:`~.style.model_colors`).
+        colors: model → colour (default: `model_colors`).
     """
     most = max((len(by_model) for by_model in tables.values()), default=1)
     fig, axes = panel_grid(len(tables), width=3.6, height=0.8 + 0.28 * most, cols=3)
@@ -80,7 +80,7 @@ def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure
     """Task × model grid of every model's verdict against its baseline.
 
     Args:
-        cells: task → model → (mark, text): the mark (a key of :data:`MARK_COLORS`) colours
+        cells: task → model → (mark, text): the mark (a key of `MARK_COLORS`) colours
             the cell and the text (the paired difference) is written in it; a model with no
             comparison on a task (its baseline, or not run there) leaves the cell blank.
     """

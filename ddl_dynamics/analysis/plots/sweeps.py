@@ -161,11 +161,11 @@ def width_sweep(panels: Sequence[WidthPanel], colors: Mapping[str, str] | None =
     """One panel per task setting: every row's test metric against the model width (log
     axis, a tick at every width), each point at the row's chosen grid value, the mean over
     its finished seeds with the 95% CI clipped to the metric's range; a star marks the
-    smallest width whose mean reaches :data:`~..width.SOLVED` (dashed line), and each
+    smallest width whose mean reaches `SOLVED` (dashed line), and each
     row's legend entry says where that is and how many of its seeds failed.
 
     Args:
-        panels: the width sweeps (:func:`~..width.width_panels`).
+        panels: the width sweeps (`width_panels`).
         colors: row label → colour (default: one per row of the figure, sorted).
     """
     fig, axes = panel_grid(len(panels), width=4.6, height=4.4, cols=3)

@@ -54,7 +54,7 @@ def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric
         curves: task → model → per-seed ``(P, 2)`` arrays of (x, val metric).
         metric: task → metric name (axis label).
         x: ``"step"`` or ``"FLOPs"`` (axis label only; the arrays carry the values).
-        colors: model → colour (default: :func:`~.style.model_colors`).
+        colors: model → colour (default: `model_colors`).
     """
     fig, axes = panel_grid(len(curves))
     colors = colors or model_colors(curves)
