@@ -1,5 +1,5 @@
-"""The task validator: :func:`check_task` runs a task through the interface of
-:mod:`._task` (shapes, dtypes, finiteness, determinism, held-out splits) and names the first
+"""The task validator: `check_task` runs a task through the interface of
+`_task` (shapes, dtypes, finiteness, determinism, held-out splits) and names the first
 thing it breaks. Users run it on their own tasks; the suite runs it on every task of an
 experiment before anything trains."""
 
@@ -22,16 +22,16 @@ from .models.operator import REGIMES
 
 
 class TaskCheckError(ValueError):
-    """A task breaks the interface (:func:`check_task`); the message names the problem."""
+    """A task breaks the interface (`check_task`); the message names the problem."""
 
 
 def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> None:
-    """Validate a task against the interface; raises :class:`TaskCheckError` (a
+    """Validate a task against the interface; raises `TaskCheckError` (a
     ``ValueError``, so it holds under ``python -O``) naming the problem.
 
     Run it on your own task before a sweep. It checks shapes, dtypes, finiteness,
     determinism, that loss and metric accept the targets, and that val and test are held
-    out: at most :data:`MAX_OVERLAP` of ``n_overlap`` of their examples may have content
+    out: at most `MAX_OVERLAP` of ``n_overlap`` of their examples may have content
     that also occurs among ``n_overlap`` training examples.
     """
     if not isinstance(task, Task):

@@ -4,7 +4,7 @@ The text needs no download: a fixed list of pure-Python modules read from the ru
 interpreter's standard library, pinned by the SHA-256 of the bytes read (another Python
 release ships other bytes; a mismatch is one error naming both hashes, and ``sha256`` in the
 spec accepts another text knowingly). The text is cut into contiguous blocks of
-:data:`BLOCK` characters, and a fixed pattern over every ten blocks gives one to val and two
+`BLOCK` characters, and a fixed pattern over every ten blocks gives one to val and two
 to test (the shares other tasks hold out): a window never crosses a block, so no
 character of val or test text is ever seen in training; and since source code repeats
 itself (licence headers, idioms), a val or test window whose text also occurs in the
@@ -50,7 +50,7 @@ MODULES = (
     "ipaddress.py", "pprint.py", "queue.py", "shlex.py", "statistics.py", "string.py",
     "textwrap.py", "tokenize.py",
 )
-#: SHA-256 of the bytes of :data:`MODULES`, read in order, from CPython 3.11.7.
+#: SHA-256 of the bytes of `MODULES`, read in order, from CPython 3.11.7.
 PINNED = "8a2c6671983c3219b11c101932de09ab67002db48e1206960076fef8cf9759ca"
 #: Characters per block: the unit that train, val and test are split by.
 BLOCK = 4096

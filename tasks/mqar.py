@@ -7,7 +7,7 @@ sit at even offsets of the query region, drawn with a power law that favours sho
 (Zoology's ``power_a = 0.01``), and every other position holds token 0, never a key or a
 value. (Zoology can fill them with random tokens instead; with a vocabulary this small those
 would repeat keys and make recall ambiguous.) Only query positions are scored; train, val
-and test hold whole sequences out from each other (:func:`~ddl_dynamics.held_out`). Layout
+and test hold whole sequences out from each other (`held_out`). Layout
 (V = 16, N = 2, T = 10)::
 
     position  0  1   2  3   | 4  5  6   7  8  9

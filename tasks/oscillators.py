@@ -38,7 +38,7 @@ class PhaseFlow(Task):
     """Base of the depth-is-time tasks: a 2-D flow with per-sample parameters.
 
     A subclass names its parameters in ``param_ranges`` (each sampled uniformly) and gives
-    the exact solution in :meth:`solve`; inputs are ``(q0, p0, *params)``.
+    the exact solution in `solve`; inputs are ``(q0, p0, *params)``.
     """
 
     depth: int = 8

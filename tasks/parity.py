@@ -11,7 +11,7 @@ the steps). The claim says nothing about the default, state-dependent stacks: th
 ``v = −kᵀX`` is a reflection). They are measured as what they are.
 
 Held out by content: at depth 8 there are only 2⁹ = 512 sequences, so train, val and test
-each own a fixed share of them (:func:`~ddl_dynamics.held_out`) and no val or test sequence
+each own a fixed share of them (`held_out`) and no val or test sequence
 ever occurs in train, however large ``n_train``; ``long`` sequences are new by length.
 
 Layout: the input is a random initial bit ``b0``, the controls the bits ``b1..bL`` (0/1); the

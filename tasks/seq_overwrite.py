@@ -8,7 +8,7 @@ random order, so every slot is set before it is read; then each position is a re
 random slot with probability ``read_prob``, else a random write, and the last position is
 always a read. The target of a read is
 the token of the latest write to its slot; nothing else is scored. Train, val and test
-hold whole streams out from each other (:func:`~ddl_dynamics.held_out`). Example (S = 2, C = 4)::
+hold whole streams out from each other (`held_out`). Example (S = 2, C = 4)::
 
     inputs    w(1,3)  w(0,1)  r(1)    w(1,0)  r(1)    r(0)
     tokens    7       1       9       4       9       8

@@ -16,7 +16,7 @@ were trained on, so counting them would credit a model at chance beyond it with 
 ``long-4x``), and ``within_length_accuracy`` scores those first positions apart.
 ``final_accuracy`` scores the last position alone (on the OOD splits, the most extrapolated
 one). Train, val and test hold whole bit strings out from each other
-(:func:`~ddl_dynamics.held_out`): at length 16 there are only 2¹⁶ of them.
+(`held_out`): at length 16 there are only 2¹⁶ of them.
 """
 
 from __future__ import annotations

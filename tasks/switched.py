@@ -5,8 +5,8 @@ sample independently, an *event* happens with probability ``p``, given in that s
 otherwise the step is a fixed smooth flow:
 
 - **flow**: the exact one-step map of a slow damped rotation, ``x ← e^{−γ} R x``, where ``R``
-  turns each coordinate plane ``(x_{2i}, x_{2i+1})`` by its own angle (:data:`ANGLES`) and
-  ``γ`` = :data:`DAMPING`;
+  turns each coordinate plane ``(x_{2i}, x_{2i+1})`` by its own angle (`ANGLES`) and
+  ``γ`` = `DAMPING`;
 - **overwrite** along a unit direction ``n``: the readout ``nᵀx`` is set to a value ``c``,
   ``x ← x + n(c − nᵀx)``: the Delta update with ``k = n``, ``v = c``, β = 1 (projection);
 - **reflect** along ``n``: ``nᵀx`` is negated, ``x ← x − 2(nᵀx)n``: the Delta update with

@@ -18,7 +18,7 @@ Options: ``reassign`` gives one variable of every chain an earlier, stale bindin
 value, which the later one replaces (each hop must take the latest binding); ``negate`` makes
 values bits and binds each reference negated (``b=!a``) with probability 1/2, so the answer's
 bit flips at every negated hop. Only query positions are scored, and train, val and test hold
-whole sequences out from each other (:func:`~ddl_dynamics.held_out`).
+whole sequences out from each other (`held_out`).
 
 Tokens: the values ``0 … V−1``; the variables ``V … V+N−1`` (asked at queries); then one
 token per assignment ``name=referent``, the referent a value, a variable or (``negate``) a

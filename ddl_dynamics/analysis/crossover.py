@@ -6,13 +6,13 @@ that sweeps it gives one task label per knob value and *setting* (the other spec
 e.g. ``event=reflect``, and the model width, e.g. ``width=16``, where the run sweeps the
 knob at several). For each setting, each of the report's comparisons (a row against
 its baseline, or a declared comparison) is followed across the knob: at every knob value
-its judged, Holm-adjusted label (:mod:`.verdicts`), with n. The crossover ``p*`` is the
+its judged, Holm-adjusted label (`verdicts`), with n. The crossover ``p*`` is the
 smallest knob value from which on the model wins at every larger value in the run; None
 when it does not win at the largest. Because it reads adjusted verdicts, one point that
-misses significance moves it; its bootstrap interval over seeds (:func:`star_interval`),
+misses significance moves it; its bootstrap interval over seeds (`star_interval`),
 failed seeds included, says how firmly p* itself stands.
 
-:func:`gate_use` asks whether the trained Delta stacks' gates follow the events: per knob
+`gate_use` asks whether the trained Delta stacks' gates follow the events: per knob
 value, the share of gates in each event's regime (projection for an overwrite, reflection
 for a reflection) at the steps where that event happens, against the share in that regime at
 the steps without an event.
@@ -47,7 +47,7 @@ from .stats import (
 )
 from .verdicts import MIN_PAIRS, WIN
 
-#: Resamples of the seeds behind :func:`star_interval`.
+#: Resamples of the seeds behind `star_interval`.
 BOOTSTRAP = 1000
 
 
@@ -73,9 +73,9 @@ class Crossover:
     higher_is_better: bool
     #: ``(knob value, the comparison there)``, by increasing knob value.
     points: tuple[tuple[float, Comparison], ...]
-    #: ``p*`` (:func:`crossover_point`).
+    #: ``p*`` (`crossover_point`).
     star: float | None
-    #: The 95% bootstrap interval of ``p*`` over seeds (:func:`star_interval`);
+    #: The 95% bootstrap interval of ``p*`` over seeds (`star_interval`);
     #: ``math.inf`` stands for "none in range".
     interval: tuple[float, float] | None = None
 
@@ -94,13 +94,13 @@ def crossover_point(points: Sequence[tuple[float, Comparison]]) -> float | None:
 def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: bool,
                   resamples: int = BOOTSTRAP) -> tuple[float, float] | None:
     """A 95% percentile bootstrap interval, over seeds, of ``p*`` itself
-    (:func:`crossover_point`; ``math.inf`` where a resample wins nowhere from some value on).
+    (`crossover_point`; ``math.inf`` where a resample wins nowhere from some value on).
     The seeds are resampled jointly across the knob (the same seeds see every knob value),
     failed seeds among them as the failures they are; at each knob value the deciding test
-    (:func:`~.stats.decisive`) and the TOST are redrawn on the resampled seeds, each p
+    (`decisive`) and the TOST are redrawn on the resampled seeds, each p
     scaled by the factor Holm applied to that value's test in the report, so a resample's
     label follows the report's rule (a seed drawn twice counting once towards the
-    :data:`~.verdicts.MIN_PAIRS` pairs a label needs). A value without a test in the family
+    `MIN_PAIRS` pairs a label needs). A value without a test in the family
     never wins. None with fewer than 2 seeds."""
     seeds = sorted({s for _, c in points if c.paired for s, _, _ in c.paired.pairs})
     if len(seeds) < 2 or not points:
@@ -117,7 +117,7 @@ def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: 
     return float(low), float(high)
 
 
-#: A seed's outcome at one knob value, for :func:`_wins`.
+#: A seed's outcome at one knob value, for `_wins`.
 _FINISHED, _FAILED, _CONTROL_FAILED, _BOTH_FAILED, _NOT_RUN = range(5)
 
 

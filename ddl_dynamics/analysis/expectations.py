@@ -1,9 +1,9 @@
 """Tasks' stated expectations, judged against the measured seeds.
 
 A task claims, with a reason, that one model is better or worse than a control (another
-model, or an analytic bound) on a split's metric (see :class:`Expectation`). Each claim
-becomes a comparison of the report (:class:`~.comparisons.Request`), drawn and adjusted
-with all the others, and reads (:func:`~.verdicts.claim_verdict`)
+model, or an analytic bound) on a split's metric (see `Expectation`). Each claim
+becomes a comparison of the report (`Request`), drawn and adjusted
+with all the others, and reads (`claim_verdict`)
 
 - ``confirmed``: the comparison's label is a win (claimed better) or a loss (worse);
 - ``contradicted``: the opposite label, or equivalence within the task's margin (unless
@@ -86,7 +86,7 @@ def match(subject: Subject, rows: Sequence[RunResult]) -> list[str]:
 
 def expectation_requests(run: Run) -> list[tuple[str, Expectation, Request | str]]:
     """Every expectation of every task of the run, with the comparison that judges it
-    (:func:`request_for`)."""
+    (`request_for`)."""
     found: list[tuple[str, Expectation, Request | str]] = []
     for task_label in run.tasks:
         cells = [row.cells[0] for row in run.task_rows(task_label).values()]
@@ -101,7 +101,7 @@ def expectation_requests(run: Run) -> list[tuple[str, Expectation, Request | str
 def request_for(task: str, expectation: Expectation,
                 cells: Sequence[RunResult]) -> Request | str:
     """The comparison that judges a claim on a task (``cells``: one of each row), or why
-    there is none: its model or control is not singled out among the rows (:func:`match`)."""
+    there is none: its model or control is not singled out among the rows (`match`)."""
     e = expectation
     # (a family name became a Subject when the expectation was made: a control is one or
     # a number)

@@ -1,9 +1,9 @@
 """From a run folder to figures, drawn from the results store and the cached probes only.
 
-Every figure group is drawn from one :class:`~.run.Run` and its :class:`~.report.Report`,
+Every figure group is drawn from one `Run` and its `Report`,
 read once; each row appears at its chosen grid value, as in the report, and in one colour
-in every figure of the run (:func:`~.plots.style.row_colors` of its labels). A group with
-nothing to draw says why (:class:`NothingToDraw`, collected in :attr:`Figures.skipped`).
+in every figure of the run (`row_colors` of its labels). A group with
+nothing to draw says why (`NothingToDraw`, collected in `Figures.skipped`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .width import width_panels
 FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover", "hops", "width")
 #: The groups that read probes (made first, for the cells that have none yet).
 _PROBED = {"regimes", "trajectories", "crossover", "hops"}
-#: Run folders whose figures are drawn elsewhere for now (:func:`drawn_where_possible`).
+#: Run folders whose figures are drawn elsewhere for now (`drawn_where_possible`).
 _ELSEWHERE: dict[Path, Path] = {}
 
 
@@ -251,7 +251,7 @@ _NO_HOPS = ("no Delta Transformer row with the erase term (ddl-transformer) on a
 
 def hop_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     """Per Delta row on a multi-hop task (``var-chain``): do its gates project at the query
-    tokens' sublayers that perform a hop, across the knob (:mod:`.hops`)."""
+    tokens' sublayers that perform a hop, across the knob (`hops`)."""
     by_model: dict[str, list] = defaultdict(list)
     for audit in hop_audit(run):
         by_model[audit.model].append(audit)
@@ -274,7 +274,7 @@ def hop_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
 def width_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     """Per task family with a width sweep (the same task at several model widths): every
     row's test metric against the width at its chosen grid value, the smallest width that
-    solves it marked (:mod:`.width`)."""
+    solves it marked (`width`)."""
     panels = width_panels(run)
     if not panels:
         raise NothingToDraw("no width sweep: it needs one task family with the same spec at "

@@ -3,7 +3,7 @@
 Per layer and sample of a Delta stack: β, ‖k̃‖, the readout kᵀX, the target v, and the
 discrepancy before and after the update; for every family, the hidden depth trajectory
 and the decoded per-step predictions beside the ground truth. The run's
-:class:`~ddl_dynamics.experiment.folder.RunFolder` keeps them (``probes/<key>.npz``, each
+`RunFolder` keeps them (``probes/<key>.npz``, each
 read once and then held in memory), so figures and reports never retrain or rerun a model;
 a file that cannot be read counts as missing, so a probe killed midway is done again.
 """
@@ -57,10 +57,10 @@ def probe_model(
 
     Per split ``s``: ``s_states`` (hidden trajectory), ``s_pred`` (decoded per step),
     ``s_truth`` (ground-truth trajectory) and ``s_step_regimes`` (the regime of each exact
-    step, see :class:`TaskData`), where the task has them. For Delta stacks, on the test
+    step, see `TaskData`), where the task has them. For Delta stacks, on the test
     split: ``beta``, ``k_raw_norm``, ``readout``, ``v``, ``e_pre``, ``e_post``; for a
     sequence model, these gate arrays, the test tokens and where its attention looks
-    (:func:`_probe_sequence`).
+    (`_probe_sequence`).
     """
     if task.kind == "sequence":
         return _probe_sequence(task, cast(Transformer, model), seed, n)

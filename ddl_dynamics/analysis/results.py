@@ -32,7 +32,7 @@ def load_results(run: Run | str | Path) -> list[dict[str, Any]]:
     (the cell's value, e.g. ``lr``), ``chosen`` (the cell is at its row's chosen grid value,
     the one the report shows), ``status``, ``message``, ``metric`` (its name) and
     ``higher_is_better``, ``train``, ``val``, ``test``, ``ood/<split>`` for each OOD split,
-    ``extra/<name>`` for each task extra, ``steps`` trained, then :data:`COUNTS`, and the
+    ``extra/<name>`` for each task extra, ``steps`` trained, then `COUNTS`, and the
     cell ``key``.
     """
     run = run if isinstance(run, Run) else load_run(run)
@@ -69,7 +69,7 @@ def _record(row: Row, cell: RunResult, chosen: bool, grid: Sequence[str], ood: S
 
 
 def results_csv(records: Sequence[dict[str, Any]]) -> str:
-    """The table of :func:`load_results` as CSV, a header row first (empty cells: None)."""
+    """The table of `load_results` as CSV, a header row first (empty cells: None)."""
     buffer = io.StringIO()
     if records:
         writer = csv.DictWriter(buffer, list(records[0]), lineterminator="\n")

@@ -1,16 +1,16 @@
 """A run folder read once: its cells grouped into rows, each at its chosen grid value.
 
-Analysis opens a run folder once, through :func:`load_run`, and hands the one :class:`Run`
-it returns (which keeps the open :class:`~ddl_dynamics.experiment.folder.RunFolder`) to the
+Analysis opens a run folder once, through `load_run`, and hands the one `Run`
+it returns (which keeps the open `RunFolder`) to the
 report, the figures and the probes, so they all read the same cells, weights and probes.
 
 Which cells a row shows: the store holds one result per cell key (earlier attempts at it
-come along, see :meth:`~ddl_dynamics.experiment.store.ResultStore.attempts`). A row (one
+come along, see `attempts`). A row (one
 model label on one task) shows one *version* of its config, that of its newest cell: the
 whole cell config but the seed and the tuned values. Cells of an older version (the
 experiment file was edited between runs) are left out, and counted, so that one mean never
 mixes two configs. A tuned row is reported at its chosen grid value
-(:func:`~.verdicts.chosen_value`).
+(`chosen_value`).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Row:
 
     def chosen_text(self) -> str:
         """``"lr=0.003"``, or empty when the row is not tuned (or "no grid value finished");
-        ``"lr=0.03 (grid edge)"`` where :attr:`at_grid_edge`."""
+        ``"lr=0.03 (grid edge)"`` where `at_grid_edge`."""
         if self.grid and not any(c.status in COUNTED for c in self.cells):
             return "no grid value finished"
         text = point_text(list(self.grid), self.chosen)

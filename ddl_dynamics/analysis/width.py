@@ -10,10 +10,10 @@ all run at one width, is in no panel; so is a panel where one row meets one widt
 (two task labels that differ in something else than the width, which one point per width
 cannot show).
 
-Each point is a row at one width, at its chosen grid value (:attr:`~.run.Row.selected`, the
+Each point is a row at one width, at its chosen grid value (`selected`, the
 cells the report reads): the test metric's mean and 95% CI over the seeds that finished,
-and how many of the seeds run there did not finish. :func:`smallest_solving` marks, per row,
-the smallest width whose mean reaches :data:`SOLVED`.
+and how many of the seeds run there did not finish. `smallest_solving` marks, per row,
+the smallest width whose mean reaches `SOLVED`.
 """
 
 from __future__ import annotations

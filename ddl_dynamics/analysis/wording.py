@@ -1,11 +1,11 @@
 """The words a text may use for a comparison: one sentence per label, in one place.
 
 Every sentence that states a comparison's result (in a report, on a study page, in the
-README's headline) is made here from the comparison's label (:mod:`.verdicts`), so that no
+README's headline) is made here from the comparison's label (`verdicts`), so that no
 text reads an inconclusive test as "no effect" or a difference as larger than its test
 says. A comparison is read in the shape the JSON report gives it (a dict: ``task``,
 ``model``, ``control``, ``label``, ``paired`` with ``mean``, ``ci``, ``total`` and
-``margin``, ``detectable``); :func:`as_record` turns a :class:`~.comparisons.Comparison`
+``margin``, ``detectable``); `as_record` turns a `Comparison`
 into that shape. A label this module does not know gets a neutral sentence that names it.
 """
 
@@ -34,7 +34,7 @@ from .verdicts import (
 #: Words that state an effect (or its absence) and must never stand beside an inconclusive
 #: comparison: not significant is not equal.
 EFFECT_WORDS = ("nothing", "only", "no effect", "adds nothing", "changes nothing")
-#: The phrase every inconclusive sentence uses (and what :func:`effect_words` looks beside).
+#: The phrase every inconclusive sentence uses (and what `effect_words` looks beside).
 NO_DIFFERENCE = "no difference detected"
 #: The opening of a sentence that describes without a test (curves, "on every seed").
 DESCRIPTIVE = "Descriptive, not a test"
@@ -66,7 +66,7 @@ MEANINGS: dict[str, tuple[str, str]] = {
 
 
 def as_record(comparison: Any) -> Mapping[str, Any]:
-    """A :class:`~.comparisons.Comparison` (or its JSON dict) as the dict this module reads."""
+    """A `Comparison` (or its JSON dict) as the dict this module reads."""
     return comparison if isinstance(comparison, Mapping) else dataclasses.asdict(comparison)
 
 
@@ -83,7 +83,7 @@ def difference(mean: float | None, ci: float | None) -> str:
 
 
 def _n(paired: Mapping[str, Any]) -> int:
-    """Seeds compared, failures included (as :attr:`~.stats.Paired.total` counts them)."""
+    """Seeds compared, failures included (as `total` counts them)."""
     return sum(len(paired.get(k) or ()) for k in ("seeds", "failed", "control_failed",
                                                     "both_failed"))
 

@@ -51,7 +51,7 @@ def bench_folded(
 ) -> list[dict[str, Any]]:
     """Each row in ``variants`` of ``study`` on ``var-chain-w{width}[hops={hops}]``: its
     folded training step (all its seeds × grid rates, the study's batch per member), eager
-    and compiled, timed interleaved in one run (:func:`~.timing.achieved_rates`, beside
+    and compiled, timed interleaved in one run (`achieved_rates`, beside
     the matmul rate of the same run).
 
     The compiled step's first call, which compiles (or loads inductor's cached kernels) and
@@ -94,7 +94,7 @@ def bench_folded(
 
 
 def format_folded_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`bench_folded` as a plain-text table."""
+    """The rows of `bench_folded` as a plain-text table."""
     lines = [f"{'variant':<12} {'width':>5} {'members':>7} {'eager ms':>8} {'compiled ms':>11} "
              f"{'×compiled':>9} {'compile s':>9} {'GFLOP/s eager':>13} {'compiled':>8} "
              f"{'matmul 256³':>11}"]

@@ -32,7 +32,7 @@ def bench_ode(
     """Where a neural ODE's training step goes, on the own solver and on torchdiffeq.
 
     For each solver (torchdiffeq's only alone: its adaptive solves do not fold) and number
-    of members folded, the step (as in :func:`~.steps.bench_steps`) is split into its
+    of members folded, the step (as in `bench_steps`) is split into its
     forward (to the members' losses, read back) and the rest (backward, clipping, AdamW:
     ``backward_ms``), each timed in every repeat (medians);
     beside it, one evaluation of the vector field on the same folded batch, forward and
@@ -95,7 +95,7 @@ def _field_evaluation(module: NeuralODE, batch: TaskData, repeats: int,
 
 
 def format_ode_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`bench_ode` as a plain-text table."""
+    """The rows of `bench_ode` as a plain-text table."""
     lines = [f"{'solver':>11} {'members':>7} {'NFE f/b':>8} {'step ms':>8} {'forward':>8} "
              f"{'backward':>8} {'eval µs f/f+b':>13} {'field ms':>8} {'solver ms':>9}"]
     for r in rows:

@@ -59,21 +59,21 @@ def bench_operator(
 
     For each ``d`` and ``d_v`` the state is ``(tokens, d, d_v)`` with ``tokens·d =
     elements``, so the time per state element stays flat across ``d`` when the update is
-    linear in ``d``. Calls: ``add`` (``X + F``), ``delta`` (:func:`delta_update`, backend
+    linear in ``d``. Calls: ``add`` (``X + F``), ``delta`` (`delta_update`, backend
     ``auto``), ``reference`` (the same on the reference torch-op path), ``write``
-    (:func:`write_update`) and ``dense`` (``A X + βkvᵀ`` with ``A`` built, on at most
+    (`write_update`) and ``dense`` (``A X + βkvᵀ`` with ``A`` built, on at most
     ``dense_elements // d²`` tokens, compared per element). Gradients are returned, as for
     a state inside a network; ``accumulate`` adds them into the inputs' ``.grad`` instead,
     as for leaves (which adds passes to both sides, more of them to the add's).
 
     Single-threaded CPU runs are timed by the thread's CPU time (``time.thread_time``),
     which other processes on a shared machine do not inflate; otherwise wall time, with
-    CUDA synchronised. Freed memory is kept (:func:`~.timing.keep_freed_memory`), so that what is
+    CUDA synchronised. Freed memory is kept (`keep_freed_memory`), so that what is
     timed is the arithmetic and memory traffic of the calls, not page faults.
 
     Returns one row per ``(d, d_v)``: milliseconds of each call, ns per state element,
     the ratios ``delta_x_add``, ``reference_x_add``, ``write_x_add``, ``dense_x_delta``
-    (per element) and ``traffic_x_add`` (:func:`traffic_ratio`), and the backend used.
+    (per element) and ``traffic_x_add`` (`traffic_ratio`), and the backend used.
     """
     rows = []
     with timing(threads, device) as (clock, sync):
@@ -134,7 +134,7 @@ def _bench_shape(
 
 
 def format_operator_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`bench_operator` as a plain-text table."""
+    """The rows of `bench_operator` as a plain-text table."""
     header = (
         f"{'d':>5} {'d_v':>3} {'tokens':>6} {'add ms':>8} {'delta ms':>8} {'delta×add':>9} "
         f"{'traffic×add':>11} {'ref×add':>7} {'write×add':>9} {'dense×delta':>11} "

@@ -27,7 +27,7 @@ MAX_REPEATS = 10_000
 
 
 def bench_output(run_dir: str | Path, output: str | Path | None) -> Path:
-    """Where :func:`run_bench`'s JSON goes (``output``, else ``run_dir/bench.json``), checked
+    """Where `run_bench`'s JSON goes (``output``, else ``run_dir/bench.json``), checked
     before anything is timed: ``ValueError`` where a folder on the way is a file."""
     path = Path(output) if output else Path(run_dir) / "bench.json"
     for folder in (path.parent, *path.parent.parents):
@@ -39,7 +39,7 @@ def bench_output(run_dir: str | Path, output: str | Path | None) -> Path:
     return path
 
 
-#: The parts of :func:`run_bench`, in the order they run.
+#: The parts of `run_bench`, in the order they run.
 BENCH_PARTS = ("operator", "steps", "transformer", "ode", "scaling", "suite", "cuda")
 
 
@@ -53,14 +53,14 @@ def run_bench(
 ) -> dict[str, Any]:
     """Run the benchmarks in ``parts`` and return what they measured, echoing each table.
 
-    ``operator``: :func:`~.operator.bench_operator`; ``steps``: :func:`~.steps.bench_steps` of
-    the vector families and :func:`~.transformer.bench_transformer` of the Transformer
-    variants (:func:`~.transformer.transformer_variants`); ``transformer``: the depth study's
-    folded Transformer step, eager against compiled (:func:`~.folded.bench_folded`; CPU
+    ``operator``: `bench_operator`; ``steps``: `bench_steps` of
+    the vector families and `bench_transformer` of the Transformer
+    variants (`transformer_variants`); ``transformer``: the depth study's
+    folded Transformer step, eager against compiled (`bench_folded`; CPU
     only); ``ode``: where a
-    neural ODE's step goes (:func:`~.ode.bench_ode`); ``scaling``: a step's time and memory
-    against members, width and depth (:func:`~.scaling.bench_scaling`, CPU only); ``suite``:
-    :func:`~.suite.bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``cuda``:
+    neural ODE's step goes (`bench_ode`); ``scaling``: a step's time and memory
+    against members, width and depth (`bench_scaling`, CPU only); ``suite``:
+    `bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``cuda``:
     every part but ``scaling`` on CUDA in bfloat16 (autocast for training), or a note that it was
     skipped where CUDA is not available.
     """
@@ -98,7 +98,7 @@ def run_bench(
 
 @dataclass(frozen=True)
 class _Plan:
-    """What :func:`run_bench` was asked for, its files read and checked."""
+    """What `run_bench` was asked for, its files read and checked."""
 
     parts: list[str]
     repeats: int

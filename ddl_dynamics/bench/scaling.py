@@ -14,7 +14,7 @@ from ..experiment.config import TrainConfig
 from .steps import STEP_BASELINE, STEP_TASK, TrainingStep, family_step, vector_families
 from .timing import median_times, timing
 
-#: The axes of :func:`bench_scaling` and their values; the others stay at the first one's
+#: The axes of `bench_scaling` and their values; the others stay at the first one's
 #: ``members = 1``, ``width = 32``, ``depth = 8``.
 SCALING_AXES: dict[str, tuple[int, ...]] = {
     "members": (1, 3, 8, 24),
@@ -58,12 +58,12 @@ def bench_scaling(
     device: str = "cpu",
 ) -> list[dict[str, Any]]:
     """How the cost of a training step grows with the members folded, the width and the
-    depth, per vector family, beside :data:`~.steps.STEP_BASELINE`.
+    depth, per vector family, beside `STEP_BASELINE`.
 
     Along each axis the others stay at ``base`` (default: members 1, width 32, depth 8;
     ``hidden`` stays the families' default). At every point each family's step (as in
-    :func:`~.steps.bench_steps`; ``members`` seeds folded) is timed interleaved with the
-    others' and its memory counted (:func:`step_memory`). Returns one row per axis, value
+    `bench_steps`; ``members`` seeds folded) is timed interleaved with the
+    others' and its memory counted (`step_memory`). Returns one row per axis, value
     and family: ``ms``, ``bytes`` and their ratios to the baseline's, ``x_baseline`` and
     ``memory_x_baseline``, and ``folded``.
     """
@@ -91,7 +91,7 @@ def bench_scaling(
 
 
 def format_scaling_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`bench_scaling` as a plain-text table."""
+    """The rows of `bench_scaling` as a plain-text table."""
     lines = [f"{'axis':>7} {'value':>5} {'family':>10} {'ms/step':>8} {'×baseline':>9} "
              f"{'MiB':>8} {'×baseline':>9}"]
     for r in rows:

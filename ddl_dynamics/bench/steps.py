@@ -20,14 +20,14 @@ from ..models.ensemble import Ensemble, alone, fold
 from .timing import median_times, timing
 
 #: The additive baseline the vector families are timed against at the same width, and the
-#: task they are timed on (the Transformer variants: :mod:`.transformer`).
+#: task they are timed on (the Transformer variants: `transformer`).
 STEP_BASELINE, STEP_TASK = "resnet", "overwrite"
 
 
 @dataclass
 class TrainingStep:
     """One training step of several seeds, the trainer's
-    (:func:`~ddl_dynamics.experiment.step.training_step`), on ``groups``: one folded
+    (`training_step`), on ``groups``: one folded
     ensemble, or one ensemble of one per seed stepped one after another, each on its batch
     with its own optimiser."""
 
@@ -67,7 +67,7 @@ class TrainingStep:
 
 def family_step(family: str, task: Task, cfg: TrainConfig, size: int, width: int,
                 depth: int, **options: Any) -> TrainingStep:
-    """One training step of ``size`` seeds of ``family`` (see :func:`bench_steps`)."""
+    """One training step of ``size`` seeds of ``family`` (see `bench_steps`)."""
     models = []
     for seed in range(size):
         torch.manual_seed(seed)
@@ -98,17 +98,17 @@ def bench_steps(
     """Time one training step of each vector model family (default: every one registered),
     alone and as ensembles.
 
-    A step is what the trainer does per batch (:class:`TrainingStep`): forward, each
+    A step is what the trainer does per batch (`TrainingStep`): forward, each
     member's loss (read back, as the trainer reads it), backward, per-member gradient
     clipping and the AdamW update, on ``batch_size`` examples per seed of
-    :data:`STEP_TASK` at ``width`` and ``depth``. For each ``S`` in ``seeds`` the family's
+    `STEP_TASK` at ``width`` and ``depth``. For each ``S`` in ``seeds`` the family's
     ``S`` seeds step as one folded ensemble where the model folds, else one after another
-    (as the trainer would). The calls of one ``S`` are interleaved (:func:`~.timing.median_times`)
-    and timed as :func:`~.operator.bench_operator` times its own. ``bf16``: under bfloat16
+    (as the trainer would). The calls of one ``S`` are interleaved (`median_times`)
+    and timed as `bench_operator` times its own. ``bf16``: under bfloat16
     autocast (CUDA).
 
     Returns one row per family and ``S``: ``ms`` per step of all ``S`` seeds, ``folded``,
-    ``x_baseline`` (over :data:`STEP_BASELINE` at the same ``S``) and, where ``S = 1`` was
+    ``x_baseline`` (over `STEP_BASELINE` at the same ``S``) and, where ``S = 1`` was
     timed, ``x_one_by_one`` (over ``S`` steps of one seed alone).
     """
     baseline = STEP_BASELINE
@@ -136,7 +136,7 @@ def bench_steps(
 
 
 def format_steps_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`bench_steps` as a plain-text table."""
+    """The rows of `bench_steps` as a plain-text table."""
     lines = [f"{'family':>12} {'seeds':>5} {'folded':>6} {'ms/step':>8} {'×baseline':>9} "
              f"{'×one by one':>11}"]
     for r in rows:

@@ -56,7 +56,7 @@ def bench_suite(
 
 
 def format_suite_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`bench_suite` as a plain-text table."""
+    """The rows of `bench_suite` as a plain-text table."""
     lines = [f"{'seeds':>12} {'jobs':>4} {'cells':>5} {'wall s':>8} {'×first':>6}  load"]
     for r in rows:
         seeds = "together" if r["vectorize"] else "one by one"

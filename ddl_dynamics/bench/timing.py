@@ -60,7 +60,7 @@ def timing(
     """``(clock, sync)`` for timing on ``device`` with ``threads`` torch threads (restored on
     exit): the thread's CPU time for a single-threaded CPU run, which other processes on a
     shared machine do not inflate, else wall time with CUDA synchronised. Freed memory is
-    kept (:func:`keep_freed_memory`), so that page faults are not what is timed."""
+    kept (`keep_freed_memory`), so that page faults are not what is timed."""
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -87,8 +87,8 @@ def achieved_rates(
     calls: Mapping[K, Callable[[], Any]], repeats: int, clock: Callable[[], float],
     sync: Callable[[], None], device: str, warmup: int = 1,
 ) -> dict[K, dict[str, float]]:
-    """Each call's FLOPs (counted on one call), median ``seconds`` (:func:`median_times`)
-    and achieved ``gflop_per_s``, beside ``matmul_gflop_per_s`` (:func:`matmul_rate`)
+    """Each call's FLOPs (counted on one call), median ``seconds`` (`median_times`)
+    and achieved ``gflop_per_s``, beside ``matmul_gflop_per_s`` (`matmul_rate`)
     measured in the same run: only rates measured together are comparable."""
     flops = {}
     for name, call in calls.items():

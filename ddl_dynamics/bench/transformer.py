@@ -32,7 +32,7 @@ EXTRA_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 
 def transformer_variants(study: str | Path = STUDY) -> dict[str, tuple[str, dict[str, Any]]]:
     """label → (model name, options) of every row of ``study``, in its order, then
-    :data:`EXTRA_VARIANTS`; the options are the row's own (the file's defaults aside: the
+    `EXTRA_VARIANTS`; the options are the row's own (the file's defaults aside: the
     benchmark sets width and depth)."""
     rows = {entry.label: (entry.name, dict(entry.options))
             for entry in load_experiment(study).models}
@@ -67,17 +67,17 @@ def bench_transformer(
     variants: Mapping[str, tuple[str, dict[str, Any]]] | None = None, bf16: bool = False,
 ) -> list[dict[str, Any]]:
     """Training throughput of each Transformer variant (default:
-    :func:`transformer_variants`) relative to the first (the baseline).
+    `transformer_variants`) relative to the first (the baseline).
 
     Every variant trains at the same width, depth, batch and sequence length on
-    :class:`RandomTokens`: ``steps`` of the trainer's training steps (:class:`~.steps.
+    `RandomTokens`: ``steps`` of the trainer's training steps (:class:`~.steps.
     TrainingStep`: forward, cross-entropy, backward, AdamW) per call, the variants' calls
-    interleaved within every repeat and timed as in :func:`~.operator.bench_operator`;
+    interleaved within every repeat and timed as in `bench_operator`;
     ``bf16``: under bfloat16 autocast (CUDA). Returns one row per variant: its model and
     options, parameter count, ms per step, training tokens/s and ``x_transformer``, the
     ratio of its tokens/s to the first variant's, and ``gflop_per_s`` (FLOPs counted on
     one call) beside ``matmul_gflop_per_s``, the matmul rate in the same run
-    (:func:`~.timing.achieved_rates`). Only ratios measured in one call are comparable.
+    (`achieved_rates`). Only ratios measured in one call are comparable.
     """
     variants = dict(variants or transformer_variants())
     task = RandomTokens(length=length, vocab=vocab)
@@ -115,7 +115,7 @@ def _repeated(step: TrainingStep, steps: int) -> Callable[[], None]:
 
 
 def format_transformer_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`bench_transformer` as a plain-text table."""
+    """The rows of `bench_transformer` as a plain-text table."""
     lines = [f"{'variant':<20} {'params':>10} {'ms/step':>8} {'tokens/s':>9} {'×transformer':>12} "
              f"{'GFLOP/s':>7} {'matmul 256³':>11}"]
     for r in rows:
