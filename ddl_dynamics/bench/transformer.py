@@ -70,8 +70,8 @@ def bench_transformer(
     `transformer_variants`) relative to the first (the baseline).
 
     Every variant trains at the same width, depth, batch and sequence length on
-    `RandomTokens`: ``steps`` of the trainer's training steps (:class:`~.steps.
-    TrainingStep`: forward, cross-entropy, backward, AdamW) per call, the variants' calls
+    `RandomTokens`: ``steps`` of the trainer's training steps (`TrainingStep`: forward,
+    cross-entropy, backward, AdamW) per call, the variants' calls
     interleaved within every repeat and timed as in `bench_operator`;
     ``bf16``: under bfloat16 autocast (CUDA). Returns one row per variant: its model and
     options, parameter count, ms per step, training tokens/s and ``x_transformer``, the
