@@ -27,10 +27,9 @@ from typing import Any
 from .._task import make_task
 from ..experiment.config import COUNTED, DEFAULT_BASELINE, ComparisonSpec
 from ..experiment.folder import RunFolder
-from ..experiment.grid import grid_value, point_text, row_identity, searched
+from ..experiment.grid import chosen_value, grid_value, point_text, row_identity, searched
 from ..experiment.provenance import Progress
 from ..experiment.result import RunResult
-from .verdicts import chosen_value
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,11 @@ whatever the solver did, and every verdict that involves one names it.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..experiment.config import COUNTED
-from ..experiment.grid import grid_value, searched, value_text
+from ..experiment.grid import searched, value_text
 from ..experiment.result import RunResult
 from .stats import ALPHA, Paired, finite
 
@@ -77,28 +76,6 @@ METRIC_BEST = {"accuracy": 1.0, "mse": 0.0}
 #: watches training (how often val is scored, the safety net in seconds), or how its steps
 #: run (compiled or eager).
 _NOT_BUDGET = ("device", "eval_every", "max_seconds", "compile")
-
-
-def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],
-                 higher_is_better: bool) -> tuple[Any, ...]:
-    """The grid value a tuned row is reported at: the one whose seeds finished with a
-    finite val metric most often, then the best mean val metric over them in the task's
-    direction (the first in grid order on a tie). Test and out-of-distribution data play no
-    part."""
-    by_value: dict[tuple[Any, ...], list[float]] = {}
-    for cell in cells:
-        found = by_value.setdefault(grid_value(cell.config, fields), [])
-        if cell.status in COUNTED and finite(value := cell.metrics.get("val")):
-            found.append(float(value))
-
-    def merit(value: tuple[Any, ...]) -> tuple[int, float]:
-        vals = by_value[value]
-        if not vals:
-            return 0, -math.inf
-        mean = sum(vals) / len(vals)
-        return len(vals), mean if higher_is_better else -mean
-
-    return max(by_value, key=merit)
 
 
 def _grid(rows: Sequence[RunResult]) -> dict[str, list[Any]]:

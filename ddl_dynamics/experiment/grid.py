@@ -24,7 +24,18 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .config import MAX_GRID, ConfigError, TrainConfig, check_limit, coerce, unknown_key
+from .._task import make_task
+from .config import (
+    COUNTED,
+    MAX_GRID,
+    Cell,
+    ConfigError,
+    TrainConfig,
+    check_limit,
+    coerce,
+    unknown_key,
+)
+from .result import RunResult
 
 #: The training fields a ``tune`` grid may search: how a row optimises, never its budget
 #: (steps, batch size, data), which every row of a comparison shares. A cell's grid values
@@ -114,6 +125,99 @@ def grid_value(config: Mapping[str, Any], fields: Sequence[str]) -> tuple[Any, .
     row's grid."""
     train = config.get("train") or {}
     return tuple(train.get(f) for f in fields)
+
+
+def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],
+                 higher_is_better: bool) -> tuple[Any, ...]:
+    """The grid value a tuned row is reported at: the one whose seeds finished with a
+    finite val metric most often, then the best mean val metric over them in the task's
+    direction (the first in grid order on a tie). Test and out-of-distribution data play no
+    part."""
+    by_value: dict[tuple[Any, ...], list[float]] = {}
+    for cell in cells:
+        found = by_value.setdefault(grid_value(cell.config, fields), [])
+        value = cell.metrics.get("val")
+        if cell.status in COUNTED and isinstance(value, int | float) and math.isfinite(value):
+            found.append(float(value))
+
+    def merit(value: tuple[Any, ...]) -> tuple[int, float]:
+        vals = by_value[value]
+        if not vals:
+            return 0, -math.inf
+        mean = sum(vals) / len(vals)
+        return len(vals), mean if higher_is_better else -mean
+
+    return max(by_value, key=merit)
+
+
+def edge(values: Sequence[Any], chosen: Any) -> int:
+    """Where ``chosen`` sits among a field's grid ``values``: -1 at the smallest, +1 at the
+    largest of two or more numbers, 0 inside or where the values are not all numbers."""
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) < 2 or len(numbers) < len(values):
+        return 0
+    return -1 if chosen == min(numbers) else 1 if chosen == max(numbers) else 0
+
+
+def beyond(field: str, declared: Sequence[Any], side: int, step: int) -> float | None:
+    """The ``step``-th value past one end (``side`` -1 or +1) of a field's ``declared`` grid,
+    at the ratio of the two values at that end, to 3 significant digits so that every run
+    names it alike; None where there is no such value: a value at that end is not positive
+    (no ratio), or the field's config would reject it or read it otherwise (a ``warmup``
+    fraction would become a step count)."""
+    if len(declared) < 2:
+        return None
+    ordered = sorted(declared)
+    end, near = (ordered[-1], ordered[-2]) if side > 0 else (ordered[0], ordered[1])
+    if min(end, near) <= 0:
+        return None
+    value = float(f"{end * (end / near) ** step:.3g}")
+    if field == "warmup" and (end < 1) != (value < 1):
+        return None
+    try:
+        TrainConfig(**{field: value})
+    except ValueError:
+        return None
+    return value
+
+
+def extensions(cells: Sequence[Cell], results: Mapping[str, RunResult],
+               bound: int) -> list[Cell]:
+    """The cells one step past the grid edge where each row of ``cells`` chose an end of a
+    searched field, once the row's every cell has a result (``results`` by key): for each
+    such field, every cell of the row at that end, moved one step beyond (:func:`beyond`),
+    while fewer than ``bound`` steps were taken past the declared grid on that side. Empty
+    when every row's choice is inside its grid or stopped by the bound. The new cells keep
+    their row's declared grid (``tune``), so they are cells of the same row."""
+    rows: dict[str, list[Cell]] = {}
+    for cell in cells:
+        rows.setdefault(row_identity(cell.to_dict()), []).append(cell)
+    added: dict[str, Cell] = {}
+    for row in rows.values():
+        fields = list(row[0].tune)
+        done = [results[c.key] for c in row if c.key in results]
+        if not fields or len(done) < len(row):
+            continue
+        task = make_task(row[0].task, **row[0].spec)
+        chosen = chosen_value(done, fields, task.higher_is_better)
+        for i, field in enumerate(fields):
+            tried = sorted({getattr(c.train, field) for c in row})
+            side = edge(tried, chosen[i])
+            declared = row[0].tune[field]
+            taken = len([v for v in tried
+                         if (v > max(declared) if side > 0 else v < min(declared))])
+            if not side or taken >= bound:
+                continue
+            value = beyond(field, declared, side, taken + 1)
+            if value is None:
+                continue
+            for cell in row:
+                if getattr(cell.train, field) == chosen[i]:
+                    new = dataclasses.replace(
+                        cell, train=dataclasses.replace(cell.train, **{field: value}))
+                    added.setdefault(new.key, new)
+    known = {c.key for c in cells}
+    return [c for key, c in added.items() if key not in known]
 
 
 def row_identity(config: Mapping[str, Any]) -> str:
