@@ -119,8 +119,8 @@ def test_publish_and_docs_from_a_tiny_study(tiny_study, tmp_path):
     results = tmp_path / "results"
     assert main(["publish", str(tiny_study), "--results", str(results)]) == 0
     study = results / "tiny"
-    assert sorted(p.name for p in study.iterdir()) == ["experiment.toml", "figures",
-                                                       "report.json", "run.json"]
+    assert sorted(p.name for p in study.iterdir()) == ["cells.csv", "experiment.toml", "figures",
+                                                       "record.json", "report.json", "run.json"]
     assert "[[comparisons]]" in (study / "experiment.toml").read_text()
     assert json.loads((study / "run.json").read_text())["cells"] == 12
     assert {p.suffix for p in (study / "figures").iterdir()} == {".png"}

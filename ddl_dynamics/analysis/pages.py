@@ -49,6 +49,7 @@ from ..experiment.config import (
 )
 from ..experiment.grid import TUNABLE
 from .publish import FIGURES, load_study, studies
+from .study import refresh_report, shipped
 from .study_page import GENERATED, headlined, markdown_table, study_page
 from .verdicts import INCONCLUSIVE, LABELS
 from .wording import (
@@ -302,6 +303,9 @@ def _write(path: Path, text: str, written: list[Path]) -> None:
 def write_docs(results: str | Path = "results", out: str | Path = ".") -> list[Path]:
     """Regenerate every generated page, block and figure under ``out`` from ``results``."""
     out = Path(out)
+    for folder in studies(results):
+        if shipped(folder):  # its report.json as today's rules judge its cells
+            refresh_report(folder)
     reports = [load_study(folder) for folder in studies(results)]
     if not reports:
         raise ValueError(f"{results}: no published study (ddl-dyn publish RUN_DIR first)")

@@ -1,7 +1,9 @@
 """A study's reference results, shipped as data: ``results/<study>/`` from a run folder.
 
 A published study holds everything the documentation quotes and nothing a reader cannot
-check: ``report.json`` (the report, `render_json`), ``experiment.toml`` (the
+check: ``cells.csv`` (every cell, the data the report judges) and ``record.json`` (what the run
+recorded beside them; `study`), ``report.json`` (the report judged from them,
+`render_json`), ``experiment.toml`` (the
 file as it ran), ``run.json`` (what ran it: command, versions, machine, wall time, dates)
 and ``figures/*.png`` (the verdict matrix and the per-seed comparison drawn now, from the
 report, plus every other figure already in the run folder's ``figures/``: run ``ddl-dyn plot
@@ -24,9 +26,10 @@ from .figures import compare_figures, run_colors
 from .render import render_json
 from .report import Report, build_report
 from .run import Run, load_run
+from .study import REPORT, shipped, study_report, write_study_data
 
-#: The files of a published study.
-REPORT, EXPERIMENT, RUN, FIGURES = "report.json", "experiment.toml", "run.json", "figures"
+#: The files of a published study (beside its report and cells, `study`).
+EXPERIMENT, RUN, FIGURES = "experiment.toml", "run.json", "figures"
 #: The one hand-written file of a published study: which labels a rerun changed against its
 #: earlier runs, named in words (the numbers stay in the report). Publishing again keeps it.
 CHANGES = "changes.md"
@@ -48,6 +51,8 @@ def publish(run_dir: str | Path, results: str | Path = "results", name: str | No
     (out / FIGURES).mkdir(parents=True)
     if changes is not None:
         (out / CHANGES).write_text(changes)
+    write_study_data(run, report, out)
+    report = study_report(out)  # judged from the shipped cells, as every later read is
     (out / REPORT).write_text(render_json(report) + "\n")
     (out / EXPERIMENT).write_text(run.experiment.get("config", ""))
     (out / RUN).write_text(json.dumps(provenance(run, name, command), indent=1) + "\n")
@@ -96,11 +101,12 @@ def load_study(folder: str | Path) -> dict[str, Any]:
     ``"run"``; a folder that is not a published study raises ValueError."""
     folder = Path(folder)
     path = folder / REPORT
-    if not path.is_file():
+    if not path.is_file() and not shipped(folder):
         raise ValueError(f"{folder}: not a published study (no {REPORT}; make one with "
                          "ddl-dyn publish RUN_DIR)")
     try:
-        report = json.loads(path.read_text())
+        report = json.loads(render_json(study_report(folder)) if shipped(folder)
+                            else path.read_text())
         run = json.loads((folder / RUN).read_text()) if (folder / RUN).is_file() else {}
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
@@ -130,4 +136,4 @@ def studies(results: str | Path = "results") -> list[Path]:
     root = Path(results)
     if not root.is_dir():
         raise ValueError(f"{root}: no results folder (publish a study with ddl-dyn publish)")
-    return sorted(p for p in root.iterdir() if (p / REPORT).is_file())
+    return sorted(p for p in root.iterdir() if (p / REPORT).is_file() or shipped(p))
