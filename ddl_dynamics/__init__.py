@@ -15,10 +15,11 @@ neither torch nor matplotlib; everything else is importable from its own module.
 
 from __future__ import annotations
 
-import importlib
-from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
-from typing import Any
+import importlib as _importlib
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+from pathlib import Path as _Path
+from typing import Any as _Any
 
 from ._registry import BUILTINS as _BUILTINS
 
@@ -75,26 +76,27 @@ _BUILTINS.update(
 def _version() -> str:
     """The installed distribution's version, else (a source tree) the one pyproject states."""
     try:
-        return version("ddl-dynamics")
-    except PackageNotFoundError:
+        return _distribution_version("ddl-dynamics")
+    except _PackageNotFoundError:
         import tomllib
 
-        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        pyproject = _Path(__file__).resolve().parents[1] / "pyproject.toml"
         return str(tomllib.loads(pyproject.read_text())["project"]["version"])
 
 
 __version__ = _version()
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     if name in _HOME:
-        value = getattr(importlib.import_module(_HOME[name], __name__), name)
+        value = getattr(_importlib.import_module(_HOME[name], __name__), name)
         globals()[name] = value  # later lookups skip this function
         return value
     if name in _SUBPACKAGES:
-        return importlib.import_module(f".{name}", __name__)
+        return _importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public API only: the names of `__all__`, the groups, the version, the subpackages."""
+    return sorted({*__all__, "API", "__version__", *_SUBPACKAGES})
