@@ -89,20 +89,6 @@ def _print_options(title: str, options: Sequence[tuple[str, Any, Any]], owner: o
         print(f"  {name} ({kind}) = {default!r}{said}")
 
 
-def _only(text: str | None) -> dict[str, list[str]] | None:
-    """``task=a,model=b,model=c`` → ``{"task": ["a"], "model": ["b", "c"]}``; a comma that
-    starts no ``task=`` or ``model=`` belongs to a label (``task=switched[event=reflect,p=0]``)."""
-    if text is None:
-        return None
-    only: dict[str, list[str]] = {}
-    for part in re.split(r",(?=\s*(?:task|model)\s*=)", text):
-        axis, sep, label = part.partition("=")
-        if not sep or axis.strip() not in ("task", "model") or not label.strip():
-            raise ValueError(f"--only: expected task=LABEL or model=LABEL, got {part!r}")
-        only.setdefault(axis.strip(), []).append(label.strip())
-    return only
-
-
 def _seeds(text: str | None) -> list[int] | None:
     """``0,1,2`` → ``[0, 1, 2]``; the values are checked with the experiment's seeds."""
     if text is None:
@@ -115,13 +101,23 @@ def _seeds(text: str | None) -> list[int] | None:
 
 def _run(args: argparse.Namespace) -> int:
     from .analysis.render import write_report
-    from .experiment.runner import run_experiment
+    from .experiment.folder import load_task_file
+    from .experiment.options import RunOptions, parse_only, parse_seeds
+    from .experiment.reader import load_experiment
+    from .experiment.runner import plan, run_experiment
 
+    options = RunOptions(tuple(args.set), None if args.seeds is None else parse_seeds(args.seeds),
+                         {} if args.only is None else parse_only(args.only))
+    for task_file in args.task_file:  # before the experiment names their tasks
+        load_task_file(task_file)
+    config = load_experiment(args.experiment, options)
+    if args.dry_run:
+        print("\n".join(plan(config, args.run_dir, args.device, options.only, args.vectorize)))
+        return 0
     summary = run_experiment(
-        args.experiment, run_dir=args.run_dir, jobs=args.jobs, device=args.device,
-        seeds=_seeds(args.seeds), only=_only(args.only), backend=args.backend,
-        task_files=args.task_file, retry_failed=args.retry == "failed",
-        vectorize=args.vectorize, address=args.address,
+        config, run_dir=args.run_dir, jobs=args.jobs, device=args.device,
+        only=options.only or None, backend=args.backend, task_files=args.task_file,
+        retry_failed=args.retry == "failed", vectorize=args.vectorize, address=args.address,
     )
     report = write_report(summary.run_dir)
     counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items())
@@ -134,12 +130,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from .bench.run import bench_output, run_bench
+    from .experiment.options import parse_only
 
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected at least 1 timed repeat, got {args.repeats}")
     path = bench_output(args.run_dir, args.output)
     results = run_bench(args.parts.split(","), args.experiment,
-                        _only(args.only) if args.only else None, _seeds(args.seeds),
+                        parse_only(args.only) if args.only else None, _seeds(args.seeds),
                         args.repeats)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
@@ -194,8 +191,16 @@ def _run_parser(run: argparse.ArgumentParser) -> None:
                           "in this process; give the idle cores, e.g. --jobs 2 as the "
                           "documented timings do)")
     run.add_argument("--device", choices=("cpu", "cuda"), help="override every cell's device")
-    run.add_argument("--seeds", help="comma-separated seeds, overriding the file's")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="set a key of the file, e.g. train.steps=300 or "
+                          "tasks.parity.spec.length=8 (a TOML value; repeatable); checked "
+                          "like the file and kept in the run's record")
+    run.add_argument("--seeds", help="how many seeds (the file's first N), or the seeds "
+                                     "themselves, comma-separated (0,1,2)")
     run.add_argument("--only", help="restrict to labels, e.g. task=parity,model=ddl")
+    run.add_argument("--dry-run", action="store_true",
+                     help="list the cells and groups that would train (grid, seeds, members "
+                          "folded per group) and exit without training")
     _task_file_option(run, "a copy is kept in the run folder")
     run.add_argument("--run-dir", help="the run folder (default runs/<name>)")
     run.add_argument("--backend", choices=("local", "ray"), default="local",

@@ -66,9 +66,10 @@ def beta_histograms(betas: Mapping[str, np.ndarray], model: str,
                 ax.axvline(bound, color="black", lw=0.8, ls=":")
         ax.set(title=f"{model} on {title}", xlabel="gate β", ylabel="layer")
         ax.grid(False)
-        fig.colorbar(im, ax=ax, label="fraction of samples (log; blank: none)")
-    fig.suptitle(f"gates β of {model} per layer (dotted: regime bounds)", fontsize=9)
-    fig.tight_layout()
+        fig.colorbar(im, ax=ax, label="fraction of samples")
+    fig.suptitle(f"gates β of {model} per layer (colour: fraction of samples, log scale; "
+                 "blank: none; dotted: regime bounds)", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))  # the suptitle above the colour bars' labels
     return fig
 
 
@@ -127,14 +128,22 @@ def probe_consistency(points: Mapping[str, tuple[np.ndarray, ...]]) -> Figure:
     return fig
 
 
+#: The smallest ``|det|`` drawn: a gate at β ≈ 1 erases its direction (a factor 1 − β ≈ 0),
+#: so a stack that overwrites has a determinant at float rounding; such points sit on this
+#: floor, marked, rather than at an arbitrary depth below it.
+DET_FLOOR = 1e-12
+
+
 @styled
 def determinant_plot(dets: Mapping[str, np.ndarray], model: str) -> Figure:
     """Distribution of ``log10|Π(1 − β_l)|`` of one Delta row per task, split by the
-    determinant's sign."""
-    fig = Figure(figsize=(max(4.0, 0.9 * len(dets) + 2), 3.2))
+    determinant's sign; ``|det|`` below `DET_FLOOR` is drawn on the floor (dashed) and each
+    task's share there is given under its name. The legend lies below the axes, clear of
+    the points."""
+    fig = Figure(figsize=(max(4.0, 0.9 * len(dets) + 2), 3.6))
     ax = fig.subplots()
     for i, det in enumerate(dets.values()):
-        size = np.log10(np.maximum(np.abs(det), 1e-12))
+        size = np.log10(np.maximum(np.abs(det), DET_FLOOR))
         jitter = np.linspace(-0.25, 0.25, len(det)) if len(det) > 1 else np.zeros(1)
         pos, neg = det >= 0, det < 0
         ax.scatter(i + jitter[pos], size[pos], s=5, color=PALETTE[0], alpha=0.5,
@@ -142,10 +151,18 @@ def determinant_plot(dets: Mapping[str, np.ndarray], model: str) -> Figure:
         ax.scatter(i + jitter[neg], size[neg], s=5, color=PALETTE[5], alpha=0.5,
                    label="det < 0 (odd number of reflections)" if i == 0 else None,
                    rasterized=True)
-    labels = [f"{title}\n{(det < 0).mean():.0%} negative" for title, det in dets.items()]
+    floor = np.log10(DET_FLOOR)
+    ax.axhline(floor, color=PALETTE[8], lw=0.8, ls="--",
+               label=f"floor: |det| ≤ {DET_FLOOR:g} (a gate at β ≈ 1 erases its direction)")
+    labels = [f"{title}\n{(det < 0).mean():.0%} negative\n"
+              f"{(np.abs(det) <= DET_FLOOR).mean():.0%} on the floor"
+              for title, det in dets.items()]
     ax.set_xticks(range(len(dets)), labels, rotation=30, ha="right")
+    ax.set_ylim(bottom=floor - 0.5)
     ax.set(ylabel="log10 |det Π(I − β k kᵀ)|",
            title=f"depth product of the shortcuts of {model}, per task")
-    ax.legend(fontsize=7, loc="best")
+    handles, names = ax.get_legend_handles_labels()
     fig.tight_layout()
+    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1,
+               fontsize=7, markerscale=2)
     return fig

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -38,7 +39,11 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
         colors: model → colour (default: `model_colors`).
     """
     most = max((len(by_model) for by_model in tables.values()), default=1)
-    fig, axes = panel_grid(len(tables), width=3.6, height=0.8 + 0.28 * most, cols=3)
+    # At least a page's width in all (a lone panel drew a page image a third wide), and the
+    # caption wrapped to it: it set the image's width before.
+    cols = min(3, len(tables))
+    fig, axes = panel_grid(len(tables), width=max(3.6, 8.0 / cols), height=1.2 + 0.3 * most,
+                           cols=cols)
     colors = colors or model_colors(tables)
     for ax, (task, by_model) in zip(axes, tables.items(), strict=True):
         names = list(by_model)
@@ -59,9 +64,9 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
         ax.set(title=task, xlabel=f"test {metric[task]}")
         if log:
             log_axis(ax, "x", finite)
-    fig.suptitle("filled: mean over finished seeds with 95% CI (none for one seed), cut at "
-                 "the metric's range (on a log axis, at half the lowest point); hollow: each "
-                 "seed", fontsize=8)
+    caption = ("filled: mean over finished seeds with 95% CI (none for one seed), cut at the "
+               "metric's range (on a log axis, at half the lowest point); hollow: each seed")
+    fig.suptitle(textwrap.fill(caption, int(13 * fig.get_figwidth())), fontsize=8)
     fig.tight_layout()
     return fig
 
