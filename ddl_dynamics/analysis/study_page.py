@@ -108,6 +108,8 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
     lines += [f"Ran as `{run.get('command', '')}`; {run.get('cells', '—')} cells; finished "
               f"{(run.get('ended_at') or '—')[:10]}; software: {versions or '—'}; machine: "
               f"{machine.get('platform', '—')}, {machine.get('cpu_count', '—')} CPUs.", ""]
+    if run.get("partial"):
+        lines += [f"**Published unfinished** (`--allow-partial`): {run['partial']}.", ""]
     asked = report.get("questions") or []
     if asked:
         lines += ["## Questions", "",

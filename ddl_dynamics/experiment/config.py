@@ -15,6 +15,7 @@ import math
 import os
 import types
 import typing
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -371,6 +372,10 @@ def check_name(value: str, what: str) -> str:
     if any(ord(c) < 32 or c == "\x7f" for c in value):
         raise ValueError(f"{value!r} has a control character ({what})")
     size = len(value.encode())
+    if any(unicodedata.category(c) == "Cf" for c in value):
+        raise ValueError(f"{value!r} has an invisible format character ({what})")
+    if not value.strip():
+        raise ValueError(f"{value!r} is blank ({what})")
     if size > MAX_NAME:
         raise ValueError(f"{value[:24]!r}… is {size} bytes long, over {MAX_NAME} ({what})")
     return value

@@ -22,7 +22,7 @@ import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .._task import make_task
 from .config import (
@@ -54,6 +54,9 @@ def check_tune(data: Mapping[str, Any], where: str, source: str) -> dict[str, tu
     hints = typing.get_type_hints(TrainConfig)
     grid = {}
     for key, values in data.items():
+        if key == "extend":
+            raise ConfigError(source, f"{where}.{key}", "the bound is the experiment's: set it "
+                              "in [defaults.tune]")
         if key in fields and key not in TUNABLE:
             raise ConfigError(source, f"{where}.{key}", "not tunable: a row's budget is the "
                               f"same at every grid value; tunable: {', '.join(TUNABLE)}")
@@ -175,7 +178,7 @@ def beyond(field: str, declared: Sequence[Any], side: int, step: int) -> float |
     if field == "warmup" and (end < 1) != (value < 1):
         return None
     try:
-        TrainConfig(**{field: value})
+        TrainConfig(**cast("dict[str, Any]", {field: value}))
     except ValueError:
         return None
     return value
@@ -185,7 +188,7 @@ def extensions(cells: Sequence[Cell], results: Mapping[str, RunResult],
                bound: int) -> list[Cell]:
     """The cells one step past the grid edge where each row of ``cells`` chose an end of a
     searched field, once the row's every cell has a result (``results`` by key): for each
-    such field, every cell of the row at that end, moved one step beyond (:func:`beyond`),
+    such field, every cell of the row at that end, moved one step beyond (`beyond`),
     while fewer than ``bound`` steps were taken past the declared grid on that side. Empty
     when every row's choice is inside its grid or stopped by the bound. The new cells keep
     their row's declared grid (``tune``), so they are cells of the same row."""
@@ -213,8 +216,8 @@ def extensions(cells: Sequence[Cell], results: Mapping[str, RunResult],
                 continue
             for cell in row:
                 if getattr(cell.train, field) == chosen[i]:
-                    new = dataclasses.replace(
-                        cell, train=dataclasses.replace(cell.train, **{field: value}))
+                    moved = cast("dict[str, Any]", {field: value})
+                    new = dataclasses.replace(cell, train=dataclasses.replace(cell.train, **moved))
                     added.setdefault(new.key, new)
     known = {c.key for c in cells}
     return [c for key, c in added.items() if key not in known]

@@ -38,6 +38,7 @@ from .._task import TASKS, list_tasks
 from ..models.base import MODELS, list_models
 from .cells import check_experiment, model_options, named_entries, references
 from .config import (
+    EXTEND,
     MAX_GRID,
     TASK_DIMS,
     ComparisonSpec,
@@ -55,13 +56,15 @@ from .config import (
     unknown_key,
 )
 from .grid import check_tune, contradictions, spelled, swept_values
+from .options import RunOptions, apply, recorded
 
 #: The most tables and lists an experiment file nests in one another (it needs about 6).
 MAX_NESTING = 32
 
 
-def load_experiment(path: str | Path) -> ExperimentConfig:
-    """Read and validate an experiment TOML file (raises `ConfigError`)."""
+def load_experiment(path: str | Path, options: RunOptions | None = None) -> ExperimentConfig:
+    """Read and validate an experiment TOML file (raises `ConfigError`), with what a run
+    changes of it (`RunOptions`: keys set, seeds) applied and recorded in its text."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(str(path), "", "no such file")
@@ -83,7 +86,9 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
         raise ConfigError(str(path), "", f"nested more than {MAX_NESTING} tables or lists "
                                          "deep") from None
     data.setdefault("name", path.stem)
-    return parse_experiment(data, source=str(path), text=text)
+    options = options or RunOptions()
+    return parse_experiment(apply(data, options, str(path)), source=str(path),
+                            text=recorded(text, options))
 
 
 def parse_experiment(data: Mapping[str, Any], source: str = "<dict>",
@@ -175,8 +180,9 @@ class _Parser:
                                       "defaults.model", option_names) or {}
         train_defaults = self.collect(self.train_table, defaults.get("train", {}),
                                       "defaults.train") or {}
-        tune_defaults = self.collect(self.tune_table, defaults.get("tune", {}),
-                                     "defaults.tune") or {}
+        tune = self.collect(self.table, defaults.get("tune", {}), "defaults.tune") or {}
+        extend = self.collect(self.extend, tune.pop("extend", EXTEND))
+        tune_defaults = self.collect(self.tune_table, tune, "defaults.tune") or {}
         self.errors += contradictions(train_defaults, tune_defaults, "defaults", self.source)
         for i, entry in enumerate(tasks):
             self.collect(self.model_table, entry.model, f"tasks[{i}].model", option_names)
@@ -195,6 +201,7 @@ class _Parser:
             seeds=seeds, tasks=tasks, models=models, model_defaults=model_defaults,
             train_defaults=train_defaults, overrides=overrides, tune_defaults=tune_defaults,
             comparisons=comparisons, baseline=baseline, source=self.source, text=text,
+            extend=extend,
         )
         self.references(config)
         if self.errors:
@@ -221,6 +228,13 @@ class _Parser:
             return check_seeds(value)
         except ValueError as err:
             raise self.fail("seeds", str(err)) from None
+
+    def extend(self, value: Any) -> int:
+        """``[defaults.tune] extend``: steps a grid may grow past an end, 0 or more."""
+        if type(value) is not int or value < 0:
+            raise self.fail("defaults.tune.extend", "expected a number of grid steps ≥ 0 "
+                            f"(0: no extension), got {value!r}")
+        return value
 
     def listed(self, data: Mapping[str, Any], key: str) -> list[Any]:
         """An optional array of tables (``[[overrides]]``, ``[[comparisons]]``)."""

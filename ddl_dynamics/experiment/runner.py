@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -47,12 +48,12 @@ from tqdm.auto import tqdm
 from .cells import expand_cells
 from .claims import POLL, CellQueue
 from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, cell_key
-from .folder import RunFolder, load_task_file, write_atomically
-from .grid import grid_value, searched
+from .folder import STORE, RunFolder, load_task_file, write_atomically
+from .grid import extensions, grid_value, row_identity, searched, value_text
 from .reader import load_experiment
 from .result import STATUSES, RunResult
 from .store import ResultStore
-from .train import Trained, run_cells, stamp
+from .train import Trained, run_cells, seed_groups, stamp
 
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"
 #: The most cells trained at once: worker processes on one machine.
@@ -147,8 +148,30 @@ def run_experiment(
     text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
     _warn_beside(store, config.name, cells, run_dir)
     run_id = store.start_run(config.name, text, kept, [cell.key for cell in cells])
+    todo, ran, skipped, others = cells, 0, 0, 0
+    while todo:  # the selected cells, then each round of grid extensions they call for
+        queue = _train(folder, todo, copies, jobs, backend, address, retry_failed, vectorize,
+                       progress, config.name if todo is cells else f"{config.name} (grid "
+                       "extension)")
+        ran, skipped, others = ran + queue.taken, skipped + queue.skipped, others + queue.others
+        todo = extensions(cells, {row.key: row for row in store.rows()}, config.extend)
+        store.add_cells(run_id, [cell.key for cell in todo])
+        cells = [*cells, *todo]
+    store.finish_run(run_id)
+    statuses = {row.key: row.status for row in store.rows()}
+    counts = Counter(statuses.get(cell.key, "failed") for cell in cells)
+    return SuiteSummary(config.name, run_dir, {s: counts[s] for s in STATUSES if counts[s]},
+                        ran, skipped, time.perf_counter() - start, others)
+
+
+def _train(folder: RunFolder, cells: Sequence[Cell], copies: Sequence[str], jobs: int,
+           backend: str, address: str | None, retry_failed: bool, vectorize: bool,
+           progress: bool, desc: str) -> CellQueue:
+    """Train the unfinished ``cells`` (see `run_experiment`) and return their queue, which
+    counts what it trained and skipped."""
+    store = folder.store
     with (CellQueue(store, cells, ("ok",) if retry_failed else FINISHED, vectorize) as queue,
-          tqdm(total=queue.size, disable=not progress, desc=config.name, unit="cell") as bar):
+          tqdm(total=queue.size, disable=not progress, desc=desc, unit="cell") as bar):
 
         def finished(group: Sequence[Trained]) -> None:
             """Store a group's weights, then its rows in one transaction: a run stopped
@@ -172,11 +195,46 @@ def run_experiment(
                     finished(run_cells(group, progress))
         else:
             _run_pool(queue, copies, jobs, finished)
-    store.finish_run(run_id)
-    statuses = {row.key: row.status for row in store.rows()}
-    counts = Counter(statuses.get(cell.key, "failed") for cell in cells)
-    return SuiteSummary(config.name, run_dir, {s: counts[s] for s in STATUSES if counts[s]},
-                        queue.taken, queue.skipped, time.perf_counter() - start, queue.others)
+    return queue
+
+
+def plan(config: ExperimentConfig, run_dir: str | Path | None = None,
+         device: str | None = None, only: Mapping[str, Sequence[str]] | None = None,
+         vectorize: bool = True) -> list[str]:
+    """What `run_experiment` would train, in lines, training nothing: the cells and the
+    groups that train together, per row (grid, seeds, members folded into one ensemble),
+    those the run folder already holds, and at most how many cells extending the grids
+    (`extensions`) adds."""
+    cells = expand_cells(config, device=device, only=only)
+    run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
+    stored = (RunFolder.open(run_dir).store.todo([c.key for c in cells])
+              if (run_dir / STORE).is_file() else None)
+    todo = [c for c in cells if stored is None or c.key in stored]
+    groups = seed_groups(todo) if vectorize else [[cell] for cell in todo]
+    rows: dict[str, list[list[Cell]]] = {}
+    for group in groups:
+        rows.setdefault(row_identity(group[0].to_dict()), []).append(group)
+    extra = 0
+    lines = []
+    for row_groups in rows.values():
+        row = [cell for group in row_groups for cell in group]
+        first, seeds = row[0], sorted({c.seed for c in row})
+        grid = "; ".join(f"{f}={'/'.join(map(value_text, v))}" for f, v in first.tune.items())
+        sizes = Counter(len(group) for group in row_groups)
+        folded = ", ".join(f"{n} group{'s' * (n > 1)} of {size}" for size, n in sizes.items())
+        lines.append(f"  {first.task_label} × {first.label}: {first.train.steps} steps; "
+                     f"{grid or 'not tuned'}; "
+                     f"{len(seeds)} seed{'s' * (len(seeds) > 1)}; {len(row)} cells in {folded}")
+        extensible = [len(v) for v in first.tune.values() if min(v) > 0]
+        extra += len(seeds) * (math.prod(n + config.extend for n in extensible)
+                               - math.prod(extensible)) if extensible else 0
+    done = len(cells) - len(todo)
+    head = (f"{config.name}: {len(todo)} cells to train in {len(groups)} group"
+            + "s" * (len(groups) != 1)
+            + (f" ({done} of {len(cells)} already in {run_dir})" if done else ""))
+    tail = (f"grid extension (tune.extend = {config.extend}): up to {extra} more cells, for "
+            "rows whose choice sits at an end of their grid" if extra else "")
+    return [head, *lines, *([tail] if tail else [])]
 
 
 def _warn_beside(store: ResultStore, name: str, cells: Sequence[Cell], run_dir: Path) -> None:

@@ -371,6 +371,14 @@ class ResultStore:
                 raise RuntimeError(f"the store gave no id to the new run {name!r}")
             return int(cursor.lastrowid)
 
+    def add_cells(self, run_id: int, keys: Sequence[str]) -> None:
+        """Add cells a run selected as it went (a grid's extension) to its record."""
+        with self._transaction() as con:
+            con.execute("BEGIN IMMEDIATE")
+            row = con.execute("SELECT cells FROM runs WHERE id = ?", (run_id,)).fetchone()
+            cells = [*self._run_cells(run_id, row["cells"]), *keys]
+            con.execute("UPDATE runs SET cells = ? WHERE id = ?", (json.dumps(cells), run_id))
+
     def finish_run(self, run_id: int) -> None:
         with self._transaction() as con:
             con.execute("UPDATE runs SET ended_at = ? WHERE id = ?", (_now(), run_id))
