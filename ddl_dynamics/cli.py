@@ -293,6 +293,9 @@ def _publish_parser(publish: argparse.ArgumentParser) -> None:
                          help="the results folder (default results)")
     publish.add_argument("--command", help="what ran it, for run.json (default: ddl-dyn run "
                                            "experiments/NAME.toml)")
+    publish.add_argument("--allow-partial", action="store_true",
+                         help="publish a run that did not end, lacks cells or finished none "
+                              "(refused otherwise); run.json and the page say what it lacks")
     publish.set_defaults(func=_publish)
 
 
@@ -312,7 +315,8 @@ def _compare_parser(compare: argparse.ArgumentParser) -> None:
 def _publish(args: argparse.Namespace) -> int:
     from .analysis.publish import publish
 
-    print(f"published: {publish(args.run_dir, args.results, args.name, args.command)}")
+    out = publish(args.run_dir, args.results, args.name, args.command, args.allow_partial)
+    print(f"published: {out}")
     return 0
 
 

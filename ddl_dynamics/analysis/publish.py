@@ -22,7 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .figures import compare_figures, run_colors
+from ..experiment.config import COUNTED, check_name
+from .figures import NothingToDraw, compare_figures, run_colors
 from .render import render_json
 from .report import Report, build_report
 from .run import Run, load_run
@@ -36,47 +37,110 @@ CHANGES = "changes.md"
 
 
 def publish(run_dir: str | Path, results: str | Path = "results", name: str | None = None,
-            command: str | None = None) -> Path:
-    """Write ``results/<name>/`` from a finished run folder (``name``: the experiment's)."""
+            command: str | None = None, allow_partial: bool = False) -> Path:
+    """Write ``results/<name>/`` from a finished run folder (``name``: the experiment's); a
+    run that did not finish is refused unless ``allow_partial``, and run.json then says what
+    it lacks.
+
+    The study is written whole into a hidden sibling, ``changes.md`` copied over, and then
+    swapped in by two renames: a publish killed at any moment leaves the old study or the
+    new one whole (killed between the renames, the old one waits in ``.<name>.old``, and the
+    next publish puts it back). Nothing but ``results/<name>`` and its siblings is touched.
+    """
     run = load_run(run_dir)
     if not run.rows:
         raise ValueError(f"{run_dir}: no results to publish")
+    lacks = unfinished(run)
+    if lacks and not allow_partial:
+        raise ValueError(f"{run_dir}: {lacks}; finish it (ddl-dyn run resumes it) or publish "
+                         "it with --allow-partial")
     report = build_report(run)
-    name = name or report.name
-    report = replace(report, run_dir=f"runs/{name}")  # where a rerun puts it, not this machine's
+    name = check_name(report.name if name is None else name,
+                      "a study's name names its folder results/NAME")
     out = Path(results) / name
-    changes = (out / CHANGES).read_text() if (out / CHANGES).is_file() else None
-    if out.exists():
-        shutil.rmtree(out)  # a study is published whole: no figure of an older run stays
-    (out / FIGURES).mkdir(parents=True)
-    if changes is not None:
-        (out / CHANGES).write_text(changes)
-    write_study_data(run, report, out)
-    report = study_report(out)  # judged from the shipped cells, as every later read is
-    (out / REPORT).write_text(render_json(report) + "\n")
-    (out / EXPERIMENT).write_text(run.experiment.get("config", ""))
-    (out / RUN).write_text(json.dumps(provenance(run, name, command), indent=1) + "\n")
-    drawn = {p.name for p in _draw(run, report, out)}
+    _recover(out)
+    if out.is_symlink() or (out.exists() and not ((out / REPORT).is_file() or shipped(out))):
+        raise ValueError(f"{out}: exists and is not a published study; not replacing it")
+    new = _beside(out, "new")
+    if new.exists():
+        shutil.rmtree(new)  # a publish killed while writing
+    (new / FIGURES).mkdir(parents=True)
+    report = replace(report, name=name, run_dir=f"runs/{name}")  # where a rerun puts it
+    write_study_data(run, report, new)
+    report = replace(study_report(new), name=name)  # judged from the shipped cells
+    (new / REPORT).write_text(render_json(report) + "\n")
+    (new / EXPERIMENT).write_text(run.experiment.get("config", ""))
+    (new / RUN).write_text(json.dumps(provenance(run, name, command, lacks), indent=1) + "\n")
+    drawn = {p.name for p in _draw(run, report, new)}
     kept = Path(run_dir) / FIGURES
     for png in sorted(kept.glob("*.png")) if kept.is_dir() else ():
         if png.name not in drawn:
-            shutil.copyfile(png, out / FIGURES / png.name)
+            shutil.copyfile(png, new / FIGURES / png.name)
+    if (out / CHANGES).is_file():
+        shutil.copyfile(out / CHANGES, new / CHANGES)
+    _swap(new, out)
     return out
+
+
+def unfinished(run: Run) -> str:
+    """What a run lacks to be published as a finished study, in words ("" where nothing):
+    its end, cells never stored, or any finished cell."""
+    progress = run.progress
+    if progress is None:
+        return "no run started"
+    lacks = [] if progress.ended else ["the run did not end"]
+    if progress.finished < progress.selected:
+        lacks.append(f"{progress.selected - progress.finished} of {progress.selected} cells "
+                     "missing")
+    if not any(c.status in COUNTED for row in run.rows.values() for c in row.cells):
+        lacks.append("no cell finished")
+    return "; ".join(lacks)
+
+
+def _beside(out: Path, role: str) -> Path:
+    """The hidden sibling of study folder ``out`` that holds its ``role`` (``new``: being
+    written; ``old``: moved aside)."""
+    return out.with_name(f".{out.name}.{role}")
+
+
+def _swap(new: Path, out: Path) -> None:
+    """Put folder ``new`` in the place of ``out``: old aside, new in, old removed."""
+    old = _beside(out, "old")
+    if out.exists():
+        out.rename(old)
+    new.rename(out)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _recover(out: Path) -> None:
+    """Finish a swap a killed publish left halfway: the old study back where the new one
+    never arrived, else what is left of the old one removed."""
+    old = _beside(out, "old")
+    if old.is_dir() and not out.exists():
+        old.rename(out)
+    elif old.is_dir():
+        shutil.rmtree(old)
 
 
 def _draw(run: Run, report: Report, out: Path) -> list[Path]:
     """The figures drawn from the report alone, into ``out/figures`` (the run folder
-    untouched); PNG only."""
-    drawn = compare_figures(replace(run, run_dir=out), report, run_colors(run))
+    untouched); PNG only; none where no cell finished (a partial run)."""
+    try:
+        drawn = compare_figures(replace(run, run_dir=out), report, run_colors(run))
+    except NothingToDraw:
+        return []
     for path in drawn:
         if path.suffix != ".png":
             path.unlink()
     return [p for p in drawn if p.suffix == ".png"]
 
 
-def provenance(run: Run, name: str, command: str | None = None) -> dict[str, Any]:
+def provenance(run: Run, name: str, command: str | None = None,
+               partial: str = "") -> dict[str, Any]:
     """What ran a study: the command, software, machine, dates and the time it took (the
-    latest run's span and the cells' summed training time)."""
+    latest run's span and the cells' summed training time); ``partial``: what an unfinished
+    run published with ``--allow-partial`` lacks."""
     exp = run.experiment
     started, ended = exp.get("started_at"), exp.get("ended_at")
     span = None
@@ -93,6 +157,7 @@ def provenance(run: Run, name: str, command: str | None = None) -> dict[str, Any
         "wall_time_s": span,
         "cell_time_s": sum(c.wall_time or 0.0 for c in cells),
         "cells": len(cells),
+        **({"partial": partial} if partial else {}),
     }
 
 

@@ -365,17 +365,18 @@ def check_seeds(seeds: Any) -> tuple[int, ...]:
 def check_name(value: str, what: str) -> str:
     """``value`` if it can name a file or folder as it is (``what`` says which it names):
     one path component (no ``/`` or ``\\``, not ``.``, ``..`` or empty) of at most
-    `MAX_NAME` bytes, without control characters; else ``ValueError``."""
+    `MAX_NAME` bytes, without control or format characters (a right-to-left override
+    would show a name as another) and not blank; else ``ValueError``."""
     if value in ("", ".", "..") or "/" in value or "\\" in value:
         raise ValueError(f"{value!r} is not one path component ({what}): no '/', '\\' or "
                          "'..', and not empty")
     if any(ord(c) < 32 or c == "\x7f" for c in value):
         raise ValueError(f"{value!r} has a control character ({what})")
-    size = len(value.encode())
     if any(unicodedata.category(c) == "Cf" for c in value):
         raise ValueError(f"{value!r} has an invisible format character ({what})")
     if not value.strip():
         raise ValueError(f"{value!r} is blank ({what})")
+    size = len(value.encode())
     if size > MAX_NAME:
         raise ValueError(f"{value[:24]!r}… is {size} bytes long, over {MAX_NAME} ({what})")
     return value
