@@ -81,7 +81,8 @@ def test_every_label_has_a_sentence_and_an_unknown_one_a_neutral_sentence(label)
     assert line.startswith("`ddl` against `resnet` on parity (test accuracy ↑)")
     if label not in LABELS:
         assert f'"{label}"' in line
-    untested = ("unequal budget", "unmatched size", "unequal tuning", "fails", "both solved")
+    untested = ("unequal budget", "unmatched size", "unequal tuning", "fails", "both solved",
+                "both at floor", "equivalent")  # equivalent: the 90% interval, not the CI
     assert ("+0.4 ± 0.1" in line) == (label not in untested)
 
 

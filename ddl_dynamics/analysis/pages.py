@@ -4,11 +4,11 @@
 folder, and writes:
 
 - the README's headline, between ``<!-- results:start -->`` and ``<!-- results:end -->``: the
-  finding in three sentences from the labels (`summary`), the headline figure,
-  a line per study;
-- ``docs/headline.png``: every declared comparison's paired difference with its 95% CI,
-  coloured by its label, one panel per study and task (a study that declares none: its
-  baseline comparisons);
+  finding over the tuned studies in three to five sentences (`finding`: each distinct
+  test once, by question, the Delta row first), the headline figure, a line per study;
+- ``docs/headline.png``: every finding by question, its difference in units of its task's
+  margin with the margin drawn, coloured by its label, at most 1,600 px tall
+  (`plots.headline`);
 - ``docs/studies/<study>.md`` and ``docs/studies/index.md``: per study its comparisons as
   sentences (`wording`) and tables, the rows per task (descriptive), the expectations,
   its figures (copied beside the page) and the line that reproduces it; each in the site's
@@ -32,6 +32,7 @@ import json
 import re
 import shutil
 import typing
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,18 +49,16 @@ from ..experiment.config import (
     TrainConfig,
 )
 from ..experiment.grid import TUNABLE
+from .finding import WITHIN_MARGIN, findings, points, question_lines, study_findings, summary
 from .publish import FIGURES, load_study, studies
 from .study import refresh_report, shipped
-from .study_page import GENERATED, headlined, markdown_table, study_page
-from .verdicts import INCONCLUSIVE, LABELS
-from .wording import (
-    MEANINGS,
-    counts,
-    counts_text,
-    where,
-)
-from .wording import summary as summary_sentences
+from .study_page import GENERATED, markdown_table, study_page
+from .verdicts import LABELS
+from .wording import MEANINGS, counts_text
 
+#: The headline's colour for a significant difference within the margin (Okabe–Ito's
+#: reddish purple; the labels' own are those of the verdict matrix).
+WITHIN_MARGIN_COLOR = "#CC79A7"
 #: Where the headline figure goes, relative to the repository root.
 HEADLINE = Path("docs") / "headline.png"
 
@@ -96,73 +95,51 @@ def tuned(report: Mapping[str, Any]) -> bool:
 
 
 def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
-    """The finding (tuned studies only), the headline figure and one line per study."""
+    """The finding over the tuned studies (`finding`: each distinct test once, by
+    question, the Delta row first), the headline figure and one line per study."""
     judged = [r for r in reports if tuned(r)]
-    stated = [c for r in judged for c in headlined(r)]
     studies_text = "study" if len(judged) == 1 else "studies"
+    found, left = findings(judged)
     lines = [f"**The finding**, over {len(judged)} published tuned {studies_text}: "
-             + " ".join(summary_sentences(stated, limit=4)), "",
-             f"![Every declared comparison: paired difference, 95% CI, label]({HEADLINE})", "",
-             "Each declared comparison of the tuned studies: model − control, mean ± 95% CI "
-             "over seeds (unadjusted), and its label, which reads the Holm-adjusted test: an "
-             "interval clear of zero can still be inconclusive.", "",
-             "Per study:", ""]
+             + " ".join(summary(found, left)), "", "By question:", "",
+             *question_lines(found), "",
+             f"![Every finding by question: difference in margins, label]({HEADLINE})", "",
+             "Every finding of the tuned studies by the question it answers, one line per "
+             "pair of rows (the Delta row first), a dot per task (a crossover: per knob "
+             "value): the paired mean difference in units of the task's equivalence margin "
+             "(where it states none, of the test's detectable difference), right where the "
+             "first row is better; the shaded band is the margin, the colour the label.", "",
+             "Per study (distinct findings):", ""]
     lines += [f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
-              f"{counts_text(counts(headlined(r)))}"
+              f"{counts_text(counts_of(r)) or 'no finding'}"
               + ("." if tuned(r) else " (untuned: every row at one fixed rate, so not part "
                  "of the finding).") for r in reports]
     return "\n".join(lines)
 
 
+def counts_of(report: Mapping[str, Any]) -> Counter[str]:
+    """How many of a study's distinct findings carry each label."""
+    return Counter(f.label for f in study_findings(report)[0])
+
+
 # --- the headline figure
 
 def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """One panel per study × task, one line per stated comparison; left unchanged where the
-    data it draws have not."""
-    panels: dict[str, list[dict[str, Any]]] = {}
-    for r in reports:
-        for c in headlined(r):
-            arrow = "↑" if c.get("higher_is_better") else "↓"
-            panels.setdefault(f"{r['name']}: {c['task']} ({c.get('metric')} {arrow})",
-                              []).append(c)
-    drawn = {k: [(f"{c['model']} − {c['control']}" + where(c)[len(c["task"]):], c["label"],
-                  (c.get("paired") or {}).get("mean"), (c.get("paired") or {}).get("ci"))
-                 for c in v] for k, v in panels.items()}
-    digest = hashlib.sha256(json.dumps(drawn, sort_keys=True).encode()).hexdigest()
+    """Every finding by question (`headline`), at most 1,600 px
+    tall; left unchanged where the data it draws have not."""
+    panels: dict[str, dict[str, list[tuple[float, str]]]] = {}
+    for f in findings(reports)[0]:
+        if drawn := points(f):
+            panels.setdefault(f.question, {}).setdefault(f"{f.first} − {f.second}",
+                                                         []).extend(drawn)
+    digest = hashlib.sha256(json.dumps(panels, sort_keys=True).encode()).hexdigest()
     if _digest(path) == digest:
         return path
-    import matplotlib
+    from .plots.headline import headline
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .plots.summary import MARK_COLORS
-
-    heights = [max(len(v), 1) * 0.32 + 0.7 for v in drawn.values()] or [1.0]
-    fig, axes = plt.subplots(len(heights), 1, figsize=(8, sum(heights)),
-                             gridspec_kw={"height_ratios": heights}, squeeze=False)
-    for ax, (title, rows) in zip(axes[:, 0], drawn.items(), strict=False):
-        for i, (_, label, mean, ci) in enumerate(rows):
-            y = len(rows) - 1 - i
-            colour = "#888888" if label == INCONCLUSIVE else MARK_COLORS.get(label, "#999999")
-            if mean is not None:
-                ax.errorbar(mean, y, xerr=ci or 0.0, fmt="o", color=colour, ecolor=colour,
-                            capsize=3)
-            ax.text(1.01, y, label, transform=ax.get_yaxis_transform(), va="center",
-                    fontsize=8, color="#333333")
-        ax.axvline(0, color="#888888", lw=0.8)
-        ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([name for name, *_ in reversed(rows)], fontsize=8)
-        ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.set_title(title, fontsize=9, loc="left")
-        ax.tick_params(axis="x", labelsize=8)
-    if drawn:
-        axes[-1, 0].set_xlabel("paired difference, model − control (mean ± 95% CI over seeds)",
-                               fontsize=8)
-    fig.tight_layout()
+    fig = headline(panels, {WITHIN_MARGIN: WITHIN_MARGIN_COLOR})
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Source": digest})
-    plt.close(fig)
+    fig.savefig(path, dpi=100, metadata={"Source": digest})
     return path
 
 
@@ -180,9 +157,9 @@ def _digest(path: Path) -> str | None:
 
 def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
     lines = ["# Studies", "", GENERATED, "",
-             "Every study whose results ship in `results/`, with the labels of the "
-             "comparisons it states.", ""]
-    lines += [f"- [`{r['name']}`]({r['name']}.md): {counts_text(counts(headlined(r)))}."
+             "Every study whose results ship in `results/`, with the labels of its distinct "
+             "findings (each test once, a crossover once).", ""]
+    lines += [f"- [`{r['name']}`]({r['name']}.md): {counts_text(counts_of(r)) or 'no finding'}."
               for r in reports]
     return "\n".join(lines) + "\n"
 

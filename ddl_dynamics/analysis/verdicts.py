@@ -57,6 +57,7 @@ from .stats import ALPHA, Paired, finite
 WIN, LOSS, EQUIVALENT, INCONCLUSIVE = "win", "loss", "equivalent", "inconclusive"
 #: Both rows at the metric's best value on every seed: no test, outside the family.
 BOTH_SOLVED = "both solved"
+AT_FLOOR = "both at floor"
 #: Fewer than `MIN_PAIRS` seeds both finished because a side failed: "fails k/n".
 FAILS = "fails"
 UNEQUAL_BUDGET, UNMATCHED_SIZE = "unequal budget", "unmatched size"

@@ -14,10 +14,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .stats import ALPHA, PAIRED_T
 from .verdicts import (
+    AT_FLOOR,
     BOTH_SOLVED,
     EQUIVALENT,
     FAILS,
@@ -53,6 +55,9 @@ MEANINGS: dict[str, tuple[str, str]] = {
     BOTH_SOLVED: ("both rows reached the metric's best value on every seed: a ceiling, kept "
                   "out of the adjusted family; no test can tell them apart there",
                   "both solved (a ceiling, no test)"),
+    AT_FLOOR: ("both rows at the task's chance or shortcut level (its floor): no test is "
+               "drawn, outside the adjusted family, and no claim is confirmed or contradicted",
+               "both at floor (no test)"),
     FAILS: ("fewer than 3 seeds finished on both sides because a row failed: the failures "
             "are the result", "fails k/n, naming the row that failed"),
     UNEQUAL_TUNING: ("the two rows searched different grids (or only one searched): a tuned "
@@ -88,6 +93,51 @@ def _n(paired: Mapping[str, Any]) -> int:
                                                     "both_failed"))
 
 
+def seeds_text(paired: Mapping[str, Any]) -> str:
+    """``"n = 8"``, or ``"n = 6 of 8"`` where fewer pairs finished than seeds ran: the n
+    the difference is over, beside the n the study ran."""
+    finished, total = len(paired.get("seeds") or ()), _n(paired)
+    return f"n = {total}" if finished == total else f"n = {finished} of {total}"
+
+
+def _means(paired: Mapping[str, Any]) -> list[float]:
+    """Each side's mean over the finished pairs (none where no pair finished)."""
+    done = [(m, c) for _, m, c in paired.get("pairs") or () if m is not None and c is not None]
+    return [sum(side) / len(side) for side in zip(*done, strict=True)] if done else []
+
+
+def significant(c: Mapping[str, Any]) -> bool:
+    """Whether the difference test rejected (Holm-adjusted p below the level) on a nonzero
+    difference: an "equivalent" that is also significant is no equality."""
+    p, mean = c.get("p_adjusted"), (c.get("paired") or {}).get("mean")
+    return p is not None and p < ALPHA and bool(mean)
+
+
+def equivalence_text(c: Mapping[str, Any]) -> str:
+    """``"equivalent within ±0.01 (90% interval [-0.004, +0.006]; …)"``: the margin with the
+    TOST's 90% interval it was judged by (not the 95% CI). A margin as large as a side's
+    mean can only be the task's absolute floor (a relative margin is a fraction of the
+    mean), and is said so with its size in means; a significant difference within the
+    margin is said beside it."""
+    paired = c.get("paired") or {}
+    margin = paired.get("margin")
+    text = f"equivalent within ±{number(margin, 2)}"
+    means = [abs(m) for m in _means(paired) if m]
+    if margin is not None and means and margin >= min(means):
+        low, high = f"{margin / max(means):.2g}", f"{margin / min(means):.2g}"
+        times = f"{low}×" if low == high else f"{low}–{high}×"
+        text = f"equivalent within the absolute floor ±{number(margin, 2)} = {times} the means"
+    interval = paired.get("interval")
+    span = (f"90% interval [{interval[0]:+.3g}, {interval[1]:+.3g}]" if interval
+            else "no 90% interval")
+    text += f" ({span}; mean Δ = {difference(paired.get('mean'), None)}, {seeds_text(paired)})"
+    if significant(c):
+        better = (paired["mean"] > 0) == bool(c.get("higher_is_better"))
+        text += (f"; yet significantly {'better' if better else 'worse'}, by less than the "
+                 f"margin (Holm p = {number(c['p_adjusted'], 2)})")
+    return text
+
+
 def where(c: Mapping[str, Any]) -> str:
     """The task, with the split where it is not test: ``"parity (long)"``, or
     ``"parity (long, judged on test)"`` where the split asked for could not be judged."""
@@ -112,27 +162,31 @@ def sentence(comparison: Any) -> str:
     c = as_record(comparison)
     paired = c.get("paired") or {}
     label = c["label"]
-    delta = f"Δ = {difference(paired.get('mean'), paired.get('ci'))}, n = {_n(paired)}"
+    delta = f"Δ = {difference(paired.get('mean'), paired.get('ci'))}, {seeds_text(paired)}"
     if label == WIN:
         return f"{subject(c)}: {WIN}, the model is better ({delta})."
     if label == LOSS:
         return f"{subject(c)}: {LOSS}, the model is worse ({delta})."
     if label == EQUIVALENT:
-        return (f"{subject(c)}: equivalent within ±{number(paired.get('margin'), 2)} "
-                f"({delta}).")
+        return f"{subject(c)}: {equivalence_text(c)}."
     if label == INCONCLUSIVE:
         if c.get("detectable") is not None:
             seen = f"detectable ±{number(c['detectable'], 2)}"
-        elif _n(paired) < MIN_PAIRS:
+        elif len(paired.get("seeds") or ()) < MIN_PAIRS:
             seen = "too few seeds for a test"
         elif paired.get("differences") and not any(paired["differences"]):
             seen = "identical on every seed"  # a shared ceiling, not a test of equality
+        elif paired.get("test", PAIRED_T) != PAIRED_T:
+            seen = f"decided by an exact test ({paired['test']}), which has no detectable size"
         else:
             seen = "no detectable size: the differences do not vary"
         return f"{subject(c)}: {NO_DIFFERENCE} ({seen}; {delta})."
     if label == BOTH_SOLVED:
         return (f"{subject(c)}: {BOTH_SOLVED}, both rows at the metric's best value on every "
-                f"seed (a ceiling, no test; n = {_n(paired)}).")
+                f"seed (a ceiling, no test; {seeds_text(paired)}).")
+    if label == AT_FLOOR:
+        return (f"{subject(c)}: {AT_FLOOR}, both rows at the task's chance or shortcut level "
+                f"(no test; {seeds_text(paired)}).")
     if label == FAILS:
         failed = {side: len(paired.get(key) or ()) + len(paired.get("both_failed") or ())
                   for side, key in ((c["model"], "failed"), (c["control"], "control_failed"))}
@@ -163,34 +217,6 @@ def counts_text(found: Mapping[str, int]) -> str:
     (labels it does not list after, by name)."""
     order = [*LABELS, *sorted(set(found) - set(LABELS))]
     return ", ".join(f"{found[label]} {label}" for label in order if found.get(label))
-
-
-def pair(c: Mapping[str, Any]) -> str:
-    """``"`ddl` over `resnet` on overwrite"``."""
-    control = c["control"] if isinstance(c["control"], str) else number(c["control"])
-    return f"`{c['model']}` against `{control}` on {where(c)}"
-
-
-def summary(comparisons: Sequence[Any], limit: int = 6) -> list[str]:
-    """Three sentences: how the comparisons are labelled, which the model won or lost, which
-    are equivalent (at most ``limit`` named each, then how many more)."""
-    records = [as_record(c) for c in comparisons]
-    found = counts(records)
-
-    def listed(label: str) -> str:
-        chosen = [pair(c) for c in records if c["label"] == label]
-        more = f" and {len(chosen) - limit} more" if len(chosen) > limit else ""
-        return "; ".join(chosen[:limit]) + more
-
-    first = (f"Of {len(records)} comparisons, {counts_text(found)}."
-             + (f" Inconclusive means {NO_DIFFERENCE} at the size each test could see."
-                if found.get(INCONCLUSIVE) else ""))
-    decided = [f"{label} for the model: {listed(label)}" for label in (WIN, LOSS)
-               if found.get(label)]
-    second = ("; ".join(decided) if decided else "No comparison is a win or a loss") + "."
-    third = (f"Equivalent within the task's margin: {listed(EQUIVALENT)}." if found.get(EQUIVALENT)
-             else "No comparison is shown equivalent within its task's margin.")
-    return [first, second[0].upper() + second[1:], third]
 
 
 def effect_words(text: str) -> list[str]:
