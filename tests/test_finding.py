@@ -202,7 +202,7 @@ def test_the_readme_block_groups_by_question_and_counts_each_study_once():
     tables = [{"task": one["task"], "rows": [{"model": "ddl", "chosen": "lr=0.01",
                                               "baseline": "resnet"}]}]
     text = readme_block([report(one, two, name="tuned", tables=tables)])
-    assert "1 distinct findings: 1 win" in text and "1 repeat of a counted test" in text
+    assert "1 distinct finding: 1 win" in text and "1 repeat of a counted test" in text
     assert "- **each row against its baseline**: 1 win" in text
     assert "- [`tuned`](docs/studies/tuned.md): 1 win." in text
 

@@ -304,7 +304,8 @@ def summary(found: Sequence[Finding], left: Mapping[str, int], limit: int = 3) -
     tally = Counter(f.label for f in found)
     outside = [f"{k} {why if k == 1 else PLURAL.get(why, why)}" for why, k in sorted(left.items())]
     crossings = sum(f.crossover is not None for f in found)
-    lines = [f"{len(found)} distinct findings: {counts_text(tally) or 'none'} (each test "
+    plural = "" if len(found) == 1 else "s"
+    lines = [f"{len(found)} distinct finding{plural}: {counts_text(tally) or 'none'} (each test "
              "once: identical per-seed data are one test, and a comparison followed over a "
              f"swept knob is one finding, {crossings} such"
              + (f"; left out: {', '.join(outside)}" if outside else "") + ")."]
