@@ -1,6 +1,7 @@
 """Statistics over seeds, against scipy and first principles: intervals, the paired t-test
-and its zero-variance limit, the exact signed-rank test, Holm, the paired-t TOST and its
-interval, the detectable difference, and pairs with failed seeds."""
+and its zero-variance limit, the exact sign-flip and signed-rank tests, which test decides,
+Holm and Tarone, the TOST and its interval, the detectable difference, and pairs with
+failed seeds."""
 
 import itertools
 
@@ -13,15 +14,23 @@ from scipy import stats
 from ddl_dynamics.analysis.stats import (
     ALPHA,
     PAIRED_T,
+    SIGN_FLIP,
     SIGNED_RANK,
+    T_MIN_PAIRS,
     Paired,
     detectable_difference,
     holm,
+    holm_at,
     mean_ci,
     paired_t_p,
     paired_t_ps,
+    sign_flip_floor,
+    sign_flip_p,
+    sign_flip_ps,
+    sign_flip_tost_p,
     signed_rank_p,
     signed_rank_ps,
+    tarone,
     tost_interval,
     tost_p,
     tost_ps,
@@ -29,7 +38,7 @@ from ddl_dynamics.analysis.stats import (
 
 values = st.floats(-1e3, 1e3, allow_nan=False)
 samples = st.lists(values, min_size=2, max_size=8).filter(lambda xs: max(xs) - min(xs) > 1e-3)
-pairs = st.lists(st.tuples(values, values), min_size=2, max_size=12).filter(
+pairs = st.lists(st.tuples(values, values), min_size=T_MIN_PAIRS, max_size=12).filter(
     lambda ps: max(a - b for a, b in ps) - min(a - b for a, b in ps) > 1e-3)
 
 
@@ -66,7 +75,7 @@ def test_the_paired_test_is_scipys_paired_t_test(ps):
 
 def test_a_bound_is_tested_with_scipys_one_sample_t_test():
     rng = np.random.default_rng(11)
-    for n in (3, 5, 8, 20):
+    for n in (6, 8, 20):
         values = 0.9 + 0.05 * rng.standard_normal(n)
         paired = Paired.of(dict(enumerate(values)), 0.95, True)
         assert paired.p == pytest.approx(stats.ttest_1samp(values, 0.95).pvalue, rel=1e-9)
@@ -94,12 +103,81 @@ def test_differences_that_do_not_vary_take_the_t_statistics_limit():
     assert paired_t_p([0.5] * 8) == 0.0 and paired_t_p([-1e-9] * 3) == 0.0  # |t| → ∞
     assert paired_t_p([0.0] * 8) == 1.0  # no difference at all: nothing to reject
     assert paired_t_p([0.5]) is None  # one pair: no test
-    paired = Paired.of({s: 1.5 for s in range(3)}, {s: 1.0 for s in range(3)}, True)
-    assert paired.test == PAIRED_T and paired.p == 0.0 and paired.floor == 0.0
-    assert paired.mean == 0.5 and paired.ci == 0.0 and paired.better(True) is True
     assert tost_p([0.01] * 5, 0.05) == 0.0 and tost_p([0.0] * 5, 0.05) == 0.0  # inside
     assert tost_p([0.1] * 5, 0.05) == 1.0 and tost_p([0.05] * 5, 0.05) == 1.0  # not inside
     assert tost_interval([0.01] * 5) == (0.01, 0.01)
+
+
+def by_sign_flips(differences, side=0):
+    """The sign-flip p by listing every sign pattern: the definition."""
+    d = np.array(differences, dtype=float)
+    sums = np.array([(np.array(signs) * d).sum()
+                     for signs in itertools.product((-1, 1), repeat=len(d))])
+    observed, slack = d.sum(), 1e-9 * np.abs(d).sum()
+    hit = (np.abs(sums) >= abs(observed) - slack if side == 0
+           else sums >= observed - slack if side > 0 else sums <= observed + slack)
+    return hit.mean()
+
+
+@pytest.mark.parametrize("diffs", [[0.3, -0.1, 0.2], [1, 1, 2, -2, 3, 3, 3, 0.5],
+                                   [5, 5, 5, 5, -5, 0, 1], [-9, -9, 0.1, 0.2, 0.3]])
+def test_the_sign_flip_test_counts_every_sign_pattern(diffs):
+    assert sign_flip_p(diffs) == pytest.approx(by_sign_flips(diffs), rel=1e-12)
+    for side in (1, -1):
+        assert sign_flip_ps(np.array([diffs]), side)[0] == pytest.approx(
+            by_sign_flips(diffs, side), rel=1e-12)
+    padded = np.array([[*diffs, np.nan], [*np.negative(diffs), np.nan]])
+    assert sign_flip_ps(padded) == pytest.approx([by_sign_flips(diffs)] * 2, rel=1e-12)
+    assert sign_flip_floor(diffs) == pytest.approx(by_sign_flips(np.abs(diffs)), rel=1e-12)
+    # more patterns than one chunk sums at once: the same count
+    many = np.random.default_rng(3).standard_normal(13) + 0.4
+    assert sign_flip_p(many) == pytest.approx(by_sign_flips(many), rel=1e-12)
+
+
+def test_three_seeds_at_one_against_0_999_are_decided_by_the_exact_test():
+    """Before: the t statistic of constant differences is infinite, p = 0, a win after any
+    family; the exact test's p is 2/2³ = 0.25, its floor."""
+    paired = Paired.of(dict.fromkeys(range(3), 1.0), dict.fromkeys(range(3), 0.999), True,
+                       margin=0.01)
+    assert paired.test == SIGN_FLIP and paired.p == paired.floor == 0.25
+    # its equivalence test is exact too: every one of 3 differences inside, p = 1/2³
+    assert paired.tost == paired.tost_floor == 0.125
+    assert paired.interval == pytest.approx((0.001, 0.001))
+
+
+@pytest.mark.parametrize(("model", "test"), [
+    ([0.9 + 0.01 * s for s in range(5)], SIGN_FLIP),  # five pairs: too few for normal tails
+    ([0.9 + 0.01 * s for s in range(6)], PAIRED_T),   # six that vary
+    ([0.9] * 8, SIGN_FLIP),                           # eight that do not
+    ([0.9 + 3e-8 * (-1) ** s for s in range(8)], SIGN_FLIP),  # nor up to float32 rounding
+    ([0.9 + 1e-4 * (-1) ** s for s in range(8)], PAIRED_T),
+])
+def test_the_t_test_decides_from_six_pairs_whose_differences_vary(model, test):
+    paired = Paired.of(dict(enumerate(model)), dict.fromkeys(range(len(model)), 0.6), True)
+    assert paired.test == test
+    differences = [m - 0.6 for m in model]
+    expected = (stats.ttest_1samp(differences, 0.0).pvalue if test == PAIRED_T
+                else 2 / 2 ** len(model))
+    assert paired.p == pytest.approx(expected, rel=1e-9)
+    assert paired.floor == (0.0 if test == PAIRED_T else pytest.approx(expected))
+
+
+def test_sign_flip_tost_is_the_larger_one_sided_exact_p():
+    diffs = [0.002, -0.001, 0.004, 0.0]
+    assert sign_flip_tost_p(diffs, 0.01) == pytest.approx(max(
+        by_sign_flips(np.add(diffs, 0.01), 1), by_sign_flips(np.subtract(diffs, 0.01), -1)))
+    assert sign_flip_tost_p([0.02] * 4, 0.01) == 1.0  # outside the margin on every seed
+    assert sign_flip_tost_p([0.0], 0.01) is None and sign_flip_tost_p([0.0] * 3, None) is None
+
+
+def test_tarone_leaves_out_the_tests_that_cannot_reach_their_holm_level():
+    # 29 t-tests and one exact test at 8 seeds (floor 2/2⁸ = 0.0078): 0.05/29 lies below it
+    assert tarone([0.0] * 29 + [2 / 2 ** 8]) == pytest.approx(ALPHA / 29)
+    # beside two tests it counts: 0.0078 < 0.05/3
+    assert tarone([0.0, 0.0, 2 / 2 ** 8]) == pytest.approx(ALPHA / 3)
+    # three seeds' floor 0.25 never counts; K = 3 is the first with at most K floors below
+    assert tarone([0.0, 0.0, 0.25, 0.0078]) == pytest.approx(ALPHA / 3)
+    assert tarone([]) == ALPHA
 
 
 @pytest.mark.parametrize("d", [0.0, 0.004, -0.3])
@@ -187,7 +265,8 @@ def test_pairs_seeds_both_ran_and_tests_a_bound_with_one_sample():
     model = {0: 1.1, 1: 1.05, 2: 1.2, 3: 1.08}
     bound = Paired.of(model, 0.95, True)
     assert bound.n == 4 and bound.mean == pytest.approx(sum(model.values()) / 4 - 0.95)
-    assert bound.p == pytest.approx(stats.ttest_1samp(list(model.values()), 0.95).pvalue)
+    # four values, every one above the bound: the exact test's p is its floor, 2/2⁴
+    assert bound.test == SIGN_FLIP and bound.p == bound.floor == 0.125
 
 
 def test_a_failed_seed_ranks_as_its_sides_worst_outcome():
@@ -205,7 +284,7 @@ def test_a_failed_seed_ranks_as_its_sides_worst_outcome():
                                                     4: None}, True)
     assert theirs.control_failed == (1, 3, 4) and theirs.better(True) is True
     both = Paired.of({0: None, 1: 0.6, 2: 0.7}, {0: None, 1: 0.5, 2: 0.5}, True)
-    assert both.both_failed == (0,) and both.total == 3 and both.test == PAIRED_T
+    assert both.both_failed == (0,) and both.total == 3 and both.test == SIGN_FLIP
     # with MSE a failure is a large error: it still counts against the failing side
     mse = Paired.of({0: 0.1, 1: None, 2: None}, {0: 0.2, 1: 0.2, 2: 0.2}, False)
     assert mse.better(False) is False
@@ -222,3 +301,14 @@ def test_the_direction_follows_the_metric(higher_is_better, shift, better):
     control = {0: 0.50, 1: 0.55, 2: 0.52}
     model = {s: v + shift + 0.01 * s for s, v in control.items()}
     assert Paired.of(model, control, higher_is_better).better(higher_is_better) is better
+
+
+def test_holm_at_adjusts_one_p_among_the_others_as_holm_does():
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        ps = rng.uniform(0, 1, rng.integers(1, 8)) ** 3
+        for j in range(len(ps)):
+            assert holm_at(np.array([ps[j]]), np.delete(ps, j))[0] == pytest.approx(
+                holm(list(ps))[j], abs=1e-12)
+    # a p that ranks first among four at 0.9 takes the multiplier 5
+    assert holm_at(np.array([0.012]), [0.9] * 4)[0] == pytest.approx(0.06)

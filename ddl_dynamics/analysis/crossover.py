@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +40,15 @@ from .stats import (
     Estimate,
     Paired,
     failure_value,
+    holm_at,
     paired_t_ps,
+    rounded,
+    sign_flip_ps,
     signed_rank_ps,
     signed_ranks,
+    t_decides,
     tost_ps,
+    value_scale,
 )
 from .verdicts import MIN_PAIRS, WIN
 
@@ -92,24 +97,28 @@ def crossover_point(points: Sequence[tuple[float, Comparison]]) -> float | None:
 
 
 def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: bool,
+                  family: Iterable[Comparison] = (),
                   resamples: int = BOOTSTRAP) -> tuple[float, float] | None:
     """A 95% percentile bootstrap interval, over seeds, of ``p*`` itself
     (`crossover_point`; ``math.inf`` where a resample wins nowhere from some value on).
     The seeds are resampled jointly across the knob (the same seeds see every knob value),
     failed seeds among them as the failures they are; at each knob value the deciding test
-    (`decisive`) and the TOST are redrawn on the resampled seeds, each p
-    scaled by the factor Holm applied to that value's test in the report, so a resample's
-    label follows the report's rule (a seed drawn twice counting once towards the
-    `MIN_PAIRS` pairs a label needs). A value without a test in the family
-    never wins. None with fewer than 2 seeds."""
+    (`decisive`) and the TOST are redrawn on the resampled seeds, and each p Holm-adjusted
+    over the report's family (``family``: every judged comparison of the report; the
+    points alone by default) with the other tests' p-values as drawn, so a resample's label
+    follows the report's rule (a seed drawn twice counting once towards the `MIN_PAIRS`
+    pairs a label needs). A value without a test in the family never wins. None with
+    fewer than 2 seeds."""
     seeds = sorted({s for _, c in points if c.paired for s, _, _ in c.paired.pairs})
     if len(seeds) < 2 or not points:
         return None
+    tested = _families([*family] or [c for _, c in points])
     draws = np.random.default_rng(0).integers(0, len(seeds), (resamples, len(seeds)))
     stars = np.full(resamples, math.inf)
     alive = np.ones(resamples, dtype=bool)  # won at every larger knob value so far
     for value, c in reversed(points):  # from the largest down: a loss there settles p*
-        alive[alive] = _wins(c, seeds, draws[alive], higher_is_better)
+        others = [{k: v for k, v in found.items() if k != _identity(c)} for found in tested]
+        alive[alive] = _wins(c, seeds, draws[alive], higher_is_better, *others)
         stars[alive] = value
         if not alive.any():
             break
@@ -121,13 +130,31 @@ def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: 
 _FINISHED, _FAILED, _CONTROL_FAILED, _BOTH_FAILED, _NOT_RUN = range(5)
 
 
-def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
-          higher_is_better: bool) -> np.ndarray:
-    """Whether the comparison wins on each resample of ``seeds`` (``draws``: indices)."""
+def _identity(c: Comparison) -> tuple[Any, ...]:
+    """A test's identity whichever row is the control (a mirrored pair is one test)."""
+    return c.task, frozenset((c.model, c.control_text)), c.split
+
+
+def _families(judged: Iterable[Comparison]) -> tuple[dict[tuple[Any, ...], float], ...]:
+    """The raw p-values of the report's two families, by test: the difference tests and
+    the equivalence tests that Holm adjusted."""
+    tests: dict[tuple[Any, ...], float] = {}
+    tosts: dict[tuple[Any, ...], float] = {}
+    for c in judged:
+        if c.paired is not None and c.paired.p is not None and c.p_adjusted is not None:
+            tests[_identity(c)] = c.paired.p
+        if c.paired is not None and c.paired.tost is not None and c.tost_adjusted is not None:
+            tosts[_identity(c)] = c.paired.tost
+    return tests, tosts
+
+
+def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray, higher_is_better: bool,
+          others: Mapping[Any, float], tost_others: Mapping[Any, float]) -> np.ndarray:
+    """Whether the comparison wins on each resample of ``seeds`` (``draws``: indices), its
+    p-values adjusted among the ``others`` of their families."""
     p = c.paired
     if p is None or p.p is None or c.p_adjusted is None or not len(draws):
         return np.zeros(len(draws), dtype=bool)
-    factor = _holm_factor(c.p_adjusted, p.p)
     found = {s: (m, ctl) for s, m, ctl in p.pairs}
     kind = np.full(len(seeds), _NOT_RUN)
     value = np.zeros(len(seeds))
@@ -144,10 +171,15 @@ def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
     kinds, values = kind[draws], value[draws]
     one_sided = ((kinds == _FAILED) | (kinds == _CONTROL_FAILED)).any(axis=1)
     finished = np.where(kinds == _FINISHED, values, np.nan)
-    # the t-test on the finished pairs, the signed ranks where a side failed (a seed both
-    # failed, or not run, is a zero there: it drops out of the ranks and of the sum)
+    # the t-test on the finished pairs where it decides, else the exact sign flips; the
+    # signed ranks where a side failed (a seed both failed, or not run, is a zero there: it
+    # drops out of the ranks and of the sum)
+    scale = value_scale(p.pairs)
+    t = ~one_sided & t_decides(finished, scale)
+    flip = ~one_sided & ~t
     ps = np.full(len(draws), np.nan)
-    ps[~one_sided] = paired_t_ps(finished[~one_sided])
+    ps[t] = paired_t_ps(finished[t])
+    ps[flip] = sign_flip_ps(rounded(finished[flip], scale))
     ps[one_sided] = signed_rank_ps(values[one_sided])
     total = np.where(one_sided, signed_ranks(values).sum(axis=1), values.sum(axis=1))
     better = (total != 0) & ((total > 0) == higher_is_better)
@@ -156,20 +188,18 @@ def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray,
     distinct = ((seen[:, 1:] != seen[:, :-1]) & (seen[:, 1:] >= 0)).sum(axis=1) + (
         seen[:, 0] >= 0)
     enough = distinct >= MIN_PAIRS
-    wins = enough & better & (ps * factor < ALPHA)
+    wins = enough & better & (holm_at(ps, list(others.values())) < ALPHA)
     if p.margin is not None and p.tost is not None and c.tost_adjusted is not None and (
             wins.any()):
         # equivalence comes first, as in the report: a resample inside the margin is no win
-        inside = ~one_sided[wins] & (tost_ps(finished[wins], p.margin) * _holm_factor(
-            c.tost_adjusted, p.tost) < ALPHA)
+        tost = tost_ps(finished[wins], p.margin)
+        exact = ~t[wins]  # the exact TOST where the exact test decides
+        tost[exact] = np.maximum(
+            sign_flip_ps(rounded(finished[wins][exact], scale) + p.margin, side=1),
+            sign_flip_ps(rounded(finished[wins][exact], scale) - p.margin, side=-1))
+        inside = ~one_sided[wins] & (holm_at(tost, list(tost_others.values())) < ALPHA)
         wins[np.flatnonzero(wins)[inside]] = False
     return wins
-
-
-def _holm_factor(adjusted: float, raw: float) -> float:
-    """The factor Holm applied to a p in the report. A raw p of 0 (differences that do not
-    vary) gives every resample a p of 0 too, which any factor leaves at 0: 1."""
-    return adjusted / raw if raw > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -236,8 +266,13 @@ def _settings(rows: Sequence[RunResult]) -> dict[str, tuple[Setting, float]]:
     return settings
 
 
-def crossovers(run: Run, comparisons: Iterable[Comparison]) -> list[Crossover]:
-    """Every comparison of the report on a swept knob's tasks, followed across the knob."""
+def crossovers(run: Run, comparisons: Iterable[Comparison],
+               family: Iterable[Comparison] = ()) -> list[Crossover]:
+    """Every comparison of the report on a swept knob's tasks, followed across the knob;
+    ``family``: every comparison the report judged, whose tests its p-values were
+    adjusted with (the comparisons alone by default)."""
+    comparisons = list(comparisons)
+    family = list(family) or comparisons
     settings = _settings(run.selected())
     curves: dict[tuple[Setting, str, str], list[tuple[float, Comparison]]] = defaultdict(list)
     for c in comparisons:
@@ -250,7 +285,7 @@ def crossovers(run: Run, comparisons: Iterable[Comparison]) -> list[Crossover]:
         first = ordered[0][1]
         out.append(Crossover(setting, model, control, first.metric, first.higher_is_better,
                              ordered, crossover_point(ordered),
-                             star_interval(ordered, first.higher_is_better)))
+                             star_interval(ordered, first.higher_is_better, family)))
     return sorted(out, key=lambda c: (c.setting.family, c.setting.label, c.model, c.control))
 
 

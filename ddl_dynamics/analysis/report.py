@@ -192,7 +192,7 @@ def build_report(run: Run | RunFolder | str | Path) -> Report:
     return Report(name, str(run.run_dir), run.experiment, comparisons,
                   judge_expectations(pending, judged, higher),
                   [_table(run, task) for task in run.tasks],
-                  _regimes(run), crossovers(run, comparisons), len(drawn),
+                  _regimes(run), crossovers(run, comparisons, judged.values()), len(drawn),
                   sum(len(row.cells) for row in run.rows.values()),
                   _unfinished(run), _description(run))
 

@@ -1,19 +1,24 @@
 """Statistics over seeds: confidence intervals, paired tests, multiplicity, equivalence.
 
 Every model of a task sees the same data and the same initial-weight stream for a given
-seed, so two models are compared *paired*, seed by seed (`Paired`). One parametric
-rule decides every test of the mean difference, ties and ceilings included: the paired
-t-test (`paired_t_p`) for a difference, and the paired-t TOST (`tost_p`, the two
-one-sided t-tests; equivalently its 90% t interval, `tost_interval`, inside the
-margin) for equivalence. Both take the t statistic's limit where the differences do not
-vary, so a tie never switches the test: identical differences d give p = 0 for d ≠ 0 and
-p = 1 for d = 0, and a TOST p of 0 inside the margin and 1 outside, the values the tests
-approach as the spread shrinks to 0. A t-test has no floor: unlike an exact permutation
-test, its p can fall below any level at any n ≥ 2, which a family of tests over 8 seeds
-needs. Only where a seed failed, and so has an order but no value, does the exact
-signed-rank test decide (`signed_rank_p`). Holm's adjustment (`holm`) and the
-smallest difference a test could detect (`detectable_difference`) complete the set;
-which test decides what, and how p-values become words, is the rule book's
+seed, so two models are compared *paired*, seed by seed (`Paired`). Which test decides a
+mean difference depends on what the seeds can carry:
+
+- the paired t-test (`paired_t_p`), and for equivalence the paired-t TOST (`tost_p`, the
+  two one-sided t-tests; equivalently its 90% t interval, `tost_interval`, inside the
+  margin), from `T_MIN_PAIRS` finished pairs on, where the differences vary beyond
+  rounding (`ROUNDING`): its p has no floor, which a family of tests needs, but it rests
+  on normal tails;
+- the exact sign-flip test (`sign_flip_p`, and `sign_flip_tost_p` for equivalence) over
+  fewer pairs, or over differences that do not vary (a t statistic over constant
+  differences is infinite, and its p of 0 would survive any family): every one of the 2ⁿ
+  sign patterns counted, so its p cannot fall below its floor, 2/2ⁿ;
+- the exact signed-rank test (`signed_rank_p`) where a seed failed, a value with an
+  order but no size.
+
+A test whose floor cannot reach its Holm level does not count in the family (`tarone`).
+Holm's adjustment (`holm`) and the smallest difference a test could detect
+(`detectable_difference`) complete the set; how p-values become words is the rule book's
 (`verdicts`).
 """
 
@@ -33,6 +38,15 @@ from scipy import optimize, stats
 ALPHA = 0.05
 #: Power at which `detectable_difference` states the smallest detectable effect.
 POWER = 0.8
+#: Fewest finished pairs the paired t-test decides over: below, its normal tails are not
+#: to be trusted, and the exact sign-flip test decides.
+T_MIN_PAIRS = 6
+#: The rounding unit of a metric, relative to the largest value compared: a float32 metric
+#: carries ~1e-7 of its value in rounding, so differences that agree to this unit do not
+#: vary, and a t statistic over them would measure rounding.
+ROUNDING = 1e-6
+#: Sign patterns the exact sign-flip test sums at once (memory, not precision).
+_PATTERNS = 4096
 
 
 def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float | None]:
@@ -129,6 +143,67 @@ def tost_interval(differences: Sequence[float],
     return float(mean[0]) - half, float(mean[0]) + half
 
 
+def rounded(differences: np.ndarray | Sequence[float], scale: float) -> np.ndarray:
+    """The differences to the rounding unit (`ROUNDING`) of values as large as ``scale``,
+    so that differences equal up to rounding are equal."""
+    d = np.asarray(differences, dtype=float)
+    unit = ROUNDING * scale
+    return np.round(d / unit) * unit if unit > 0 else np.where(np.isnan(d), d, 0.0)
+
+
+def t_decides(differences: np.ndarray, scale: float) -> np.ndarray:
+    """Per row of ``differences`` ``(R, n)`` (NaN: no pair), whether the paired t-test may
+    decide: at least `T_MIN_PAIRS` pairs whose differences vary beyond rounding of values
+    as large as ``scale``; elsewhere the exact sign-flip test decides."""
+    n, _, _, flat = _moments(rounded(np.atleast_2d(differences), scale))
+    return (n >= T_MIN_PAIRS) & ~flat
+
+
+def sign_flip_ps(values: np.ndarray, side: int = 0) -> np.ndarray:
+    """`sign_flip_p` per row of ``values`` ``(R, n)``, NaN entries taking no part; ``side``
+    > 0 counts the patterns whose sum is at least the observed one, < 0 at most, 0 (two
+    sided) at least as far from 0."""
+    d = np.nan_to_num(np.atleast_2d(np.asarray(values, dtype=float)))
+    observed, n = d.sum(axis=1)[:, None], d.shape[1]
+    slack = 1e-9 * np.abs(d).sum(axis=1)[:, None]  # float sums of equal patterns tie
+    hits = np.zeros(len(d))
+    for start in range(0, 2 ** n, _PATTERNS):
+        codes = np.arange(start, min(2 ** n, start + _PATTERNS))
+        sums = d @ (1 - 2 * ((codes[:, None] >> np.arange(n)) & 1)).T  # (R, patterns)
+        hit = (np.abs(sums) >= np.abs(observed) - slack if side == 0
+               else sums >= observed - slack if side > 0 else sums <= observed + slack)
+        hits += hit.sum(axis=1)
+    return hits / 2 ** n
+
+
+def sign_flip_p(differences: Sequence[float]) -> float | None:
+    """Two-sided p of the exact paired sign-flip (permutation) test that the differences
+    are symmetric about 0: the share of the 2ⁿ sign patterns whose sum is at least as far
+    from 0 as the observed one (None below 2 pairs). It needs no normal tails, and so has
+    a floor: 2/2ⁿ, where every difference has one sign (`sign_flip_floor`)."""
+    if len(differences) < 2:
+        return None
+    return float(sign_flip_ps(np.array([differences], dtype=float).reshape(1, -1))[0])
+
+
+def sign_flip_floor(differences: Sequence[float]) -> float:
+    """The smallest p `sign_flip_p` can give over these magnitudes (2/2ᵐ over m nonzero
+    differences of distinct sums): a test whose floor is not below its level never
+    rejects."""
+    p = sign_flip_p([abs(d) for d in differences])
+    return 1.0 if p is None else p
+
+
+def sign_flip_tost_p(differences: Sequence[float], margin: float | None) -> float | None:
+    """The exact TOST: the larger of the one-sided sign-flip p-values against
+    ``mean ≤ −margin`` (of the differences plus the margin) and ``mean ≥ margin`` (minus
+    it); None below 2 pairs or without a margin. Its floor is 1/2ⁿ."""
+    if len(differences) < 2 or margin is None or margin <= 0:
+        return None
+    d = np.array([differences], dtype=float).reshape(1, -1)
+    return float(max(sign_flip_ps(d + margin, side=1)[0], sign_flip_ps(d - margin, side=-1)[0]))
+
+
 def signed_ranks(values: np.ndarray) -> np.ndarray:
     """Each row's values replaced by their signed ranks of ``|value|`` (ties averaged,
     zeros ranked 0 and left out of the ranking)."""
@@ -202,6 +277,29 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
+def holm_at(p: np.ndarray, others: Sequence[float]) -> np.ndarray:
+    """The Holm-adjusted p of one test at each of the raw p-values ``p``, in a family whose
+    other tests' raw p-values are ``others``: as `holm` would adjust it, the multiplier
+    that of the rank it takes among them (a resample's p, never scaled by the factor Holm
+    gave the observed p, which is 1/p where Holm capped it at 1)."""
+    q = np.sort(np.asarray(others, dtype=float))
+    size = len(q) + 1
+    before = np.concatenate([[0.0], np.maximum.accumulate((size - np.arange(len(q))) * q)])
+    rank = np.searchsorted(q, p, side="right")  # ties: the same adjusted p either way
+    return np.minimum(1.0, np.maximum(before[rank], (size - rank) * np.asarray(p, float)))
+
+
+def tarone(floors: Sequence[float], alpha: float = ALPHA) -> float:
+    """The level a test's floor (the smallest p it can give) must lie below to count in a
+    family (Tarone 1990): ``alpha / K`` for the smallest K such that at most K floors lie
+    below it. A test that could never reach its Holm level does not enlarge the family
+    that the others are adjusted over; one that can, does."""
+    for k in range(1, len(floors) + 1):
+        if sum(f < alpha / k for f in floors) <= k:
+            return alpha / k
+    return alpha
+
+
 def detectable_difference(sd: float, n: int, alpha: float, power: float = POWER) -> float | None:
     """The smallest mean difference a two-sided paired t-test at level ``alpha`` detects
     with probability ``power`` over ``n`` pairs whose differences have deviation ``sd``:
@@ -227,11 +325,13 @@ class Paired:
     either side did not finish (value None, or a non-finite metric) is never dropped: where
     one side failed, the pair counts as that side's worst outcome, ranked beyond every
     finished difference (``failed``: the seeds the model failed, ``control_failed``: the
-    control's; a seed both failed is a tie). The deciding p is the paired t-test's on the
-    finished differences (`paired_t_p`), or, with a one-sided failure, the exact
-    signed-rank test's (`signed_rank_p`), a failure having an order but no value.
-    ``mean``, ``ci`` and ``sd`` describe the finished pairs only; ``tost`` is the paired-t
-    equivalence p at ``margin`` and ``interval`` its 90% t interval (None with a one-sided
+    control's; a seed both failed is a tie). ``test`` names the deciding test
+    (`decisive`): the paired t-test on the finished differences, the exact sign-flip test
+    on them below `T_MIN_PAIRS` pairs or where they do not vary beyond rounding, or, with a
+    one-sided failure, the exact signed-rank test, a failure having an order but no value.
+    ``mean``, ``ci`` and ``sd`` describe the finished pairs only; ``tost`` is the
+    equivalence p at ``margin`` by the same rule (paired-t, or exact sign-flip) and
+    ``interval`` the 90% t interval of the mean difference (both None with a one-sided
     failure: a row that fails is not equivalent to one that does not). Seeds only one side
     ran are not compared, and listed (``only_model``, ``only_control``).
     """
@@ -253,12 +353,15 @@ class Paired:
     #: The TOST's 90% interval of the mean difference.
     interval: tuple[float, float] | None = None
     #: The smallest p the deciding test could give over these seeds: 0 for the t-test,
-    #: `signed_rank_floor` for the signed ranks.
+    #: `sign_flip_floor` or `signed_rank_floor` for the exact tests.
     floor: float = 1.0
     only_model: tuple[int, ...] = ()
     only_control: tuple[int, ...] = ()
     #: Every seed both sides ran: ``(seed, model value, control value)``, None for a failure.
     pairs: tuple[tuple[int, float | None, float | None], ...] = ()
+    #: The smallest p the equivalence test could give: 0 for the paired-t TOST, 1/2ⁿ for
+    #: the exact one.
+    tost_floor: float = 1.0
 
     @classmethod
     def of(cls, model: Mapping[int, float | None], control: Mapping[int, float | None] | float,
@@ -284,14 +387,19 @@ class Paired:
         both_failed = tuple(s for s, m, c in pairs if m is None and c is None)
         mean, ci = mean_ci(diffs) if diffs else (None, None)
         sd = statistics.stdev(diffs) if len(diffs) > 1 else None
-        one_sided = bool(failed or control_failed)
-        p = signed_rank_p(deciding) if one_sided else paired_t_p(deciding)
-        floor = signed_rank_floor(deciding) if one_sided else 0.0
-        tost = None if one_sided or margin is None else tost_p(diffs, margin)
-        interval = None if one_sided or margin is None else tost_interval(diffs)
-        return cls(finished, tuple(diffs), mean, ci, sd, p, test, failed, control_failed,
-                   both_failed, margin, tost, float(np.sign(sum(deciding))), interval,
-                   floor, *only, pairs)
+        one_sided = test == SIGNED_RANK
+        p, floor = {PAIRED_T: (paired_t_p, lambda _: 0.0),
+                    SIGN_FLIP: (sign_flip_p, sign_flip_floor),
+                    SIGNED_RANK: (signed_rank_p, signed_rank_floor)}[test]
+        tost, tost_floor, interval = None, 1.0, None
+        if not one_sided and margin is not None:
+            exact = test == SIGN_FLIP
+            tost = (sign_flip_tost_p if exact else tost_p)(deciding, margin)
+            tost_floor = 2.0 ** -len(deciding) if exact else 0.0
+            interval = tost_interval(diffs)
+        return cls(finished, tuple(diffs), mean, ci, sd, p(deciding), test, failed,
+                   control_failed, both_failed, margin, tost, float(np.sign(sum(deciding))),
+                   interval, floor(deciding), *only, pairs, tost_floor)
 
     @property
     def n(self) -> int:
@@ -310,7 +418,8 @@ class Paired:
 
 
 #: The deciding tests, as `Paired.test` names them.
-PAIRED_T, SIGNED_RANK = "paired t", "signed rank, failures last"
+PAIRED_T, SIGN_FLIP = "paired t", "sign flip, exact"
+SIGNED_RANK = "signed rank, failures last"
 
 
 def failure_value(differences: Sequence[float], higher_is_better: bool) -> float:
@@ -320,16 +429,27 @@ def failure_value(differences: Sequence[float], higher_is_better: bool) -> float
     return -worst if higher_is_better else worst
 
 
+def value_scale(pairs: Sequence[tuple[int, float | None, float | None]]) -> float:
+    """The largest finished value of ``(seed, model, control)`` pairs, either side: the
+    size whose rounding (`ROUNDING`) the differences carry."""
+    return max((abs(v) for _, m, c in pairs for v in (m, c) if v is not None), default=0.0)
+
+
 def decisive(pairs: Sequence[tuple[int, float | None, float | None]],
              higher_is_better: bool) -> tuple[list[float], str, list[float]]:
     """The values the deciding test reads, its name and the finished differences, from
-    ``(seed, model, control)`` pairs: the differences, or with a one-sided failure their
-    signed ranks, each failure beyond every finished difference against its side."""
+    ``(seed, model, control)`` pairs: the differences for the t-test (`t_decides`), the
+    differences to their rounding unit for the exact sign-flip test, or with a one-sided
+    failure their signed ranks, each failure beyond every finished difference against its
+    side."""
     diffs = [m - c for _, m, c in pairs if m is not None and c is not None]
     failed = sum(m is None and c is not None for _, m, c in pairs)
     control_failed = sum(c is None and m is not None for _, m, c in pairs)
     if not (failed or control_failed):
-        return diffs, PAIRED_T, diffs
+        scale = value_scale(pairs)
+        if t_decides(np.array([diffs], dtype=float).reshape(1, -1), scale)[0]:
+            return diffs, PAIRED_T, diffs
+        return [float(d) for d in rounded(diffs, scale)], SIGN_FLIP, diffs
     against = failure_value(diffs, higher_is_better)
     ranked = [*diffs, *(against for _ in range(failed)),
               *(-against for _ in range(control_failed))]
