@@ -46,7 +46,8 @@ def option_docs(obj: object) -> dict[str, str]:
     """What the documentation of ``obj`` (a class: along its bases) says of each option, for
     listings: a ``#:`` comment above a field, an ``Args:``/``Options:`` entry ``name: text``,
     the parenthesis after ````name```` in a docstring, else the first clause that names it
-    (the class's docstring, then its module's)."""
+    (the class's docstring, then its module's), their summary lines aside: a summary
+    describes the whole object, not the option it names."""
     docs: dict[str, str] = {}
     classes = [c for c in getattr(obj, "__mro__", (obj,)) if c is not object]
     for cls in classes:
@@ -54,11 +55,12 @@ def option_docs(obj: object) -> dict[str, str]:
             docs.setdefault(name, text)
     texts = [inspect.getdoc(c) or "" for c in classes]
     texts += [inspect.getdoc(sys.modules.get(c.__module__)) or "" for c in classes]
+    bodies = [" ".join(text.partition("\n\n")[2].split()) for text in texts]
     texts = [" ".join(text.split()) for text in texts]
     for text in texts:
         for name, said in re.findall(r"``(\w+)`` \(([^()]*(?:\([^()]*\)[^()]*)*)\)", text):
             docs.setdefault(name, said)
-    clauses = [clause for text in texts for clause in _clauses(text)]
+    clauses = [clause for text in bodies for clause in _clauses(text)]
     named = [(clause, set(re.findall(r"``(\w+)``", clause))) for clause in clauses]
     for clause, names in sorted(named, key=lambda pair: len(pair[1])):  # the most specific
         for name in names:

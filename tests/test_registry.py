@@ -109,3 +109,18 @@ def test_built_ins_resolve_from_a_fresh_interpreter(how):
                           f"[{calls[how]}]])"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() in ("['Oscillator']", "['Oscillator', 'ResNet']",
                                   "['DeltaModel']")
+
+
+def test_an_option_is_described_by_a_docstring_body_never_by_a_summary_line(monkeypatch):
+    from types import ModuleType
+
+    from ddl_dynamics.tasks.switched import Switched
+
+    from ddl_dynamics._registry import option_docs
+
+    module = ModuleType("summarised", "A system: one knob ``p`` from calm to storm.\n\n"
+                                      "Every step an event happens with probability ``p``.")
+    monkeypatch.setitem(sys.modules, "summarised", module)
+    knob = type("Knob", (), {"__module__": "summarised", "__doc__": "Knob ``p`` of a system."})
+    assert option_docs(knob)["p"] == "Every step an event happens with probability ``p``"
+    assert "probability ``p``" in option_docs(Switched)["p"]
