@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._registry import did_you_mean
-from .config import ConfigError
+from .config import MAX_GRID, ConfigError, check_limit
 
 #: The line below which a run's record lists the options it ran with.
 MARKER = "# ddl-dyn run options, applied to the file above:"
@@ -77,6 +77,7 @@ def parse_seeds(text: str) -> int | tuple[int, ...]:
         return values
     if values[0] < 1:
         raise ValueError(f"--seeds: a count is at least 1, got {text!r} (one seed 0: --seeds 1)")
+    check_limit(f"--seeds: {values[0]:,} seeds", values[0], MAX_GRID)
     return values[0]
 
 
