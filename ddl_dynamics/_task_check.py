@@ -25,14 +25,15 @@ class TaskCheckError(ValueError):
     """A task breaks the interface (`check_task`); the message names the problem."""
 
 
-def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> None:
+def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> str:
     """Validate a task against the interface; raises `TaskCheckError` (a
     ``ValueError``, so it holds under ``python -O``) naming the problem.
 
     Run it on your own task before a sweep. It checks shapes, dtypes, finiteness,
     determinism, that loss and metric accept the targets, and that val and test are held
     out: at most `MAX_OVERLAP` of ``n_overlap`` of their examples may have content
-    that also occurs among ``n_overlap`` training examples.
+    that also occurs among ``n_overlap`` training examples. Returns what it checked, in
+    one line that starts ``"<Task>: ok"``, so that a check at the prompt says it passed.
     """
     if not isinstance(task, Task):
         raise TaskCheckError(f"check_task takes a Task instance (e.g. MyTask()), not {task!r}")
@@ -111,13 +112,18 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> N
                 raise TaskCheckError(f"{name}: metric of a perfect prediction != {best}")
         else:
             task.metric(torch.zeros_like(data.targets), data.targets)
+    overlaps = []
     for split in IN_DISTRIBUTION[1:]:
         overlap = content_overlap(task, split, n_overlap, seed)
+        overlaps.append(f"{split} {overlap:.0%}")
         if overlap > MAX_OVERLAP:
             raise TaskCheckError(
                 f"{name}: {overlap:.0%} of {split} examples also occur in train (at most "
                 f"{MAX_OVERLAP:.0%} allowed); hold whole inputs out, e.g. with held_out()"
             )
+    return (f"{name}: ok ({n} samples of each split: {', '.join(task.splits)}; shapes, "
+            "dtypes, finiteness, determinism, loss and metric; content shared with "
+            f"train: {', '.join(overlaps)})")
 
 
 def _check_tokens(task: Task, data: TaskData, where: str) -> None:

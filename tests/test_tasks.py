@@ -39,7 +39,8 @@ def tensors(data: TaskData) -> list[torch.Tensor | None]:
 
 
 def test_check_task(task: Task) -> None:
-    check_task(task)
+    said = check_task(task)  # says that it passed, and what it checked
+    assert said.startswith(f"{type(task).__name__}: ok (") and "content shared with train" in said
 
 
 @pytest.mark.parametrize(
