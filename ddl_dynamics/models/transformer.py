@@ -21,7 +21,8 @@ control: the expansion and compression of DDL, with a residual add.
 
 Per sublayer: ``x_in = compress(X)``, ``c = RMSNorm(x_in)``, ``h = sublayer(c)``. The Delta
 generators follow the authors' released code (the *k-Map* layout): ``k̃ = h``;
-``β = 2σ(Linear(c))`` in at least float32, bias initialised so that ``β = beta_init`` for
+``β = β_max σ(Linear(c))`` in at least float32 (``beta_max`` = 2 by default: reflections
+allowed; 1: none), bias initialised so that ``β = beta_init`` for
 ``c = 0``; ``v = 4σ(Linear(x_in))`` read from the (compressed) residual stream. The *v-Map*
 layout swaps the roles: ``v = 4σ(Linear(h))`` from the sublayer output and ``k̃ = Linear(c)``
 from a light branch on the context. The update is
@@ -489,9 +490,9 @@ class Generators:
         generator: ``"k-map"``: ``k̃ = h``, the sublayer output, and ``v`` from a light map
             of the stream (the authors' released layout); ``"v-map"``: ``v`` from the sublayer
             output ``h`` and ``k̃ = Linear(c)`` from a light branch on the context.
-        beta_init: β of a token whose gate input is 0, in (0, 2).
-        beta_hidden: 0 for ``β = 2σ(Linear(c))``; else the width of the two-layer gate
-            ``2σ(Linear(tanh(Linear(c))))``.
+        beta_init: β of a token whose gate input is 0, in (0, beta_max).
+        beta_hidden: 0 for ``β = β_max σ(Linear(c))``; else the width of the two-layer gate
+            ``β_max σ(Linear(tanh(Linear(c))))``.
         value: ``"sigmoid"``: ``v = value_scale · σ(Linear(·))``; ``"linear"``: ``Linear(·)``;
             ``"constant"`` (k-Map only): ``v = value_scale / 2``, what the sigmoid map gives
             with zero weights.
@@ -499,6 +500,8 @@ class Generators:
         value_input: k-Map only: ``"stream"`` reads v from the residual stream ``x_in`` (the
             authors' code), ``"context"`` from ``c = RMSNorm(x_in)`` (the paper's
             ``v = W_v c``).
+        beta_max: the gate's ceiling, in (0, 2]: 2 lets a sublayer reflect (β > 1, the
+            transition ``I − βkkᵀ`` has eigenvalue ``1 − β < 0`` along k), 1 does not.
     """
 
     generator: str = "k-map"
@@ -507,10 +510,13 @@ class Generators:
     value: str = "sigmoid"
     value_scale: float = 4.0
     value_input: str = "stream"
+    beta_max: float = 2.0
 
     def __post_init__(self) -> None:
         check_choice("generator", self.generator, GENERATORS)
-        gate_logit(self.beta_init)  # raises unless 0 < beta_init < 2
+        if not 0.0 < self.beta_max <= 2.0:
+            raise ValueError(f"beta_max must lie in (0, 2], got {self.beta_max!r}")
+        gate_logit(self.beta_init, self.beta_max)  # raises unless 0 < beta_init < beta_max
         check_int("beta_hidden", self.beta_hidden, 0)
         check_choice("value", self.value, VALUE_MAPS)
         check_choice("value_input", self.value_input, VALUE_INPUTS)
@@ -535,7 +541,7 @@ class _DeltaResidual(nn.Module):
         else:
             self.gate = nn.Sequential(FloatLinear(width, 1))
         with torch.no_grad():
-            cast(FloatLinear, self.gate[-1]).bias.fill_(gate_logit(spec.beta_init))
+            cast(FloatLinear, self.gate[-1]).bias.fill_(gate_logit(spec.beta_init, spec.beta_max))
         self.value = None if spec.value == "constant" else nn.Linear(width, value_channels)
         self.direction = nn.Linear(width, width, bias=False) if spec.generator == "v-map" else None
         self.value_channels = value_channels
@@ -543,7 +549,7 @@ class _DeltaResidual(nn.Module):
     def generators(self, x_in: Tensor, c: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Direction ``k̃`` ``(B, T, d)``, target ``v`` ``(B, T, d_v)`` and gate ``β``
         ``(B, T)``, the gate in at least float32."""
-        beta = gate(self.gate(c).squeeze(-1))
+        beta = gate(self.gate(c).squeeze(-1), self.spec.beta_max)
         if self.direction is not None:  # v-map
             if self.value is None:
                 raise ValueError("v-map reads v from the sublayer output: not a constant value")
@@ -770,10 +776,10 @@ class _DeltaTransformer(Transformer):
 
     def __init__(self, *, generator: str = "k-map", beta_init: float = 1.0, beta_hidden: int = 0,
                  value: str = "sigmoid", value_scale: float = 4.0, value_input: str = "stream",
-                 **common: object) -> None:
+                 beta_max: float = 2.0, **common: object) -> None:
         # set before the base builds the blocks: residual() reads it
         self.spec = Generators(generator, float(beta_init), beta_hidden, value,
-                               float(value_scale), value_input)
+                               float(value_scale), value_input, float(beta_max))
         super().__init__(**common)  # type: ignore[arg-type]
 
     def residual(self) -> nn.Module:
