@@ -11,6 +11,7 @@ from . import (
     seq_overwrite,
     seq_parity,
     sign_flip,
+    swap_track,
     switched,
     var_chain,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "seq_overwrite",
     "seq_parity",
     "sign_flip",
+    "swap_track",
     "switched",
     "var_chain",
 ]
