@@ -207,6 +207,8 @@ class Task(ABC):
     `held_out`.
     """
 
+    #: Depth steps of the train, val and test splits (a spec field: an experiment file can
+    #: set it); an OOD split may take more (`split_steps`).
     depth: int = 8
 
     #: The gate regime (or limitation) the task probes, in one line.
@@ -216,16 +218,24 @@ class Task(ABC):
     regimes: ClassVar[tuple[str, ...]] = ()
     #: ``"vector"`` tasks feed vector-state depth models; ``"sequence"`` tasks Transformers.
     kind: ClassVar[str] = "vector"
+    #: The training loss: ``"mse"``, ``"bce"`` (binary targets) or ``"ce"`` (class ids, as a
+    #: sequence task's targets are).
     loss_name: ClassVar[Loss] = "mse"
+    #: The reported metric: ``"mse"`` or ``"bpc"`` (bits per character), lower is better;
+    #: ``"accuracy"``, higher is better.
     metric_name: ClassVar[Metric] = "mse"
     #: ``"final"``: targets are ``(n, out_dim)``; ``"trajectory"``: ``(n, steps, out_dim)``.
     supervise: ClassVar[Literal["final", "trajectory"]] = "final"
     #: The names of the state's coordinates (``("q", "p")`` for a phase plane), for figure
     #: axes; None: ``x1``, ``x2``, ….
     state_names: ClassVar[tuple[str, ...] | None] = None
+    #: Out-of-distribution splits, scored once after training beside test (e.g.
+    #: ``("long",)``: `LONG_FACTOR` times the depth); `sample` must accept each.
     ood_splits: ClassVar[tuple[str, ...]] = ()
     #: Model-config defaults the task needs (e.g. an identity encoder for 1-D flows).
     model_defaults: ClassVar[Mapping[str, Any]] = {}
+    #: Claims about models on this task, each an `Expectation` with its reason: every report
+    #: that ran both sides tests them as comparisons (confirmed, contradicted or open).
     expectations: ClassVar[tuple[Expectation, ...]] = ()
     #: The spec field that moves the task from one regime to another (e.g. an event rate),
     #: the x-axis of the crossover figure when an experiment sweeps it; None: no such knob.
@@ -311,6 +321,8 @@ class Task(ABC):
         return self.depth * LONG_FACTOR if split == "long" else self.depth
 
     def check_split(self, split: str) -> None:
+        """Refuse a split the task does not have (a ``ValueError`` naming its splits): the
+        first line of a `sample`."""
         if split not in self.splits:
             raise ValueError(
                 f"task {type(self).__name__} has no split {split!r}; splits: {self.splits}"

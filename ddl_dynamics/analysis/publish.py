@@ -15,18 +15,21 @@ for the probes its report computes (`build_report`), kept in ``probes/``.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tomllib
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..experiment.config import COUNTED, check_name
+from ..experiment.config import COUNTED, ComparisonSpec, check_name
+from ..models.operator import REGIMES
 from .figures import NothingToDraw, compare_figures, run_colors
 from .render import render_json
 from .report import Report, build_report
 from .run import Run, load_run
+from .shape import DamagedError, check_shape
 from .study import REPORT, shipped, study_report, write_study_data
 
 #: The files of a published study (beside its report and cells, `study`).
@@ -70,7 +73,8 @@ def publish(run_dir: str | Path, results: str | Path = "results", name: str | No
     report = replace(study_report(new), name=name)  # judged from the shipped cells
     (new / REPORT).write_text(render_json(report) + "\n")
     (new / EXPERIMENT).write_text(run.experiment.get("config", ""))
-    (new / RUN).write_text(json.dumps(provenance(run, name, command, lacks), indent=1) + "\n")
+    (new / RUN).write_text(json.dumps(asdict(provenance(run, name, command, lacks)),
+                                      indent=1) + "\n")
     drawn = {p.name for p in _draw(run, report, new)}
     kept = Path(run_dir) / FIGURES
     for png in sorted(kept.glob("*.png")) if kept.is_dir() else ():
@@ -136,49 +140,83 @@ def _draw(run: Run, report: Report, out: Path) -> list[Path]:
     return [p for p in drawn if p.suffix == ".png"]
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """What ran a study (``run.json``): the command, software, machine, dates and the time
+    it took (the latest run's span and the cells' summed training time); ``partial``: what
+    an unfinished run published with ``--allow-partial`` lacks."""
+
+    study: str
+    command: str
+    versions: dict[str, str]
+    machine: dict[str, Any]
+    started_at: str | None
+    ended_at: str | None
+    wall_time_s: float | None
+    cell_time_s: float
+    cells: int
+    partial: str = ""
+
+
 def provenance(run: Run, name: str, command: str | None = None,
-               partial: str = "") -> dict[str, Any]:
-    """What ran a study: the command, software, machine, dates and the time it took (the
-    latest run's span and the cells' summed training time); ``partial``: what an unfinished
-    run published with ``--allow-partial`` lacks."""
+               partial: str = "") -> Provenance:
+    """The provenance of ``run`` published as study ``name``."""
     exp = run.experiment
     started, ended = exp.get("started_at"), exp.get("ended_at")
     span = None
     if started and ended:
         span = (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds()
     cells = [c for row in run.rows.values() for c in row.cells]
-    return {
-        "study": name,
-        "command": command or f"ddl-dyn run experiments/{name}.toml",
-        "versions": exp.get("versions", {}),
-        "machine": exp.get("machine", {}),
-        "started_at": started,
-        "ended_at": ended,
-        "wall_time_s": span,
-        "cell_time_s": sum(c.wall_time or 0.0 for c in cells),
-        "cells": len(cells),
-        **({"partial": partial} if partial else {}),
-    }
+    return Provenance(name, command or f"ddl-dyn run experiments/{name}.toml",
+                      exp.get("versions", {}), exp.get("machine", {}), started, ended, span,
+                      sum(c.wall_time or 0.0 for c in cells), len(cells), partial)
 
 
 def load_study(folder: str | Path) -> dict[str, Any]:
     """A published study's report (``report.json``) as a dict, its ``run.json`` under
-    ``"run"``; a folder that is not a published study raises ValueError."""
+    ``"run"``; a folder that is not a published study, or a file with a damaged field (named
+    with its file and entry), raises ValueError."""
     folder = Path(folder)
     path = folder / REPORT
     if not path.is_file() and not shipped(folder):
         raise ValueError(f"{folder}: not a published study (no {REPORT}; make one with "
                          "ddl-dyn publish RUN_DIR)")
-    try:
-        report = json.loads(render_json(study_report(folder)) if shipped(folder)
-                            else path.read_text())
-        run = json.loads((folder / RUN).read_text()) if (folder / RUN).is_file() else {}
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    check_name(folder.name, "a study's folder names its page")
+    report = json.loads(render_json(study_report(folder))) if shipped(folder) else _json(path)
     if not isinstance(report, dict) or "comparisons" not in report:
         raise ValueError(f"{path}: not a report (no comparisons)")
+    _check(report, Report, path)
+    for i, expectation in enumerate(report["expectations"]):  # written beside the fields
+        _check(expectation.get("claim"), str, path, f"expectations[{i}].claim")
+    for i, row in enumerate(report.get("regimes", [])):  # the page shows each regime's share
+        for regime in REGIMES:
+            share = row["fractions"].get(regime)
+            if type(share) not in (int, float) or not math.isfinite(share):
+                raise DamagedError(f"{path}: damaged: regimes[{i}].fractions[{regime!r}]: "
+                                   f"expected a finite number, got {share!r}")
+    if report["name"] != folder.name:
+        raise ValueError(f"{path}: names the study {report['name']!r}, its folder "
+                         f"{folder.name!r} (a copied study?): publish it again under its name")
+    run = _json(folder / RUN) if (folder / RUN).is_file() else {}
+    if run:
+        _check(run, Provenance, folder / RUN)
     changes = (folder / CHANGES).read_text() if (folder / CHANGES).is_file() else ""
     return {**report, "run": run, "questions": questions(folder / EXPERIMENT), "changes": changes}
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+
+def _check(value: Any, hint: Any, path: Path, where: str = "") -> None:
+    """:func:`~.shape.check_shape`, its message naming the file."""
+    try:
+        check_shape(value, hint, where)
+    except DamagedError as err:
+        raise DamagedError(f"{path}: damaged: {err}") from None
 
 
 def questions(experiment: Path) -> list[dict[str, Any]]:
@@ -191,9 +229,15 @@ def questions(experiment: Path) -> list[dict[str, Any]]:
         data = tomllib.loads(experiment.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{experiment}: malformed TOML ({err})") from None
-    return [{"question": c["question"], "model": c["model"], "control": c["control"],
-             "tasks": list(c.get("tasks", [])), "split": c.get("split", "test")}
-            for c in data.get("comparisons", []) if isinstance(c, dict) and c.get("question")]
+    _check(data.get("comparisons", []), list[dict[str, Any]], experiment, "comparisons")
+    asked = []
+    for i, c in enumerate(data.get("comparisons", [])):
+        if c.get("question"):
+            _check(c, ComparisonSpec, experiment, f"comparisons[{i}]")
+            asked.append({"question": c["question"], "model": c["model"],
+                          "control": c["control"], "tasks": list(c.get("tasks", [])),
+                          "split": c.get("split", "test")})
+    return asked
 
 
 def studies(results: str | Path = "results") -> list[Path]:
@@ -201,4 +245,9 @@ def studies(results: str | Path = "results") -> list[Path]:
     root = Path(results)
     if not root.is_dir():
         raise ValueError(f"{root}: no results folder (publish a study with ddl-dyn publish)")
-    return sorted(p for p in root.iterdir() if (p / REPORT).is_file() or shipped(p))
+    for aside in root.glob(".*.old"):
+        if not (root / aside.name[1:-len(".old")]).exists():
+            raise ValueError(f"{aside}: a publish was cut short with this study moved aside; "
+                             "publish it again (or rename it back)")
+    return sorted(p for p in root.iterdir() if not p.name.startswith(".")  # being published
+                  and ((p / REPORT).is_file() or shipped(p)))

@@ -51,6 +51,9 @@ class Check:
             return "not in the rerun"
         if self.reference["label"] != self.rerun["label"]:
             return "label differs"
+        for side, c in (("reference", self.reference), ("rerun", self.rerun)):
+            if (c.get("paired") or {}).get("mean") is None:
+                return f"no paired mean in the {side}"
         return "mean outside the reference's CI"
 
 
@@ -72,11 +75,26 @@ def report_of(path: str | Path) -> dict[str, Any]:
 
 
 def check(rerun: str | Path, reference: str | Path) -> list[Check]:
-    """Every comparison of either side, the reference's order first."""
-    ref = {_key(c): c for c in report_of(reference)["comparisons"]}
-    new = {_key(c): c for c in report_of(rerun)["comparisons"]}
+    """Every comparison of either side, the reference's order first; a rerun of another
+    experiment, or two sides without a comparison, raise ValueError."""
+    ref_report, new_report = report_of(reference), report_of(rerun)
+    ran, published = experiment_name(new_report), experiment_name(ref_report)
+    if ran != published:
+        raise ValueError(f"{rerun} ran experiment {ran!r}, {reference} is of {published!r}: "
+                         "not a rerun of it")
+    ref = {_key(c): c for c in ref_report["comparisons"]}
+    new = {_key(c): c for c in new_report["comparisons"]}
     keys = list(dict.fromkeys([*ref, *new]))
+    if not keys:
+        raise ValueError(f"neither {rerun} nor {reference} holds a comparison: nothing to check")
     return [Check(k, ref.get(k), new.get(k)) for k in keys]
+
+
+def experiment_name(report: Mapping[str, Any]) -> str:
+    """The name of the experiment a report's run ran (a study published under another name
+    keeps it in its experiment record)."""
+    name = (report.get("experiment") or {}).get("name")
+    return name if isinstance(name, str) and name else str(report["name"])
 
 
 def _side(c: Mapping[str, Any] | None) -> str:
