@@ -270,10 +270,23 @@ class Task(ABC):
     def higher_is_better(self) -> bool:
         return self.metric_name == "accuracy"
 
+    @property
+    def floor(self) -> float | None:
+        """The metric's chance or shortcut level: what a model that does not do the task
+        scores (a random class, or the best guess that skips the task's step, such as
+        answering a chain's query with some chain's start value); None where no such level
+        is well defined. Two rows at it on every seed read "both at floor": no test, and a
+        claim on them stays open. A task overrides this property, derived from its spec."""
+        return None
+
+    @property
+    def margin_terms(self) -> tuple[float, float]:
+        """``(relative, absolute)`` of `equivalence_margin`: `margin`, or the default."""
+        return self.margin or ((0.0, 0.01) if self.metric_name == "accuracy" else (0.1, 1e-4))
+
     def equivalence_margin(self, control_mean: float) -> float:
         """The largest difference from a control with this mean that counts as none."""
-        relative, absolute = self.margin or ((0.0, 0.01) if self.metric_name == "accuracy"
-                                             else (0.1, 1e-4))
+        relative, absolute = self.margin_terms
         return max(relative * abs(control_mean), absolute)
 
     def loss(self, pred: Tensor, target: Tensor) -> Tensor:

@@ -6,6 +6,7 @@ experiment before anything trains."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +31,9 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> s
     ``ValueError``, so it holds under ``python -O``) naming the problem.
 
     Run it on your own task before a sweep. It checks shapes, dtypes, finiteness,
-    determinism, that loss and metric accept the targets, and that val and test are held
-    out: at most `MAX_OVERLAP` of ``n_overlap`` of their examples may have content
+    determinism, that loss and metric accept the targets, that a stated floor is a value of
+    the metric short of its best, and that val and test are held out: at most
+    `MAX_OVERLAP` of ``n_overlap`` of their examples may have content
     that also occurs among ``n_overlap`` training examples. Returns what it checked, in
     one line that starts ``"<Task>: ok"``, so that a check at the prompt says it passed.
     """
@@ -44,6 +46,7 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> s
     fields = [f.name for f in dataclasses.fields(task)]
     if task.knob not in (None, *fields):
         raise TaskCheckError(f"{name}.knob {task.knob!r} is not a spec field")
+    _check_floor(task, name)
     for split in task.splits:
         data = task.sample(n, seed, split)
         if not isinstance(data, TaskData):
@@ -124,6 +127,18 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> s
     return (f"{name}: ok ({n} samples of each split: {', '.join(task.splits)}; shapes, "
             "dtypes, finiteness, determinism, loss and metric; content shared with "
             f"train: {', '.join(overlaps)})")
+
+
+def _check_floor(task: Task, name: str) -> None:
+    """A floor is a finite value of the metric short of its best: an accuracy in [0, 1), a
+    positive error."""
+    floor = task.floor
+    if floor is None:
+        return
+    accuracy = task.metric_name == "accuracy"
+    if not (math.isfinite(floor) and (0 <= floor < 1 if accuracy else floor > 0)):
+        wanted = "an accuracy in [0, 1)" if accuracy else f"a positive {task.metric_name}"
+        raise TaskCheckError(f"{name}.floor must be None or {wanted}, got {floor!r}")
 
 
 def _check_tokens(task: Task, data: TaskData, where: str) -> None:

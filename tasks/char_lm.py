@@ -164,6 +164,13 @@ class CharLM(Task):
     def out_dim(self) -> int:
         return self.vocab
 
+    @property
+    def floor(self) -> float:
+        """Chance: a uniform guess over the ``vocab`` ids costs log₂(vocab) bits per
+        character. (The unigram entropy, `unigram_entropy`, is no floor: a model reaches
+        it by learning the text's character frequencies.)"""
+        return math.log2(self.vocab)
+
     def split_steps(self, split: str) -> int:
         self.check_split(split)
         return self.length

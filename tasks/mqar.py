@@ -67,6 +67,12 @@ class MQAR(SequenceTask):
     def out_dim(self) -> int:
         return self.vocab
 
+    @property
+    def floor(self) -> float:
+        """Answering a query with a random one of the sequence's ``pairs`` values, each
+        distinct: right 1 in ``pairs``, without recall."""
+        return 1 / self.pairs
+
     def tokens(self, n: int, T: int, g: torch.Generator) -> Tensor:
         """``n`` sequences: the pairs, then each key once at a power-law-drawn query slot."""
         half, N = self.vocab // 2, self.pairs

@@ -61,6 +61,11 @@ class NestedSpheres(Task):
         return 1
 
     @property
+    def floor(self) -> float:
+        """A coin: the ball and the shell are drawn with probability 1/2 each."""
+        return 0.5
+
+    @property
     def model_defaults(self) -> Mapping[str, Any]:
         """The state is the point itself, so the topological argument applies to it."""
         return {"encoder": "identity", "width": self.dim}

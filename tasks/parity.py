@@ -87,6 +87,11 @@ class Parity(Task):
         return 1
 
     @property
+    def floor(self) -> float:
+        """A coin: the final parity bit is 0 or 1 with probability 1/2 whatever came before."""
+        return 0.5
+
+    @property
     def control_dim(self) -> int:
         return 1
 

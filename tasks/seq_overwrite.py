@@ -62,6 +62,12 @@ class SeqOverwrite(SequenceTask):
     def out_dim(self) -> int:
         return self.in_dim
 
+    @property
+    def floor(self) -> float:
+        """Answering a read with a write to its slot (the slot is in the read's token) of a
+        random value: right 1 in ``values``, without recalling the latest write."""
+        return 1 / self.values
+
     def tokens(self, n: int, T: int, g: torch.Generator) -> Tensor:
         """``n`` token streams: one opening write per slot, then reads and writes."""
         S, C = self.slots, self.values

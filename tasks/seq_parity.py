@@ -57,6 +57,11 @@ class SeqParity(SequenceTask):
     def out_dim(self) -> int:
         return 2
 
+    @property
+    def floor(self) -> float:
+        """A coin: each running parity is 0 or 1 with probability 1/2."""
+        return 0.5
+
     def tokens(self, n: int, T: int, g: torch.Generator) -> Tensor:
         return torch.randint(0, 2, (n, T), generator=g)
 

@@ -112,6 +112,20 @@ class VarChain(SequenceTask):
         """The assignments, then a query per chain."""
         return self.chains * (self.hops + self.reassign + 1)
 
+    @property
+    def floor(self) -> float:
+        """The shortcut that follows no chain: answering a query with the value of a random
+        one of the sequence's value bindings (each chain's start, and with ``reassign`` each
+        chain's stale binding too). Right where that binding is the query's own chain's
+        start, else where its value happens to be the answer (1 in ``values``): 1/2 + 1/2 ·
+        1/4 = 0.625 at 2 chains and 4 values, 1/4 + 3/4 · 1/4 = 0.4375 with ``reassign``.
+        With ``negate`` past one hop the answer is a fair coin to anything not resolving
+        the chain: 1/2."""
+        if self.negate and self.hops > 1:
+            return 1 / self.values
+        bindings = self.chains * (1 + self.reassign)
+        return 1 / bindings + (1 - 1 / bindings) / self.values
+
     def split_steps(self, split: str) -> int:
         self.check_split(split)
         return self.sequence_length

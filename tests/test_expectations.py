@@ -170,3 +170,27 @@ def test_a_family_name_means_its_plain_entry_sizes_aside():
     v = judge("t", claim(control="ddl-write"), cells("ddl", WIN, tied=True) + cells(
         "ddl-2", WIN, family="ddl", tied=True) + cells("ddl-write", LOSE), False)
     assert v.verdict == INSUFFICIENT and "several entries match the model ddl: ddl, ddl-2" in v.note
+
+
+def test_two_rows_at_the_floor_leave_a_claim_open():
+    """var-chain at hops 3: answering with a random chain's start value scores 0.625, and
+    both rows sit there. Before: 0.6177 against 0.6173 read "equivalent", and the claim
+    "ddl-transformer better than transformer" read contradicted."""
+    from ddl_dynamics._task import make_task
+
+    ddl = [0.6177 + 0.002 * (-1) ** s for s in range(8)]
+    base = [0.6173 + 0.0015 * (-1) ** (s // 2) for s in range(8)]
+    rows = cells("ddl-transformer", ddl) + cells("transformer", base)
+    for r in rows:
+        r.config.update(task="var-chain", spec={"hops": 3})
+    task = make_task("var-chain", hops=3)
+    claim_ = next(e for e in task.expectations if e.control.family == "transformer")
+    v = judge("var-chain[hops=3]", claim_, rows, higher_is_better=True)
+    assert v.comparison.label == "both at floor" and v.verdict == INSUFFICIENT
+    assert v.comparison.p_adjusted is None and v.comparison.tost_adjusted is None
+    # a row above the floor by more than the margin gets its test
+    above = cells("ddl-transformer", [d + 0.05 for d in ddl])
+    for r in above:
+        r.config.update(task="var-chain", spec={"hops": 3})
+    v = judge("var-chain[hops=3]", claim_, above + rows[8:], higher_is_better=True)
+    assert v.comparison.label == "win" and v.verdict == CONFIRMED

@@ -16,10 +16,10 @@ from ddl_dynamics.analysis.run import run_of
 from ddl_dynamics.analysis.stats import (
     ALPHA,
     PAIRED_T,
+    SIGN_FLIP,
     Paired,
     detectable_difference,
     holm,
-    paired_t_p,
 )
 from ddl_dynamics.analysis.verdicts import claim_verdict, seed_values
 
@@ -69,10 +69,10 @@ def test_the_lr_choice_reads_the_direction_from_the_task_not_a_failed_cell(faile
     """Val 0.99 at lr 1e-3 and 0.57 at 1e-2 on an accuracy task: 1e-3, whichever seed failed
     where (a failed cell has no metrics to say which way is better)."""
     rows = tuned_row("ddl", {1e-3: 0.99, 1e-2: 0.57}, failed)
-    assert run_of(rows).rows["parity", "ddl"].chosen_text() == "lr=0.001"
+    assert run_of(rows).rows["parity", "ddl"].chosen_text() == "lr=0.001 (grid edge)"
     # an MSE task reads the other way
     mse = tuned_row("ddl", {1e-3: 0.99, 1e-2: 0.57}, failed, task="oscillator", higher=False)
-    assert run_of(mse).rows["oscillator", "ddl"].chosen_text() == "lr=0.01"
+    assert run_of(mse).rows["oscillator", "ddl"].chosen_text() == "lr=0.01 (grid edge)"
 
 
 def test_a_cap_on_test_data_fails_that_split_alone_and_never_steers_the_choice():
@@ -82,7 +82,7 @@ def test_a_cap_on_test_data_fails_that_split_alone_and_never_steers_the_choice()
             r.metrics["ood"]["long"] = None
             r.metrics["capped"] = {"long": "solver cap of 100 steps"}
     chosen = run_of(rows).rows["parity", "ddl"]
-    assert chosen.chosen_text() == "lr=0.01"
+    assert chosen.chosen_text() == "lr=0.01 (grid edge)"
     assert seed_values(chosen.selected, "long")[2] is None  # a failure there, not left out
     assert seed_values(chosen.selected, "test")[2] == 0.95  # the trained split finished
 
@@ -91,56 +91,67 @@ def test_a_cap_on_test_data_fails_that_split_alone_and_never_steers_the_choice()
     ({1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.9}, "lr=0.01 (grid edge)"),
     ({1e-3: 0.9, 3e-3: 0.7, 1e-2: 0.6}, "lr=0.001 (grid edge)"),
     ({1e-3: 0.6, 3e-3: 0.9, 1e-2: 0.7}, "lr=0.003"),
-    ({1e-3: 0.6, 1e-2: 0.9}, "lr=0.01"),  # two values: every choice is an end
+    ({1e-3: 0.6, 1e-2: 0.9}, "lr=0.01 (grid edge)"),  # two values: every choice is an end
+    # grown past its declared end (the extension cells keep the declared grid)
+    ({1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.8, 0.0333: 0.85, 0.111: 0.9},
+     "lr=0.111 (grid edge after 2 extensions)"),
+    ({1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.8, 0.0333: 0.9, 0.111: 0.7}, "lr=0.0333"),
 ])
 def test_a_choice_at_an_end_of_the_grid_says_so(val_by_lr, text):
     """charlm's first grid stopped at every row's choice, 1e-2; a wider one moved two rows
     and changed a label: a row's best may lie beyond the grid, and the report marks it."""
     rows = tuned_row("ddl", val_by_lr, {lr: set() for lr in val_by_lr})
+    declared = [1e-3, 3e-3, 1e-2] if len(val_by_lr) > 3 else list(val_by_lr)
+    for r in rows:
+        r.config["tune"] = {"lr": declared}
     chosen = run_of(rows).rows["parity", "ddl"]
     assert chosen.chosen_text() == text
-    assert chosen.at_grid_edge == text.endswith("(grid edge)")
+    assert chosen.at_grid_edge == ("grid edge" in text)
 
 
 # --- 2. ties and ceilings
 
 
-def test_ties_do_not_switch_the_test():
-    """1.0 against 1.0 on every seed, and the same with one seed at 0.999: the same paired
-    t-test, in its zero-variance limit for the tie (p = 1, TOST p = 0), and equivalence
-    either way (before: TOST p 0.0039, failing after Holm, against 6.9e-12)."""
+def test_ties_are_decided_by_the_exact_test():
+    """1.0 against 1.0 on every seed but one at 0.999, and a constant gap: differences that
+    do not vary get no t statistic (its p of 0 would survive any family), but the exact
+    sign-flip test, whose p cannot fall below 2/2⁸."""
     ones = dict.fromkeys(range(8), 1.0)
-    tie = Paired.of(ones, ones, True, margin=0.01)
     near = Paired.of({**ones, 0: 0.999}, ones, True, margin=0.01)
-    assert tie.test == near.test == PAIRED_T
-    assert tie.p == 1.0 and near.p == pytest.approx(2 * stats.t.sf(1, 7))  # t = −1
-    assert tie.tost == 0.0 and 0 < near.tost < 1e-10
-    # a constant difference is the t statistic's limit too: p = 0, and one seed moved
-    # keeps it far below any level
-    gap = Paired.of(dict.fromkeys(range(8), 0.9), dict.fromkeys(range(8), 0.6), True)
-    assert gap.p == 0.0 and paired_t_p([0.3 + 1e-4] + [0.3] * 7) < 1e-10
+    assert near.test == PAIRED_T and near.p == pytest.approx(2 * stats.t.sf(1, 7))
+    gap = Paired.of(dict.fromkeys(range(8), 0.9), dict.fromkeys(range(8), 0.6), True,
+                    margin=0.01)
+    assert gap.test == SIGN_FLIP and gap.p == gap.floor == 2 / 2 ** 8
+    assert gap.tost == 1.0 and gap.tost_floor == 2 ** -8
 
 
-@pytest.mark.parametrize(("model", "control", "expected"), [
-    (0.9, 0.9, "equivalent"),  # a tie below the ceiling
-    (0.9, 0.6, "win"),         # the same difference on every seed
-    (0.6, 0.9, "loss"),
-    (1.0, 1.0, "both solved"),  # the ceiling, and one seed moved off it
+def test_three_seeds_at_one_against_0_999_do_not_win():
+    """Before: "win", on a t-test p of 0 for differences that do not vary."""
+    rows = row("resnet", [0.999] * 3) + row("ddl", [1.0] * 3)
+    [c] = report(rows).comparisons
+    assert c.paired.test == SIGN_FLIP and c.paired.p == 0.25
+    assert c.label == "inconclusive" and c.p_adjusted is None
+    assert "cannot fall below 0.25" in c.note
+
+
+@pytest.mark.parametrize(("model", "control", "tie", "moved"), [
+    (0.9, 0.9, "inconclusive", "equivalent"),  # the exact TOST's floor 2⁻⁸ > 0.05/29
+    (0.9, 0.6, "inconclusive", "win"),         # the exact test's floor 2/2⁸ > 0.05/29
+    (0.6, 0.9, "inconclusive", "loss"),
+    (1.0, 1.0, "both solved", "equivalent"),   # a ceiling left by one seed is none
 ])
-def test_labels_are_continuous_as_one_seed_moves_off_a_tie(model, control, expected):
-    """In a report of 30 tests at 8 seeds: the tie's label, and the same label as one seed
-    moves a little (a ceiling left by one seed is no longer a ceiling: equivalent)."""
+def test_a_tie_in_a_large_family_is_out_of_it_until_its_differences_vary(model, control,
+                                                                          tie, moved):
+    """In a report of 30 tests at 8 seeds: a tie's exact test cannot reach its Holm level
+    (Tarone), so it stays out of the family; one seed moved by 1e-3 gives the t-test real
+    spread, and the label its direction."""
     rows = row("resnet", [control] * 8)
-    rows += row("m", [model] * 8)
     for name in range(29):  # 29 more tests, each a clear win
         rows += row(f"w{name}", BETTER8)
-    for moved in (0.0, 1e-3, 1e-6):
-        shifted = row("m", [model - moved] + [model] * 7)
-        rep = report([*rows[:8], *shifted, *rows[16:]])
-        assert rep.tests == (29 if expected == "both solved" and not moved else 30)
-        label = found(rep)["m", "resnet", "test"].label
-        assert label == (expected if not moved or expected != "both solved"
-                         else "equivalent"), moved
+    for shift, expected in ((0.0, tie), (1e-3, moved)):
+        rep = report([*rows, *row("m", [model - shift] + [model] * 7)])
+        assert rep.tests == (30 if shift else 29)
+        assert found(rep)["m", "resnet", "test"].label == expected, shift
 
 
 def test_ceilings_read_both_solved_and_stay_outside_the_family():
@@ -379,9 +390,12 @@ def test_the_detectable_difference_follows_the_deciding_test_and_its_n():
     failing = [*row("gated", noisy[:7]), cell("gated", 7, None, "failed")]
     [c] = report(row("resnet", BASE8) + failing).comparisons
     assert c.paired.failed == (7,) and c.detectable is None
-    # four pairs: the t-test's, at four
+    # six pairs: the t-test's, at six; four: the exact test decides, and a t-test's
+    # detectable difference would not be its own
+    [c] = report(row("resnet", BASE8[:6]) + row("gated", noisy[:6])).comparisons
+    assert c.detectable == pytest.approx(detectable_difference(c.paired.sd, 6, ALPHA))
     [c] = report(row("resnet", BASE8[:4]) + row("gated", noisy[:4])).comparisons
-    assert c.detectable == pytest.approx(detectable_difference(c.paired.sd, 4, ALPHA))
+    assert c.paired.test == SIGN_FLIP and c.detectable is None
     # three pairs and a failure: the signed ranks can never reach the level (2 / 2⁴), so
     # the test stays out of the family, states nothing detectable, and the text says why
     rep = report([*row("resnet", BASE8[:4]), *row("gated", noisy[:3]),
@@ -405,3 +419,54 @@ def test_eight_seeds_can_carry_wins_and_equivalences_after_holm_over_forty_tests
     labels = {c.model: c.label for c in rep.comparisons}
     assert {labels[f"win{i}"] for i in range(20)} == {"win"}
     assert {labels[f"same{i}"] for i in range(20)} == {"equivalent"}
+
+
+def test_the_same_grid_in_another_order_is_equal_tuning():
+    """Before: [1e-2, 1e-3] against [1e-3, 1e-2] read "unequal tuning"."""
+    def tuned(model, values, grid):
+        return [cell(model, s, v, train={"lr": lr}, tune={"lr": grid}, val=0.9 - lr)
+                for lr in (1e-3, 1e-2) for s, v in enumerate(values)]
+    rows = tuned("resnet", BASE8, [1e-2, 1e-3]) + tuned("ddl", BETTER8, [1e-3, 1e-2])
+    [c] = report(rows).comparisons
+    assert c.label == "win"
+
+
+def test_bf16_counts_only_where_both_rows_ran_on_cuda():
+    """Before: a CPU row (bf16 ignored) against a CUDA row read "unequal budget" on bf16."""
+    train = {"steps": 100, "bf16": True}
+    rows = row("resnet", BASE8, train={**train, "device": "cpu"})
+    rows += row("ddl", BETTER8, train={**train, "device": "cuda"})
+    [c] = report(rows).comparisons
+    assert c.label == "win"
+    rows = row("resnet", BASE8, train={**train, "device": "cuda"})
+    rows += row("ddl", BETTER8, train={**train, "bf16": False, "device": "cuda"})
+    [c] = report(rows).comparisons
+    assert c.label == "unequal budget" and "bf16" in c.note
+
+
+def test_an_equivalence_carries_its_90_percent_interval_a_significance_flag_and_the_floor():
+    """MSEs near 1e-5 against the default absolute margin 1e-4: the margin is 8× the means,
+    and a model 35% worse on every seed, significantly, still reads equivalent: flagged."""
+    kwargs = {"task": "oscillator", "higher": False}
+    base = [1.2e-5 + 1e-7 * s for s in range(8)]
+    rows = row("resnet", base, **kwargs)
+    rows += row("ddl", [b * 1.35 + 2e-8 * (-1) ** s for s, b in enumerate(base)], **kwargs)
+    [c] = report(rows).comparisons
+    assert c.label == "equivalent" and c.also_different and c.significant() is False
+    low, high = c.paired.interval
+    assert 0 < low < c.paired.mean < high < c.paired.margin == 1e-4
+    assert c.margin_ratio == pytest.approx(1e-4 / np.mean([v.metrics["test"] for v in
+                                                           rows[8:]]))
+    # a margin that is the relative one records no ratio
+    rows = oscillator_rows(0.0005)
+    config = '[[comparisons]]\nmodel = "ddl"\ncontrol = "resnet"\nsplit = "long"\nrequires = 0.01\n'
+    assert found(report(rows, config))["ddl", "resnet", "long"].margin_ratio is None
+
+
+def test_mirrored_requests_share_the_strictest_requires():
+    """Before: a vs b at requires 0.5 and b vs a at 0.99 were judged on two splits."""
+    run, _ = parity_ood((0.5, 0.5))
+    requests = [Request("parity", "ddl", "resnet", "declared", "long", 0.5),
+                Request("parity", "resnet", "ddl", "declared", "long", 0.99)]
+    judged = judge(run, requests)
+    assert {c.split for c in judged.values()} == {"test"}

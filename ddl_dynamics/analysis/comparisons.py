@@ -5,20 +5,19 @@ task's expectation) hands a `Request`; `judge` turns the requests of one run
 into `Comparison`s by the rule book (`verdicts`): the gates first, then the
 paired test per request, then Holm's adjustment over every test the report draws (one
 test per distinct task, unordered pair of rows and split, however many asked for it, and
-only tests that could reach the level), then the labels.
+only tests whose floor can reach their Holm level: `tarone`), then the labels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from .._task import make_task
+from .._task import Task, make_task
 from ..experiment.grid import grid_value, point_text
-from ..experiment.result import RunResult
 from .run import Row, Run
-from .stats import ALPHA, PAIRED_T, Paired, detectable_difference, holm
+from .stats import ALPHA, PAIRED_T, Paired, detectable_difference, holm, tarone
 from .verdicts import (
     EQUIVALENT,
     INCONCLUSIVE,
@@ -26,6 +25,7 @@ from .verdicts import (
     UNEQUAL_BUDGET,
     UNEQUAL_TUNING,
     UNMATCHED_SIZE,
+    at_floor,
     both_solved,
     budget_gap,
     flagged,
@@ -67,8 +67,9 @@ class Comparison:
 
     ``paired`` is None where no test could be drawn (a gate closed, or a row missing);
     ``label`` is one of `LABELS`; ``p_adjusted`` and ``tost_adjusted`` are
-    Holm-adjusted within the report (None for a test outside the family: a ceiling, too few
-    pairs, or a signed-rank test whose floor lies above the level); ``detectable`` is the
+    Holm-adjusted within the report (None for a test outside the family: a ceiling or a
+    floor, too few pairs, or an exact test whose floor cannot reach its Holm level: the
+    note says so); which test decided is ``paired.test``; ``detectable`` is the
     smallest difference the paired t-test could have found over its n pairs (80% power, at
     the Bonferroni level of the report's family; None where failures decide: the signed
     ranks have no scale to state one in).
@@ -98,6 +99,13 @@ class Comparison:
     asked_split: str = ""
     #: Both rows at the metric's best value on every seed (a ceiling, no test).
     solved: bool = False
+    #: Both rows at or below the task's floor on every seed (no test).
+    floored: bool = False
+    #: Equivalent, and yet the difference test is significant too (named in the note).
+    also_different: bool = False
+    #: Where the task's absolute margin binds and exceeds both means, the margin in units
+    #: of the larger mean's size: "absolute floor ±x = k× the means".
+    margin_ratio: float | None = None
 
     @property
     def control_text(self) -> str:
@@ -124,31 +132,39 @@ class Comparison:
 
 def merge(run: Run, requests: Sequence[Request]) -> dict[Key, tuple[Request, tuple[str, ...]]]:
     """One request per key, with every kind that asked for it and the strictest
-    ``requires`` any of them states (in the task's direction)."""
+    ``requires`` any of them states (in the task's direction), a mirrored request's
+    included: a vs b and b vs a are one test, judged on one split."""
     found: dict[Key, list[Request]] = {}
     for request in requests:
         found.setdefault(request.key, []).append(request)
+    thresholds: dict[tuple[Any, ...], list[float]] = {}
+    for request in requests:
+        if request.requires is not None:
+            thresholds.setdefault(_unordered(request), []).append(request.requires)
     merged = {}
     for key, asked in found.items():
         rows = run.task_rows(asked[0].task)
         higher = next(iter(rows.values())).higher_is_better if rows else True
-        thresholds = [r.requires for r in asked if r.requires is not None]
-        request = replace(asked[0], requires=strictest(thresholds, higher)
-                          if thresholds else None)
+        stated = thresholds.get(_unordered(asked[0]))
+        request = replace(asked[0], requires=strictest(stated, higher) if stated else None)
         merged[key] = request, tuple(dict.fromkeys(r.kind for r in asked))
     return merged
 
 
-def _in_family(c: Comparison) -> bool:
-    """Whether a drawn test can reach the level: enough pairs, no ceiling, and a floor
-    below the level (the t-test has none; the signed ranks over few seeds do)."""
-    p = c.paired
-    return p is not None and p.n >= MIN_PAIRS and not c.solved and p.floor < ALPHA
+
+def _drawn(c: Comparison) -> bool:
+    """Whether a test is drawn: enough pairs, and neither a ceiling nor a floor."""
+    return (c.paired is not None and c.paired.n >= MIN_PAIRS and not c.solved
+            and not c.floored)
 
 
-def _tost_in_family(c: Comparison) -> bool:
-    p = c.paired
-    return p is not None and p.tost is not None and p.n >= MIN_PAIRS and not c.solved
+def _family(tests: Sequence[Comparison], floor: Callable[[Paired], float]) -> tuple[
+        list[Comparison], float]:
+    """The tests that count in a family (Tarone: those whose floor can reach their Holm
+    level, `tarone`) and that level."""
+    floors = [floor(cast(Paired, c.paired)) for c in tests]
+    level = tarone(floors)
+    return [c for c, f in zip(tests, floors, strict=True) if f < level], level
 
 
 def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
@@ -161,8 +177,10 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
     for c in drafts.values():
         if c.paired is not None:
             tested.setdefault(_unordered(c), c)
-    family = [c for c in tested.values() if _in_family(c)]
-    tost_family = [c for c in tested.values() if _tost_in_family(c)]
+    drawn = [c for c in tested.values() if _drawn(c)]
+    family, level = _family(drawn, lambda p: p.floor)
+    tost_family, _ = _family([c for c in drawn if cast(Paired, c.paired).tost is not None],
+                             lambda p: p.tost_floor)
     # (both families hold paired comparisons only)
     adjusted = dict(zip(map(_unordered, family),
                         holm([cast(Paired, c.paired).p for c in family]), strict=True))
@@ -178,17 +196,23 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
         p, t = adjusted.get(_unordered(c)), tost_adjusted.get(_unordered(c))
         detectable = (detectable_difference(c.paired.sd, c.paired.n, alpha)
                       if c.paired.test == PAIRED_T and c.paired.sd is not None else None)
-        judged = label(c.paired, p, t, c.higher_is_better, c.solved)
+        judged = label(c.paired, p, t, c.higher_is_better, c.solved, c.floored)
         notes = [c.note] if c.note else []
-        if judged == EQUIVALENT and (ahead := c.significant(p)) is not None:
+        ahead = c.significant(p) if judged == EQUIVALENT else None
+        if ahead is not None:
             notes.append(f"{c.model} significantly {'better' if ahead else 'worse'}, by less "
                          f"than the margin ±{c.paired.margin:.2g}")
+        if p is None and _drawn(c) and c.paired.floor >= level:
+            notes.append(f"outside the family: the exact test's p cannot fall below "
+                         f"{c.paired.floor:.2g} at n = {c.paired.n}, nor so reach its Holm "
+                         f"level {level:.2g}")
         out[key] = replace(c, p_adjusted=p, tost_adjusted=t, label=judged,
-                           detectable=detectable, note="; ".join(notes))
+                           detectable=detectable, note="; ".join(notes),
+                           also_different=ahead is not None)
     return out
 
 
-def _unordered(c: Comparison) -> tuple[Any, ...]:
+def _unordered(c: Comparison | Request) -> tuple[Any, ...]:
     """A test's identity whichever row is the control."""
     pair = frozenset((c.model, c.control)) if isinstance(c.control, str) else (c.model,
                                                                               c.control)
@@ -227,14 +251,20 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
                          ", so the comparison stays on the trained split")
     ours = seed_values(model.selected, split)
     theirs = seed_values(control.selected, split) if control else float(request.control)
-    paired = Paired.of(ours, theirs, higher, _margin(model, control, split))
+    config = model.selected[0].config
+    task = make_task(config["task"], **config.get("spec", {})) if "task" in config else None
+    margin, ratio = _margin(task, model, control, split)
+    paired = Paired.of(ours, theirs, higher, margin)
     notes += _failure_notes(model, control, paired, split)
     grid = _grid_signs(model, control, request.control, split, higher) if model.grid or (
         control and control.grid) else ()
+    floored = (task is not None and task.floor is not None and isinstance(theirs, dict)
+               and at_floor(ours, theirs, task.floor, task.equivalence_margin(task.floor),
+                            higher))
     return replace(base, split=split, paired=paired, grid=grid, note="; ".join(notes),
                    asked_split=request.split if split != request.split else "",
                    solved=paired.total == paired.n and both_solved(ours, theirs, metric),
-                   **chosen)
+                   floored=floored, margin_ratio=ratio, **chosen)
 
 
 def _paired(model: Row, control: Row | None, bound: str | float, split: str, higher: bool,
@@ -261,21 +291,23 @@ def _grid_signs(model: Row, control: Row | None, bound: str | float, split: str,
     return tuple(signs)
 
 
-def _margin(model: Row, control: Row | None, split: str) -> float | None:
+def _margin(task: Task | None, model: Row, control: Row | None,
+            split: str) -> tuple[float | None, float | None]:
     """The equivalence margin the task states, on the compared split, at the smaller of the
     two rows' means there (the same whichever row is the control; None against a bound: a
-    model is compared with a bound to beat it, not to equal it)."""
-    cell: RunResult = model.selected[0]
-    if control is None or "task" not in cell.config:
-        return None
+    model is compared with a bound to beat it, not to equal it); and where the task's
+    absolute term binds above both means, the margin over the larger of their sizes."""
+    if control is None or task is None:
+        return None, None
     means = []
     for row in (model, control):
         values = [v for v in seed_values(row.selected, split).values() if v is not None]
         if not values:
-            return None
+            return None, None
         means.append(sum(values) / len(values))
-    task = make_task(cell.config["task"], **cell.config.get("spec", {}))
-    return min(task.equivalence_margin(m) for m in means)
+    margin, size = min(task.equivalence_margin(m) for m in means), max(map(abs, means))
+    above = margin == task.margin_terms[1] and 0 < size < margin
+    return margin, margin / size if above else None
 
 
 def _failure_notes(model: Row, control: Row | None, paired: Paired, split: str) -> list[str]:

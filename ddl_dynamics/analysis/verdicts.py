@@ -9,27 +9,32 @@ expectation. It reads, in this order:
    best of several rates carries a winner's curse a fixed rate does not: no test is drawn.
 2. **unequal budget** (`budget_gap`): the two rows' resolved training configs differ
    in more than seed, device, the tuned fields and the fields that do not change training
-   (``eval_every``, ``max_seconds``, ``compile``; ``bf16`` on the CPU, which ignores it), or
+   (``eval_every``, ``max_seconds``, ``compile``; ``bf16`` unless both rows ran on CUDA,
+   where alone autocast applies it), or
    a finished cell trained fewer steps than its budget (an early stop): no test is drawn.
 3. **unmatched size** (`size_gap`): parameter counts more than
    `SIZE_TOLERANCE` apart, of the smaller: no test is drawn.
 4. An out-of-distribution comparison needs both rows to have solved the trained split on
    every seed (`unsolved`, at the strictest ``requires`` asked); otherwise it is drawn
    on the trained split instead.
-5. The paired t-test of the mean difference (`Paired`), in its
-   zero-variance limit where the differences do not vary, so that ties never switch the
-   test; a seed one side did not finish (or whose metric is not finite) counts as that
-   side's worst outcome, and then the exact signed-rank test decides. With fewer than
-   `MIN_PAIRS` seeds both finished, **fails k/n** where a side failed, else
-   **inconclusive**. **both solved**: both rows at the metric's best value
-   (`METRIC_BEST`) on every seed, a ceiling that says the task cannot tell them apart.
+5. The paired test of the mean difference (`Paired`): the paired t-test where at least
+   `T_MIN_PAIRS` seeds both finished and their differences vary beyond rounding, else the
+   exact sign-flip test, whose p cannot fall below 2/2ⁿ (a t statistic over constant
+   differences is infinite, and a p of 0 would survive any family); a seed one side did
+   not finish (or whose metric is not finite) counts as that side's worst outcome, and
+   then the exact signed-rank test decides. With fewer than `MIN_PAIRS` seeds both
+   finished, **fails k/n** where a side failed, else **inconclusive**. **both solved**:
+   both rows at the metric's best value (`METRIC_BEST`) on every seed, a ceiling that says
+   the task cannot tell them apart; **both at floor**: both rows at or below the task's
+   chance or shortcut level (`Task.floor`, within the task's margin there) on every seed,
+   neither doing the task: no test either.
 6. Within a report every other drawn p-value is Holm-adjusted (`holm`), the
    equivalence p-values as a family of their own; a mirrored pair (a vs b, b vs a) is one
-   test, and a signed-rank test whose floor (`signed_rank_floor`) cannot
-   reach `ALPHA` does not enlarge the family. **equivalent**: the adjusted
-   paired-t TOST p at the task's margin below ALPHA (the 90% t interval inside the
-   margin), a difference within the margin being what the task counts as none (a
-   significant but smaller one is named in the note); **win** / **loss**: otherwise, the
+   test, and a test whose floor cannot reach its Holm level does not count in the family
+   (Tarone's rule, `tarone`): it reads inconclusive, and says why. **equivalent**: the
+   adjusted TOST p at the task's margin below ALPHA (the 90% interval inside the margin), a
+   difference within the margin being what the task counts as none (a significant but
+   smaller one is named in the note and flagged); **win** / **loss**: otherwise, the
    adjusted p below ALPHA, in the metric's better / worse direction; **inconclusive**
    otherwise, with n and the smallest difference the test could have detected. Never
    "tie": not significant is not equal.
@@ -38,7 +43,7 @@ A tuned row's results are those of the grid value with the best mean val metric 
 task's direction (`chosen_value`), and every verdict says whether its direction holds
 at every grid value. A task's expectation is confirmed by the matching label, contradicted
 by the opposite one or by equivalence without a significant difference its way
-(`claim_verdict`). An ODE seed whose
+(`claim_verdict`); a comparison of two rows at the floor leaves it open. An ODE seed whose
 reconstruction check failed (⚑) counts with its measured value, which its model computed
 whatever the solver did, and every verdict that involves one names it.
 """
@@ -57,6 +62,8 @@ from .stats import ALPHA, Paired, finite
 WIN, LOSS, EQUIVALENT, INCONCLUSIVE = "win", "loss", "equivalent", "inconclusive"
 #: Both rows at the metric's best value on every seed: no test, outside the family.
 BOTH_SOLVED = "both solved"
+#: Both rows at or below the task's chance or shortcut level (`Task.floor`) on every
+#: seed: neither does the task, so no test, outside the family.
 AT_FLOOR = "both at floor"
 #: Fewer than `MIN_PAIRS` seeds both finished because a side failed: "fails k/n".
 FAILS = "fails"
@@ -64,7 +71,7 @@ UNEQUAL_BUDGET, UNMATCHED_SIZE = "unequal budget", "unmatched size"
 #: The two rows searched different grids (or only one searched): no test.
 UNEQUAL_TUNING = "unequal tuning"
 #: Every label a comparison can carry; the first four are drawn from a test.
-LABELS = (WIN, LOSS, EQUIVALENT, INCONCLUSIVE, BOTH_SOLVED, FAILS, UNEQUAL_TUNING,
+LABELS = (WIN, LOSS, EQUIVALENT, INCONCLUSIVE, BOTH_SOLVED, AT_FLOOR, FAILS, UNEQUAL_TUNING,
           UNEQUAL_BUDGET, UNMATCHED_SIZE)
 CONFIRMED, CONTRADICTED, INSUFFICIENT = "confirmed", "contradicted", "insufficient evidence"
 #: Fewest seeds both rows finished that any label but "fails k/n" rests on.
@@ -85,9 +92,12 @@ def _grid(rows: Sequence[RunResult]) -> dict[str, list[Any]]:
 
 def tuning_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     """Why two rows were not tuned alike (``"ddl searched lr=0.001/0.01; resnet none"``), or
-    empty where both searched the same grid, or neither searched."""
+    empty where both searched the same grid (the same values of the same fields, in any
+    order), or neither searched."""
     grids = [_grid(rows) for rows in (model, control)]
-    if json.dumps(grids[0], sort_keys=True) == json.dumps(grids[1], sort_keys=True):
+    as_sets = [{f: sorted(map(json.dumps, values)) for f, values in grid.items()}
+               for grid in grids]
+    if as_sets[0] == as_sets[1]:
         return ""
 
     def text(rows: Sequence[RunResult], grid: dict[str, list[Any]]) -> str:
@@ -105,12 +115,13 @@ def _ode(rows: Sequence[RunResult]) -> bool:
 
 
 def _budget(r: RunResult, exempt: set[str]) -> dict[str, Any]:
-    """A cell's training fields that set its budget: ``bf16`` counts only on CUDA."""
-    train = r.config.get("train", {})
-    on_cpu = str(train.get("device", "cpu")).startswith("cpu")
-    return {name: value for name, value in train.items()
-            if name not in exempt and name not in _NOT_BUDGET
-            and not (name == "bf16" and on_cpu)}
+    """A cell's training fields that set its budget."""
+    return {name: value for name, value in r.config.get("train", {}).items()
+            if name not in exempt and name not in _NOT_BUDGET}
+
+
+def _on_cuda(r: RunResult) -> bool:
+    return str(r.config.get("train", {}).get("device", "cpu")).startswith("cuda")
 
 
 def budget_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
@@ -119,9 +130,11 @@ def budget_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     but seed, device, the fields both rows tune and those that only watch training, and,
     for every finished cell, all the steps it was given (an early stop is a smaller
     budget). The solver cap ``ode_max_steps`` counts between two ODE rows, where it
-    applies."""
+    applies, and ``bf16`` where every cell ran on CUDA, the one device where autocast
+    applies it (elsewhere it follows the device, not the budget)."""
     tuned = set(_grid(model)) & set(_grid(control))
     exempt = tuned | ({"ode_max_steps"} if not (_ode(model) and _ode(control)) else set())
+    exempt |= set() if all(map(_on_cuda, (*model, *control))) else {"bf16"}
     settings: dict[str, dict[str, set[str]]] = {}
     for r in (*model, *control):
         for name, value in _budget(r, exempt).items():
@@ -192,13 +205,28 @@ def both_solved(model: dict[int, float | None], control: dict[int, float | None]
             and all(model[s] == best and theirs[s] == best for s in seeds))
 
 
+def at_floor(model: dict[int, float | None], control: dict[int, float | None],
+             floor: float | None, tolerance: float, higher_is_better: bool) -> bool:
+    """Whether both rows sit at or beyond the task's floor, on its bad side, on every seed
+    compared (at least `MIN_PAIRS`; within ``tolerance`` above it for a metric better
+    higher, below it for one better lower; a seed that failed is at the floor too)."""
+    seeds = set(model) & set(control)
+    if floor is None or len(seeds) < MIN_PAIRS:
+        return False
+    bound = floor + tolerance if higher_is_better else floor - tolerance
+    return all(v is None or (v <= bound if higher_is_better else v >= bound)
+               for s in seeds for v in (model[s], control[s]))
+
+
 def label(paired: Paired, p_adjusted: float | None, tost_adjusted: float | None,
-          higher_is_better: bool, solved: bool = False) -> str:
+          higher_is_better: bool, solved: bool = False, floored: bool = False) -> str:
     """The label of a drawn test (rules 5 and 6 above)."""
     if paired.n < MIN_PAIRS:
         return FAILS if paired.total > paired.n else INCONCLUSIVE
     if solved:
         return BOTH_SOLVED
+    if floored:
+        return AT_FLOOR
     if tost_adjusted is not None and tost_adjusted < ALPHA:
         return EQUIVALENT
     better = paired.better(higher_is_better)
@@ -213,7 +241,7 @@ def claim_verdict(label_: str, relation: str, significant: bool | None = None) -
     so does equivalence, unless the difference test found the claimed side significantly
     ahead (``significant``: whether a significant difference favours the model, None where
     none is), by less than the margin: that leaves it open, as does anything else (a
-    shared ceiling included)."""
+    shared ceiling or floor included)."""
     if label_ in (WIN, LOSS):
         return CONFIRMED if (label_ == WIN) == (relation == "better") else CONTRADICTED
     if label_ == EQUIVALENT:
