@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddl_dynamics.analysis import wording
-from ddl_dynamics.analysis.pages import config_block
+from ddl_dynamics.analysis.pages import config_block, task_block
 from ddl_dynamics.analysis.study_page import crossover_lines, natural, reproduce_line
 from ddl_dynamics.analysis.verdicts import INCONCLUSIVE, LABELS
 from ddl_dynamics.cli import main
@@ -193,3 +193,11 @@ def test_the_crossover_table_gives_each_knob_values_label_and_the_crossover():
 def test_docs_without_results_is_bad_input(tmp_path, capsys):
     assert main(["docs", "--results", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
     assert "no results folder" in capsys.readouterr().err
+
+
+def test_the_task_attribute_table_says_what_every_attribute_means():
+    table = task_block().split("\n\n")[0].splitlines()[2:]
+    said = {row.split(" | ")[0].strip("| `"): row.rsplit(" | ", 1)[1] for row in table}
+    for name in ("depth", "loss_name", "metric_name", "ood_splits", "expectations",
+                 "check_split(split)", "split_steps(split)"):
+        assert name in said and said[name].strip(" |") not in ("", "—"), name

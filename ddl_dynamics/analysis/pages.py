@@ -248,8 +248,11 @@ def task_block() -> str:
              for name in ("in_dim", "out_dim")]
     rows.append(["`control_dim`", "property", f"`{vars(Task)['control_dim'].fget(None)}`",
                  "width of the per-step controls (`TaskData.controls`); 0: none"])
-    rows.append(["`sample(n, seed, split)`", "method", "required",
-                 " ".join((Task.sample.__doc__ or "").split())])
+    for call, method in (("sample(n, seed, split)", Task.sample),
+                         ("check_split(split)", Task.check_split),
+                         ("split_steps(split)", Task.split_steps)):
+        given = "required" if getattr(method, "__isabstractmethod__", False) else "provided"
+        rows.append([f"`{call}`", "method", given, " ".join((method.__doc__ or "").split())])
     data = (TaskData.__doc__ or "").split("Attributes:")[-1]
     fields = re.findall(r"^\s+(\w+): (.*?)(?=^\s+\w+: |\Z)", data, re.S | re.M)
     held = " ".join((held_out.__doc__ or "").split()).split(". ")[0]
