@@ -207,13 +207,15 @@ def test_a_tuned_row_is_reported_at_its_best_val_value_and_says_if_its_sign_hold
     rows += tuned("ddl", {1e-3: bad, 1e-2: good}, {1e-3: 0.3, 1e-2: 0.9})
     report = dd.build_report(store_rows(tmp_path, rows))
     [c] = report.comparisons
-    assert (c.chosen, c.control_chosen) == ("lr=0.01", "lr=0.001")  # each its own best val
+    # each its own best val, at an end of its two values (as any choice of two is)
+    assert (c.chosen, c.control_chosen) == ("lr=0.01 (grid edge)", "lr=0.001 (grid edge)")
     assert c.label == "win" and c.paired.mean == pytest.approx(0.3, abs=0.02)
     assert c.grid == (("lr=0.001", False), ("lr=0.01", True)) and c.grid_holds is False
     md = render(report)
-    assert "| flips at lr=0.001 |" in md and "| lr=0.01 / lr=0.001 |" in md
+    assert "| flips at lr=0.001 |" in md
+    assert "| lr=0.01 (grid edge) / lr=0.001 (grid edge) |" in md
     table = {r.model: r for r in report.tables[0].rows}
-    assert table["ddl"].chosen == "lr=0.01" and table["ddl"].test.mean == pytest.approx(
+    assert table["ddl"].chosen == "lr=0.01 (grid edge)" and table["ddl"].test.mean == pytest.approx(
         sum(good) / 8)
     assert table["ddl"].run == 8  # the row's seeds at its chosen value, not the whole grid
 
@@ -223,7 +225,7 @@ def test_a_grid_value_whose_seeds_fail_is_not_chosen_over_one_that_finishes(tmp_
     for r in rows[8:9]:  # lr = 0.1 diverged on one seed, although its mean val is best
         r.status = "diverged"
     report = dd.build_report(store_rows(tmp_path, rows))
-    assert report.tables[0].rows[0].chosen == "lr=0.001"
+    assert report.tables[0].rows[0].chosen == "lr=0.001 (grid edge)"
 
 
 def test_a_retried_failure_stays_visible(tmp_path):

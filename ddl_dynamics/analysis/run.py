@@ -27,7 +27,14 @@ from typing import Any
 from .._task import make_task
 from ..experiment.config import COUNTED, DEFAULT_BASELINE, ComparisonSpec
 from ..experiment.folder import RunFolder
-from ..experiment.grid import chosen_value, grid_value, point_text, row_identity, searched
+from ..experiment.grid import (
+    chosen_value,
+    edge,
+    grid_value,
+    point_text,
+    row_identity,
+    searched,
+)
 from ..experiment.provenance import Progress
 from ..experiment.result import RunResult
 
@@ -67,24 +74,37 @@ class Row:
 
     def chosen_text(self) -> str:
         """``"lr=0.003"``, or empty when the row is not tuned (or "no grid value finished");
-        ``"lr=0.03 (grid edge)"`` where `at_grid_edge`."""
+        ``"lr=0.03 (grid edge)"`` where the choice is an end of the values trained
+        (`edge_steps`), ``"lr=0.3 (grid edge after 2 extensions)"`` where the grid grew
+        past its declared end and the choice still sits at the last value (the run's
+        ``extend`` bound stopped it)."""
         if self.grid and not any(c.status in COUNTED for c in self.cells):
             return "no grid value finished"
         text = point_text(list(self.grid), self.chosen)
-        return f"{text} (grid edge)" if self.at_grid_edge else text
+        steps = self.edge_steps
+        if steps is None:
+            return text
+        return f"{text} (grid edge after {steps} extension{'s' * (steps != 1)})" if steps \
+            else f"{text} (grid edge)"
 
     @property
     def at_grid_edge(self) -> bool:
-        """Whether the chosen value of a searched numeric field of three or more values is its
-        smallest or largest: the row's best may lie beyond the grid, so its result may be
-        understated (with two values every choice is an end, and the mark would say
-        nothing)."""
-        for values, chosen in zip(self.grid.values(), self.chosen, strict=True):
-            numbers = [v for v in values if isinstance(v, int | float)
-                       and not isinstance(v, bool)]
-            if len(numbers) == len(values) >= 3 and chosen in (min(numbers), max(numbers)):
-                return True
-        return False
+        """Whether the chosen value of a searched numeric field is the smallest or largest
+        the row trained (two values: always): its best may lie beyond."""
+        return self.edge_steps is not None
+
+    @property
+    def edge_steps(self) -> int | None:
+        """None where every searched field's choice lies inside the values the row trained;
+        else how many values past the declared grid the row trained on the side its choice
+        sits at (0: the grid never grew there)."""
+        for i, (field, declared) in enumerate(self.grid.items()):
+            tried = list({grid_value(c.config, [field])[0] for c in self.cells})
+            side = edge(tried, self.chosen[i])
+            if side:
+                return sum(1 for v in tried if v > max(declared)) if side > 0 else sum(
+                    1 for v in tried if v < min(declared))
+        return None
 
     @property
     def ensembles(self) -> list[int]:
