@@ -90,6 +90,7 @@ figcaption { color: #555; font-size: 13px; }
 .contradicted, .loss { color: #b03000; font-weight: 600; }
 .equivalent { color: #005a91; font-weight: 600; }
 .insufficient-evidence, .inconclusive { color: #7a5a00; font-weight: 600; }
+.both-solved, .both-at-floor { color: #555; font-weight: 600; }
 .wide { overflow-x: auto; max-width: 100%; margin: .5em 0 1.5em; }
 .wide table { margin: 0; } td { overflow-wrap: anywhere; }
 table.info th { width: 10em; }

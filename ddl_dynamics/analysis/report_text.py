@@ -11,7 +11,7 @@ from ..models.operator import REGIMES
 from .comparisons import Comparison
 from .crossover import interval_text, star_text
 from .report import Problem, Report, TaskTable, status_text
-from .stats import ALPHA, PAIRED_T, POWER, Estimate, Paired
+from .stats import ALPHA, PAIRED_T, POWER, SIGN_FLIP, T_MIN_PAIRS, Estimate, Paired
 from .verdicts import EQUIVALENT, FAILS, INCONCLUSIVE, LOSS, MIN_PAIRS, SIZE_TOLERANCE, WIN
 from .wording import counts, counts_text, difference, sentence
 
@@ -64,14 +64,18 @@ COMPARISON_NOTE = (
     "value chosen on val. Δ: mean ± 95% CI over the seeds both finished; n: seeds both "
     "finished (of the seeds compared, where one failed: a seed one side did not finish, or "
     "whose metric is not finite, counts as that side's worst outcome). p: the paired t-test "
-    "of the mean difference (t; differences that do not vary give p = 0, or 1 where they "
-    "are 0; rank: the exact signed-rank test, where a seed failed), then Holm-adjusted over "
-    "every test of this report that could reach the level, a mirrored pair counted once; "
-    "the paired-t TOST p of equivalence at the task's margin, raw and adjusted, with its "
+    f"of the mean difference (t) from {T_MIN_PAIRS} pairs whose differences vary; the exact "
+    "sign-flip test (flip) over fewer, or over differences that do not vary beyond "
+    "rounding, whose p cannot fall below 2/2ⁿ; the exact signed-rank test (rank) where a "
+    "seed failed; then Holm-adjusted over every test of this report whose floor can reach "
+    "its Holm level (Tarone), a mirrored pair counted once; the TOST p of equivalence at "
+    "the task's margin (paired-t, or exact by the same rule), raw and adjusted, with its "
     "90% t interval. win / "
     f"loss: adjusted p < {ALPHA}, in the metric's better / worse direction (↑ higher, ↓ lower "
     f"is better); equivalent: otherwise, adjusted TOST p < {ALPHA} (the 90% interval inside "
     "the margin); both solved: both rows at the metric's best value on every seed, no test; "
+    "both at floor: both rows at or below the task's chance or shortcut level on every "
+    "seed, no test; "
     f"fails k/n: fewer than {MIN_PAIRS} seeds both finished because a side failed; "
     f"inconclusive: neither, or fewer than {MIN_PAIRS} seeds, with the smallest difference "
     f"the test could have detected ({POWER:.0%} power, at the Bonferroni level); not "
@@ -91,7 +95,7 @@ EXPECTATION_NOTE = (
 
 
 def _test(paired: Paired) -> str:
-    return "t" if paired.test == PAIRED_T else "rank"
+    return {PAIRED_T: "t", SIGN_FLIP: "flip"}.get(paired.test, "rank")
 
 
 def _n(p: Paired) -> str:
@@ -114,7 +118,7 @@ def _verdict(c: Comparison) -> str:
             seen = f"; detectable ±{_num(c.detectable, 2)}"
         elif p.differences and not any(p.differences) and p.n == p.total:
             seen = "; identical on every seed"
-        elif p.n >= MIN_PAIRS and p.floor >= ALPHA:
+        elif p.n >= MIN_PAIRS and c.p_adjusted is None and p.floor > 0:
             seen = f"; p cannot fall below {_p(p.floor)} at this n"
         else:
             seen = ""

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ..verdicts import (
+    AT_FLOOR,
     BOTH_SOLVED,
     EQUIVALENT,
     FAILS,
@@ -71,11 +72,12 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
     return fig
 
 
-#: Cell colour of each verdict label (Okabe–Ito green, vermillion, blue, sky blue and
-#: orange); the labels where no test was drawn (unequal tuning or budget, unmatched size)
-#: are white and hatched.
+#: Cell colour of each verdict label (Okabe–Ito green, vermillion, blue, sky blue, reddish
+#: purple and orange); the labels where no test was drawn (unequal tuning or budget,
+#: unmatched size) are white and hatched.
 MARK_COLORS = {WIN: "#009E73", LOSS: "#D55E00", EQUIVALENT: "#0072B2", INCONCLUSIVE: "#DDDDDD",
-               BOTH_SOLVED: "#56B4E9", FAILS: "#E69F00", UNEQUAL_TUNING: "#FFFFFF",
+               BOTH_SOLVED: "#56B4E9", AT_FLOOR: "#CC79A7", FAILS: "#E69F00",
+               UNEQUAL_TUNING: "#FFFFFF",
                UNEQUAL_BUDGET: "#FFFFFF", UNMATCHED_SIZE: "#FFFFFF"}
 NO_VERDICT = (UNEQUAL_TUNING, UNEQUAL_BUDGET, UNMATCHED_SIZE)
 
