@@ -323,8 +323,11 @@ def _publish(args: argparse.Namespace) -> int:
 def _docs(args: argparse.Namespace) -> int:
     from .analysis.pages import write_docs
 
-    for path in write_docs(args.results, args.out):
+    written, removed = write_docs(args.results, args.out)
+    for path in written:
         print(path)
+    for path in removed:
+        print(f"removed (generated before, no longer): {path}")
     return 0
 
 

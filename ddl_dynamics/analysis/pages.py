@@ -30,10 +30,10 @@ import hashlib
 import inspect
 import json
 import re
-import shutil
 import typing
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,9 @@ from ..experiment.config import (
     Override,
     TaskEntry,
     TrainConfig,
+    check_name,
 )
+from ..experiment.folder import write_atomically
 from ..experiment.grid import TUNABLE
 from .finding import WITHIN_MARGIN, findings, points, question_lines, study_findings, summary
 from .publish import FIGURES, load_study, studies
@@ -61,6 +63,10 @@ from .wording import MEANINGS, counts_text
 WITHIN_MARGIN_COLOR = "#CC79A7"
 #: Where the headline figure goes, relative to the repository root.
 HEADLINE = Path("docs") / "headline.png"
+#: The list, in ``docs/studies/``, of the files there that ``docs`` generated: only those
+#: it ever removes (hidden, so the site leaves it out).
+MANIFEST = ".generated"
+MANIFEST_HEAD = "# written by `ddl-dyn docs`: the files here it generated, which it may remove"
 
 
 def block(text: str, name: str, body: str) -> str:
@@ -138,8 +144,8 @@ def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
     from .plots.headline import headline
 
     fig = headline(panels, {WITHIN_MARGIN: WITHIN_MARGIN_COLOR})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, metadata={"Source": digest})
+    write_atomically(path, lambda file: fig.savefig(file, format="png", dpi=100,
+                                                    metadata={"Source": digest}))
     return path
 
 
@@ -272,16 +278,22 @@ def labels_block() -> str:
 
 # --- writing everything
 
-def _write(path: Path, text: str, written: list[Path]) -> None:
-    """Write ``text`` where it differs from the file's (so an unchanged file keeps its time)."""
-    if not path.is_file() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+def _write(path: Path, data: str | bytes, written: list[Path]) -> None:
+    """Write ``data`` where it differs from the file's (so an unchanged file keeps its
+    time), through a temporary renamed over it: a run killed meanwhile leaves the old file
+    or the new one, never half of one."""
+    content = data.encode() if isinstance(data, str) else data
+    if not path.is_file() or path.read_bytes() != content:
+        write_atomically(path, methodcaller("write", content))
     written.append(path)
 
 
-def write_docs(results: str | Path = "results", out: str | Path = ".") -> list[Path]:
-    """Regenerate every generated page, block and figure under ``out`` from ``results``."""
+def write_docs(results: str | Path = "results",
+               out: str | Path = ".") -> tuple[list[Path], list[Path]]:
+    """Regenerate every generated page, block and figure under ``out`` from ``results``, the
+    README last; returns the files written and those removed: the pages and figures of
+    ``docs/studies/`` an earlier run generated (its :data:`MANIFEST`) and this one does not
+    (a file put there by hand stays)."""
     out = Path(out)
     for folder in studies(results):
         if shipped(folder):  # its report.json as today's rules judge its cells
@@ -292,26 +304,17 @@ def write_docs(results: str | Path = "results", out: str | Path = ".") -> list[P
     for r in reports:
         r.setdefault("description", "")
     written: list[Path] = []
-    readme = out / "README.md"
-    _write(readme, block(readme.read_text(), "results", readme_block(reports)), written)
-    written.append(headline_figure([r for r in reports if tuned(r)], out / HEADLINE))
     pages = out / "docs" / "studies"
-    kept = {f"{r['name']}.md" for r in reports} | {"index.md"} | {r["name"] for r in reports}
-    for stale in pages.iterdir() if pages.is_dir() else ():
-        if stale.name not in kept:
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    figures = {folder.name: sorted(p.name for p in (folder / FIGURES).glob("*.png"))
+               for folder in studies(results)}
+    generated = {"index.md", *(f"{r['name']}.md" for r in reports),
+                 *(f"{name}/{f}" for name, found in figures.items() for f in found)}
+    before = set(_read_manifest(pages))
+    _write(pages / MANIFEST, _manifest(before | generated), [])  # a kill leaves both listed
     for folder, r in zip(studies(results), reports, strict=True):
-        figures = sorted(p.name for p in (folder / FIGURES).glob("*.png"))
-        target = pages / r["name"]
-        target.mkdir(parents=True, exist_ok=True)
-        for old in target.iterdir():
-            if old.name not in figures:
-                old.unlink()
-        for f in figures:
-            source = folder / FIGURES / f
-            if not (target / f).is_file() or (target / f).read_bytes() != source.read_bytes():
-                shutil.copyfile(source, target / f)
-        _write(pages / f"{r['name']}.md", study_page(r, figures), written)
+        for f in figures[folder.name]:
+            _write(pages / r["name"] / f, (folder / FIGURES / f).read_bytes(), written)
+        _write(pages / f"{r['name']}.md", study_page(r, figures[folder.name]), written)
     _write(pages / "index.md", index_page(reports), written)
     nav = out / "mkdocs.yml"
     _write(nav, nav_block(nav.read_text(), [r["name"] for r in reports]), written)
@@ -320,4 +323,36 @@ def write_docs(results: str | Path = "results", out: str | Path = ".") -> list[P
                              ("adding-a-task.md", "task", task_block())):
         path = out / "docs" / page
         _write(path, block(path.read_text(), name, body), written)
-    return written
+    written.append(headline_figure([r for r in reports if tuned(r)], out / HEADLINE))
+    removed = [pages / stale for stale in sorted(before - generated)
+               if (pages / stale).is_file()]
+    for path in removed:
+        path.unlink()
+        if path.parent != pages and not any(path.parent.iterdir()):
+            path.parent.rmdir()
+    _write(pages / MANIFEST, _manifest(generated), [])
+    readme = out / "README.md"
+    _write(readme, block(readme.read_text(), "results", readme_block(reports)), written)
+    return written, removed
+
+
+def _read_manifest(pages: Path) -> list[str]:
+    """The files of ``docs/studies/`` the last run generated (none where it kept no list);
+    a line that is not a page or a study's figure there raises ValueError."""
+    path = pages / MANIFEST
+    files = path.read_text().splitlines()[1:] if path.is_file() else []
+    for i, line in enumerate(files, start=2):
+        parts = line.split("/")
+        try:
+            if len(parts) > 2:
+                raise ValueError("more than a study's folder and a file")
+            for part in parts:
+                check_name(part, "a file docs generated")
+        except ValueError as err:
+            raise ValueError(f"{path}: line {i}: {line!r} is not a page or figure of "
+                             f"{pages} ({err}); correct or remove the line") from None
+    return files
+
+
+def _manifest(files: set[str]) -> str:
+    return MANIFEST_HEAD + "\n" + "".join(f"{f}\n" for f in sorted(files))
