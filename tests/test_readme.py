@@ -5,6 +5,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from ddl_dynamics import RunFolder
 from ddl_dynamics.cli import main
 
@@ -32,6 +34,7 @@ def test_quickstart_runs_the_suite_and_ci_runs_its_test_command():
     assert shlex.split(quickstart[0])[:3] == ["pip", "install", "torch==2.13.0"]
 
 
+@pytest.mark.slow  # 8 seeds of 300 steps: over 8 s on 2 cores
 def test_custom_task_example_runs_as_printed(tmp_path, monkeypatch):
     (tmp_path / "my_task.py").write_text(block("# my_task.py"))
     (tmp_path / "swap.toml").write_text(block("# swap.toml"))
