@@ -171,6 +171,10 @@ def test_load_experiment_reads_toml_and_rejects_malformed(tmp_path):
         dd.load_experiment(bad)
     with pytest.raises(dd.ConfigError, match="no such file"):
         dd.load_experiment(tmp_path / "missing.toml")
+    with pytest.raises(dd.ConfigError, match=r"no such file\. Did you mean 'good'\?"):
+        dd.load_experiment(tmp_path / "god.toml")
+    with pytest.raises(dd.ConfigError, match=r"no such file$"):
+        dd.load_experiment(tmp_path / "zzz.toml")
 
 
 # --- matched parameters and baselines

@@ -67,7 +67,9 @@ def load_experiment(path: str | Path, options: RunOptions | None = None) -> Expe
     changes of it (`RunOptions`: keys set, seeds) applied and recorded in its text."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(str(path), "", "no such file")
+        # the stems: a shared ".toml" alone makes any two names look alike
+        hint = did_you_mean(path.stem, sorted(p.stem for p in path.parent.glob("*.toml")))
+        raise ConfigError(str(path), "", "no such file" + ("." + hint if hint else ""))
     if not path.is_file():  # a folder, a device or a FIFO (which reading would block on)
         raise ConfigError(str(path), "", "not a regular file; give an experiment TOML file")
     try:
