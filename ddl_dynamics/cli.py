@@ -157,12 +157,14 @@ def _report(args: argparse.Namespace) -> int:
     from .analysis.html import write_html_report
     from .analysis.render import render
     from .analysis.report import build_report
+    from .experiment.folder import RunFolder
 
     _load_task_files(args)
+    run = RunFolder.open(args.run_dir, task_files=args.task_files)
     if args.format == "html":  # figures embedded: probes and plots whatever is missing
-        print(f"report: {write_html_report(args.run_dir, args.output)}")
+        print(f"report: {write_html_report(run, args.output)}")
         return 0
-    text = render(build_report(args.run_dir), args.format)
+    text = render(build_report(run), args.format)
     if args.output:
         Path(args.output).write_text(text)
     else:
@@ -246,6 +248,11 @@ def _report_parser(report: argparse.ArgumentParser) -> None:
                              "(figures embedded, written to RUN_DIR/report.html)")
     report.add_argument("--output", help="write to this file instead")
     _task_file_option(report, "instead of the run's kept copy")
+    report.add_argument("--no-task-files", dest="task_files", action="store_false",
+                        help="import none of the task files the run folder keeps (a run "
+                             "folder holds Python that report, plot, compare and publish "
+                             "otherwise import: read only folders you trust); its tasks "
+                             "must be built in or given with --task-file")
     report.set_defaults(func=_report)
 
 

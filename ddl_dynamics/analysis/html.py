@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..experiment.folder import RunFolder
 from .figures import drawn_where_possible, make_figures, writable
 from .probes import probe_run
 from .render import render_markdown
@@ -219,19 +220,20 @@ def _code(text: str) -> str:
     return re.sub("`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
-def write_html_report(run_dir: str | Path, path: str | Path | None = None) -> Path:
+def write_html_report(run: str | Path | RunFolder, path: str | Path | None = None) -> Path:
     """Probe and plot what is missing, then write ``<run_dir>/report.html`` (or ``path``).
     A run folder on read-only storage is only read: its probes stay in memory and its
     figures in a temporary folder, so ``path`` elsewhere is all the report needs."""
-    path = Path(path) if path is not None else Path(run_dir) / "report.html"
+    run_dir = run.path if isinstance(run, RunFolder) else Path(run)
+    path = Path(path) if path is not None else run_dir / "report.html"
     if not writable(path.parent):  # say so before probing and drawing everything
         raise OSError(f"cannot write {path}: read-only or no permission (give --output "
                       "elsewhere)")
-    run = load_run(run_dir)
+    read = load_run(run)
     with drawn_where_possible(run_dir):
-        probe_run(run)
-        report = build_report(run)
-        figures = [p for p in make_figures(run, report=report) if p.suffix == ".png"]
+        probe_run(read)
+        report = build_report(read)
+        figures = [p for p in make_figures(read, report=report) if p.suffix == ".png"]
         path.write_text(render_html(report, figures))
         if writable(Path(run_dir)):  # the run's markdown from the same, probed report
             (Path(run_dir) / "report.md").write_text(render_markdown(report))

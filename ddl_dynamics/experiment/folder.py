@@ -52,17 +52,20 @@ class RunFolder:
         self._probes: dict[str, dict[str, np.ndarray] | None] = {}
 
     @classmethod
-    def open(cls, path: str | Path, mode: Literal["r", "w"] = "r") -> RunFolder:
+    def open(cls, path: str | Path, mode: Literal["r", "w"] = "r",
+             task_files: bool = True) -> RunFolder:
         """Open a run folder; ``"r"`` refuses a missing one, and imports the run's kept task
         files where what they register is missing (so a ``--task-file`` given again takes
-        precedence over the run's copy)."""
+        precedence over the run's copy): Python from the folder, run as this process.
+        ``task_files=False`` imports nothing (a folder of built-in tasks, or one not
+        trusted)."""
         path = Path(path)
         if mode not in ("r", "w"):
             raise ValueError(f"unknown run folder mode {mode!r}; use 'r' or 'w'")
         if mode == "r" and not path.exists():
             raise FileNotFoundError(f"{path}: no such run folder")
         folder = cls(path, ResultStore(path / STORE, create=mode == "w"))
-        if mode == "r":
+        if mode == "r" and task_files:
             for record in folder.store.task_files():
                 if not set(record["registers"]) <= _registered():
                     load_task_file(path / record["copy"])
