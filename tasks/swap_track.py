@@ -23,9 +23,9 @@ Shortcut levels (``shortcut_levels``), the accuracies of guesses that track noth
 start. Over all words an item is home after L swaps with probability 1/n + (1 − 1/n)
 ((n − 3)/(n − 1))^L (0.6, 0.4, 0.3 at n = 5 and L = 1, 2, 3); a short word's test split
 holds a fixed few words, whose levels differ, so they are measured on
-:data:`FLOOR_SAMPLE` test examples. ``floor`` is the best of them.
+`FLOOR_SAMPLE` test examples. ``floor`` is the best of them.
 
-Train, val and test hold swap words out from each other (:func:`~ddl_dynamics.held_out`): no
+Train, val and test hold swap words out from each other (`held_out`): no
 val or test word occurs in train, so a model must compose swaps rather than recall words. A
 one-swap word is a single token that train must see, so there the whole example (the swap
 and its queries) is the unit held out.
@@ -106,7 +106,7 @@ class SwapWords:
         return torch.combinations(torch.arange(self.items))
 
     def words(self, m: int, swaps: int, g: torch.Generator) -> Tensor:
-        """``m`` words of ``swaps`` transpositions, as indices into :attr:`pairs`."""
+        """``m`` words of ``swaps`` transpositions, as indices into `pairs`."""
         n = self.items
         if not self.commute:
             return torch.randint(0, self.transpositions, (m, swaps), generator=g)
@@ -203,7 +203,7 @@ class SwapTrack(SequenceTask, SwapWords):
 
     @cached_property
     def shortcut_levels(self) -> dict[str, float]:
-        """The shortcuts' accuracies on the test split (:meth:`SwapWords.shortcuts`)."""
+        """The shortcuts' accuracies on the test split (`SwapWords.shortcuts`)."""
         data, L = self.sample(FLOOR_SAMPLE, 0, "test"), self.swaps
         return self.shortcuts(data.inputs[:, :L] - self.items, data.inputs[:, L:],
                               data.targets[:, L:])
@@ -280,7 +280,7 @@ class SwapTrackDepth(Task, SwapWords):
 
     @cached_property
     def shortcut_levels(self) -> dict[str, float]:
-        """The shortcuts' accuracies on the test split (:meth:`SwapWords.shortcuts`)."""
+        """The shortcuts' accuracies on the test split (`SwapWords.shortcuts`)."""
         data = self.sample(FLOOR_SAMPLE, 0, "test")
         return self.shortcuts(data.controls.argmax(-1), data.inputs.argmax(-1, keepdim=True),
                               data.targets.argmax(-1, keepdim=True))

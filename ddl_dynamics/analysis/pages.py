@@ -292,7 +292,7 @@ def write_docs(results: str | Path = "results",
                out: str | Path = ".") -> tuple[list[Path], list[Path]]:
     """Regenerate every generated page, block and figure under ``out`` from ``results``, the
     README last; returns the files written and those removed: the pages and figures of
-    ``docs/studies/`` an earlier run generated (its :data:`MANIFEST`) and this one does not
+    ``docs/studies/`` an earlier run generated (its `MANIFEST`) and this one does not
     (a file put there by hand stays)."""
     out = Path(out)
     for folder in studies(results):

@@ -212,7 +212,7 @@ def _json(path: Path) -> Any:
 
 
 def _check(value: Any, hint: Any, path: Path, where: str = "") -> None:
-    """:func:`~.shape.check_shape`, its message naming the file."""
+    """`check_shape`, its message naming the file."""
     try:
         check_shape(value, hint, where)
     except DamagedError as err:

@@ -1,7 +1,7 @@
 """A JSON value checked against the type hints of the dataclass it was written from.
 
-A published study's ``report.json`` is a :class:`~.report.Report` written as JSON
-(:func:`~.render.render_json`). What reads it back (``docs``, ``compare``) trusts each
+A published study's ``report.json`` is a `Report` written as JSON
+(`render_json`). What reads it back (``docs``, ``compare``) trusts each
 field's type, so a hand-edited or damaged file is checked first, field by field, against the
 same dataclasses: a damaged field is named where it is (``comparisons[3].paired.mean``), never
 met as a traceback deep inside a page. Keys the dataclasses do not know are let through
@@ -24,9 +24,9 @@ class DamagedError(ValueError):
 
 
 def check_shape(value: Any, hint: Any, where: str) -> None:
-    """Raise :class:`DamagedError` naming the first field of ``value`` (at ``where``) that
+    """Raise `DamagedError` naming the first field of ``value`` (at ``where``) that
     does not fit ``hint``: a dataclass, a union, a ``Literal``, a list, tuple or dict of
-    them, ``str``, ``int``, ``float`` (finite, or ``None``: :func:`~.render.render_json`
+    them, ``str``, ``int``, ``float`` (finite, or ``None``: `render_json`
     writes a non-finite one so, e.g. a crossover interval's open end) or ``bool``."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any or hint is object:

@@ -1,11 +1,11 @@
 """A published study judged from its shipped data, so that a change of rule needs no rerun.
 
-``results/<study>/`` ships its cells (``cells.csv``, :func:`~.results.write_cells`) and what
+``results/<study>/`` ships its cells (``cells.csv``, `write_cells`) and what
 only the run could compute beside them (``record.json``: the experiment record, how far the
 run got, and the gate regimes its probes of the trained weights measured). Every read of the
-study (:func:`study_report`) builds the report from those files by today's rules;
+study (`study_report`) builds the report from those files by today's rules;
 ``report.json`` is that report rendered, a cache that ``ddl-dyn docs`` rewrites
-(:func:`refresh_report`) and that a reader can open without the package.
+(`refresh_report`) and that a reader can open without the package.
 """
 
 from __future__ import annotations
