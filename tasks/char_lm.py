@@ -42,6 +42,7 @@ from ddl_dynamics import (
     register_task,
     split_generator,
 )
+from ddl_dynamics._task import MAX_OVERLAP
 
 #: The standard-library modules read, in this order (pure Python, present since 3.8).
 MODULES = (
@@ -96,14 +97,25 @@ def _unseen_starts(sha256: str, vocab: int, length: int, split: str) -> tuple[Te
     """The (block, start) of every window of ``length + 1`` characters of ``split`` whose
     text occurs nowhere in the training blocks."""
     splits = _corpus(sha256, vocab)[0]
+    train, rows = _as_bytes(splits["train"]), _as_bytes(splits[split])
     width = length + 1
-    seen = {row[2 * i: 2 * (i + width)] for row in _as_bytes(splits["train"])
-            for i in range(BLOCK - width + 1)}
-    kept = [(b, i) for b, row in enumerate(_as_bytes(splits[split]))
+    seen = {row[2 * i: 2 * (i + width)] for row in train for i in range(BLOCK - width + 1)}
+    kept = [(b, i) for b, row in enumerate(rows)
             for i in range(BLOCK - length) if row[2 * i: 2 * (i + width)] not in seen]
     if not kept:
         raise ValueError(f"char-lm: every {split} window of {width} characters also occurs in "
                          "the training text")
+    # held out by content as the suite checks it, by the context alone: a short context
+    # recurs in source code followed by another character
+    contexts = {rows[b][2 * i: 2 * (i + length)] for b, i in kept}
+    recurring = {window for row in train for i in range(BLOCK - length + 1)
+                 if (window := row[2 * i: 2 * (i + length)]) in contexts}
+    shared = sum(rows[b][2 * i: 2 * (i + length)] in recurring for b, i in kept) / len(kept)
+    if shared > MAX_OVERLAP:
+        raise ValueError(f"char-lm: at length {length} and vocab {vocab}, {shared:.0%} of the "
+                         f"{split} windows have a context that also occurs in the training "
+                         f"text (at most {MAX_OVERLAP:.0%}, or they are not held out): source "
+                         "code repeats itself over short contexts; use a longer length")
     which, start = torch.tensor(kept, dtype=torch.long).T
     return which, start
 

@@ -450,3 +450,48 @@ def _claimed(run: Path) -> bool:
     except sqlite3.Error:
         return False
     return found is not None
+
+
+# --- names, links, compile and short char-lm contexts --------------------------------------
+
+@pytest.mark.parametrize(("name", "said"), [("   ", "is blank"),
+                                            ("ab\u202ecd", "invisible format character")])
+def test_an_experiment_name_blank_or_with_format_characters_is_refused(tmp_path, capsys, name,
+                                                                      said):
+    exp = experiment(tmp_path, '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n')
+    exp.write_text(f'name = "{name}"\n' + exp.read_text())  # a top-level key goes first
+    line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
+    assert said in line and "runs/<name>" in line
+
+
+@pytest.mark.parametrize("link", ["dangling", "looping"])
+def test_a_broken_link_as_run_folder_says_so(tmp_path, capsys, link):
+    exp = experiment(tmp_path, '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n')
+    run = tmp_path / "run"
+    run.symlink_to(tmp_path / "nowhere" if link == "dangling" else run)
+    for argv in (["run", str(exp), "--run-dir", str(run)], ["report", str(run)]):
+        line = refused(capsys, *argv)
+        assert "a symbolic link to" in line and "does not exist or loops" in line
+
+
+def test_char_lm_contexts_too_short_to_hold_out_are_refused_at_check_time(tmp_path, capsys):
+    exp = experiment(tmp_path, '[[tasks]]\nname = "char-lm"\nspec = { length = 8, vocab = 16 }\n'
+                               '[[models]]\nname = "transformer"\n', base="")
+    line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
+    assert "fails check_task" in line and "of the val windows have a context" in line
+    assert not (tmp_path / "run").exists()  # refused before anything trained
+
+
+@pytest.mark.slow
+def test_compile_without_a_compiler_is_said_once_in_one_line(tmp_path):
+    exp = experiment(tmp_path, 'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
+                               '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n',
+                     base=TINY + "compile = true\n")
+    done = subprocess.run([sys.executable, "-m", "ddl_dynamics.cli", "run", str(exp), "--jobs",
+                           "2", "--run-dir", str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "CXX": "/nonexistent"})
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.replace("\r", "\n").splitlines()
+            if "compile" in line]
+    assert len(said) == 1 and said[0].startswith("ddl-dyn: warning:"), said
+    assert "torch.compile is unavailable here: no C++ compiler" in said[0]

@@ -67,6 +67,7 @@ from .config import (
     coerce,
 )
 from .grid import expand
+from .step import compiled_losses
 
 
 def expand_cells(
@@ -192,6 +193,8 @@ def check_experiment(config: ExperimentConfig) -> None:
                 errors.append(err)
     for note in sorted(replaced | _resized(config, cells, built)):
         warnings.warn(f"{config.source}: {note}", ConfigWarning, stacklevel=2)
+    if any(cell.train.compile for cell in cells):
+        compiled_losses.check(config.source)
     pairs = _pairs(config)
     for index, entry in enumerate(config.tasks):
         if not any(t == index for t, _ in pairs):

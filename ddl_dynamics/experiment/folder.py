@@ -62,6 +62,9 @@ class RunFolder:
         path = Path(path)
         if mode not in ("r", "w"):
             raise ValueError(f"unknown run folder mode {mode!r}; use 'r' or 'w'")
+        if path.is_symlink() and not path.exists():
+            raise FileNotFoundError(f"{path}: a symbolic link to {os.readlink(path)!r}, which "
+                                    "does not exist or loops; give a folder")
         if mode == "r" and not path.exists():
             raise FileNotFoundError(f"{path}: no such run folder")
         folder = cls(path, ResultStore(path / STORE, create=mode == "w"))

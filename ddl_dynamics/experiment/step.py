@@ -6,6 +6,7 @@ forward and the losses through ``torch.compile`` (`compiled_losses`)."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import warnings
 from collections.abc import Callable, Sequence
 from typing import cast
@@ -76,9 +77,10 @@ class _Compiled:
         if self.failed or _get_current_dispatch_mode() is not None:
             return member_losses(*args)  # a mode watching ops (a FLOP count) sees them eager
         if self.losses is None:
-            reason = _unavailable()
-            if reason:
-                return self.fall_back(reason, args)
+            reason = compile_unavailable()
+            if reason:  # a run's worker stays quiet: its run's check said so once
+                return self.fall_back(reason, args,
+                                      say=multiprocessing.parent_process() is None)
             self.losses = cast(Losses, torch.compile(member_losses, dynamic=False))
         try:
             with warnings.catch_warnings(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
@@ -89,15 +91,27 @@ class _Compiled:
             return self.fall_back(f"compiling failed ({type(err.inner_exception).__name__})",
                                   args)
 
-    def fall_back(self, reason: str,
-                  args: tuple[nn.Module, Task, TaskData, Predict, int]) -> Tensor:
+    def fall_back(self, reason: str, args: tuple[nn.Module, Task, TaskData, Predict, int],
+                  say: bool = True) -> Tensor:
         self.failed = True
-        warnings.warn(f"torch.compile is unavailable: {reason}; the training steps run "
-                      "eagerly", CompileWarning, stacklevel=3)
+        if say:
+            warnings.warn(f"torch.compile is unavailable: {reason}; the training steps run "
+                          "eagerly", CompileWarning, stacklevel=3)
         return member_losses(*args)
 
+    def check(self, where: str) -> None:
+        """Warn once, before anything trains, where ``torch.compile`` is unavailable (the
+        steps then run eagerly here without another word): an experiment's check, in the
+        run's process, for every worker on this machine."""
+        reason = compile_unavailable()
+        if reason and not self.failed:
+            self.failed = True
+            warnings.warn(f"{where}: train.compile = true, but torch.compile is unavailable "
+                          f"here: {reason}; the training steps run eagerly", CompileWarning,
+                          stacklevel=3)
 
-def _unavailable() -> str:
+
+def compile_unavailable() -> str:
     """Why inductor cannot compile for the CPU here (no C++ compiler found), else ''."""
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
