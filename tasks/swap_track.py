@@ -28,7 +28,8 @@ holds a fixed few words, whose levels differ, so they are measured on
 Train, val and test hold swap words out from each other (`held_out`): no
 val or test word occurs in train, so a model must compose swaps rather than recall words. A
 one-swap word is a single token that train must see, so there the whole example (the swap
-and its queries) is the unit held out.
+and its queries) is the unit held out. A word space too small to give every split a share (3
+items, 2 swaps: 9 words) fails with `held_out`'s message.
 
 ``swap-track`` is the sequence task, for the Transformers: the word, one token per swap, then
 every item queried once in random order, scored at the queries only. Tokens: the queries
@@ -89,6 +90,8 @@ class SwapWords:
     commute: bool = False
 
     def check_words(self, swaps: int) -> None:
+        """A word of at least one swap, and items enough for the order (or, under commute,
+        for two disjoint pairs) to matter."""
         if swaps < 1:
             raise ValueError(f"a word needs at least 1 swap, got {swaps}")
         if self.items < (4 if self.commute else 3):
