@@ -415,6 +415,12 @@ def _context() -> multiprocessing.context.BaseContext:
             multiprocessing.forkserver.ensure_running()
         finally:
             signal.signal(signal.SIGINT, before)
+        # The server preloads before it forks anything (seconds on a busy machine): wait for
+        # that here, where a Ctrl-C ends the run at once, not while a worker starts, where
+        # it waits for the start (`_deferred_interrupt`).
+        ready = context.Process(target=int)
+        ready.start()
+        ready.join()
     return context
 
 
