@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ddl_dynamics.analysis.publish import studies
 from ddl_dynamics.cli import main
 
 
@@ -146,3 +147,14 @@ def test_a_killed_publish_leaves_the_old_or_the_new_study_whole(tiny_study, tmp_
     assert main(argv) == 0  # the next publish finishes what was left
     assert tree(study) == new
     assert sorted(p.name for p in results.iterdir()) == ["tiny"]
+
+
+def test_docs_skip_a_study_being_published_and_name_one_moved_aside(tiny_study, tmp_path,
+                                                                     capsys):
+    results = tmp_path / "results"
+    assert main(["publish", str(tiny_study), "--results", str(results)]) == 0
+    shutil.copytree(results / "tiny", results / ".other.new")  # a publish under way
+    assert studies(results) == [results / "tiny"]
+    (results / "tiny").rename(results / ".tiny.old")  # a publish killed between its renames
+    line = refused(capsys, "docs", "--results", str(results), "--out", str(tmp_path))
+    assert ".tiny.old: a publish was cut short" in line
