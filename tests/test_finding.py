@@ -201,10 +201,15 @@ def test_the_readme_block_groups_by_question_and_counts_each_study_once():
     two = {**one, "task": "switched[event=reflect,p=0]"}
     tables = [{"task": one["task"], "rows": [{"model": "ddl", "chosen": "lr=0.01",
                                               "baseline": "resnet"}]}]
-    text = readme_block([report(one, two, name="tuned", tables=tables)])
+    judged = {**report(one, two, name="tuned", tables=tables), "shipped": True}
+    text = readme_block([judged, {**judged, "name": "legacy", "shipped": False}])
     assert "1 distinct finding: 1 win" in text and "1 repeat of a counted test" in text
     assert "- **each row against its baseline**: 1 win" in text
     assert "- [`tuned`](docs/studies/tuned.md): 1 win." in text
+    # a study without its cells keeps its labels on its page, outside the finding
+    assert "over 1 tuned study judged from their shipped cells" in text
+    assert "- [`legacy`](docs/studies/legacy.md): 1 win (published before studies shipped " \
+           "their cells" in text
 
 
 def test_a_declared_question_is_answered_by_labels_alone():

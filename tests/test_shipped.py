@@ -58,7 +58,7 @@ def test_the_shipped_cells_judge_as_the_run_folder(which, tiny_study, tuned_run,
     study = tmp_path / which
     with (study / CELLS).open(newline="") as file:
         rows = list(csv.DictReader(file))
-    assert len(rows) == {"tiny": 12, "tuned": 12}[which]
+    assert len(rows) == len(load_results(run_dir)) >= 12  # the tuned grid grew past its edge
     assert {"task", "model", "seed", "status", "test", "params", "flops", "config",
             "metrics"} <= set(rows[0])
     assert load_results(study) == load_results(run_dir)

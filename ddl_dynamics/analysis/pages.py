@@ -96,17 +96,34 @@ def nav_block(text: str, names: Sequence[str]) -> str:
 
 def tuned(report: Mapping[str, Any]) -> bool:
     """Whether a study tuned its rows (some row reports a chosen grid value): only such a
-    study's verdicts rest on every row at its own best rate, and only they make the finding."""
+    study's verdicts rest on every row at its own best rate."""
     return any(row.get("chosen") for t in report.get("tables", []) for row in t["rows"])
+
+
+def in_finding(report: Mapping[str, Any]) -> bool:
+    """Whether a study makes the finding: tuned, and judged now from the cells it ships (a
+    study published before studies shipped their cells keeps the labels of the rules it was
+    published under, which today's rules cannot check)."""
+    return tuned(report) and bool(report.get("shipped"))
+
+
+def _outside(report: Mapping[str, Any]) -> str:
+    """Why a study is not part of the finding ("" where it is)."""
+    if not tuned(report):
+        return "untuned: every row at one fixed rate"
+    if not report.get("shipped"):
+        return "published before studies shipped their cells: labels of the rules of its day"
+    return ""
 
 
 def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     """The finding over the tuned studies (`finding`: each distinct test once, by
     question, the Delta row first), the headline figure and one line per study."""
-    judged = [r for r in reports if tuned(r)]
+    judged = [r for r in reports if in_finding(r)]
     studies_text = "study" if len(judged) == 1 else "studies"
     found, left = findings(judged)
-    lines = [f"**The finding**, over {len(judged)} published tuned {studies_text}: "
+    lines = [f"**The finding**, over {len(judged)} tuned {studies_text} judged from their "
+             "shipped cells by today's rules: "
              + " ".join(summary(found, left)), "", "By question:", "",
              *question_lines(found), "",
              f"![Every finding by question: difference in margins, label]({HEADLINE})", "",
@@ -118,8 +135,8 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
              "Per study (distinct findings):", ""]
     lines += [f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
               f"{counts_text(counts_of(r)) or 'no finding'}"
-              + ("." if tuned(r) else " (untuned: every row at one fixed rate, so not part "
-                 "of the finding).") for r in reports]
+              + (f" ({why}; not part of the finding)." if (why := _outside(r)) else ".")
+              for r in reports]
     return "\n".join(lines)
 
 
@@ -323,7 +340,7 @@ def write_docs(results: str | Path = "results",
                              ("adding-a-task.md", "task", task_block())):
         path = out / "docs" / page
         _write(path, block(path.read_text(), name, body), written)
-    written.append(headline_figure([r for r in reports if tuned(r)], out / HEADLINE))
+    written.append(headline_figure([r for r in reports if in_finding(r)], out / HEADLINE))
     removed = [pages / stale for stale in sorted(before - generated)
                if (pages / stale).is_file()]
     for path in removed:

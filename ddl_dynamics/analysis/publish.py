@@ -173,8 +173,9 @@ def provenance(run: Run, name: str, command: str | None = None,
 
 
 def load_study(folder: str | Path) -> dict[str, Any]:
-    """A published study's report (``report.json``) as a dict, its ``run.json`` under
-    ``"run"``; a folder that is not a published study, or a file with a damaged field (named
+    """A published study's report (``report.json``, or judged now from its cells where it
+    ships them: ``"shipped"``) as a dict, its ``run.json`` under ``"run"``; a folder that
+    is not a published study, or a file with a damaged field (named
     with its file and entry), raises ValueError."""
     folder = Path(folder)
     path = folder / REPORT
@@ -201,7 +202,8 @@ def load_study(folder: str | Path) -> dict[str, Any]:
     if run:
         _check(run, Provenance, folder / RUN)
     changes = (folder / CHANGES).read_text() if (folder / CHANGES).is_file() else ""
-    return {**report, "run": run, "questions": questions(folder / EXPERIMENT), "changes": changes}
+    return {**report, "run": run, "questions": questions(folder / EXPERIMENT), "changes": changes,
+            "shipped": shipped(folder)}
 
 
 def _json(path: Path) -> Any:

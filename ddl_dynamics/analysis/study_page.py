@@ -108,6 +108,12 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
     lines += [f"Ran as `{run.get('command', '')}`; {run.get('cells', '—')} cells; finished "
               f"{(run.get('ended_at') or '—')[:10]}; software: {versions or '—'}; machine: "
               f"{machine.get('platform', '—')}, {machine.get('cpu_count', '—')} CPUs.", ""]
+    if not report.get("shipped"):
+        lines += ["**Published before studies shipped their cells**: the labels below are "
+                  "those of the rules it was published under, not judged again by today's "
+                  "(which, for example, decide ties and small samples by an exact test and "
+                  "set floors); it is outside the finding until a rerun publishes its cells.",
+                  ""]
     if run.get("partial"):
         lines += [f"**Published unfinished** (`--allow-partial`): {run['partial']}.", ""]
     asked = report.get("questions") or []
