@@ -142,9 +142,11 @@ def _draw(run: Run, report: Report, out: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class Provenance:
-    """What ran a study (``run.json``): the command, software, machine, dates and the time
-    it took (the latest run's span and the cells' summed training time); ``partial``: what
-    an unfinished run published with ``--allow-partial`` lacks."""
+    """What ran a study (``run.json``): the command, software, machine, dates (of the first
+    run into its folder and of the latest) and the time it took (``wall_time_s``: the summed
+    span of every run into the folder, so a resumed or grown study counts each part; and the
+    cells' summed training time); ``partial``: what an unfinished run published with
+    ``--allow-partial`` lacks."""
 
     study: str
     command: str
@@ -162,10 +164,13 @@ def provenance(run: Run, name: str, command: str | None = None,
                partial: str = "") -> Provenance:
     """The provenance of ``run`` published as study ``name``."""
     exp = run.experiment
-    started, ended = exp.get("started_at"), exp.get("ended_at")
+    spans = run.folder.store.spans() if run.folder is not None else [
+        (exp.get("started_at"), exp.get("ended_at"))]
+    started, ended = spans[0][0] if spans else None, exp.get("ended_at")
     span = None
-    if started and ended:
-        span = (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds()
+    if spans and all(start and end for start, end in spans):
+        span = sum((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+                   for start, end in spans if start and end)
     cells = [c for row in run.rows.values() for c in row.cells]
     return Provenance(name, command or f"ddl-dyn run experiments/{name}.toml",
                       exp.get("versions", {}), exp.get("machine", {}), started, ended, span,

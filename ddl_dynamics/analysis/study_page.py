@@ -105,7 +105,9 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
         lines += [report["description"].strip(), ""]
     versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items())
     machine = run.get("machine", {})
-    lines += [f"Ran as `{run.get('command', '')}`; {run.get('cells', '—')} cells; finished "
+    wall = run.get("wall_time_s")
+    took = f"; wall time {wall:,.0f} s" if isinstance(wall, int | float) else ""
+    lines += [f"Ran as `{run.get('command', '')}`; {run.get('cells', '—')} cells{took}; finished "
               f"{(run.get('ended_at') or '—')[:10]}; software: {versions or '—'}; machine: "
               f"{machine.get('platform', '—')}, {machine.get('cpu_count', '—')} CPUs.", ""]
     if not report.get("shipped"):

@@ -394,6 +394,13 @@ class ResultStore:
         keys = set(self._run_cells(run["id"], run["cells"]))
         return Progress(len(keys & stored), len(keys), run["ended_at"] is not None)
 
+    def spans(self) -> list[tuple[str, str | None]]:
+        """When each run into the store started and ended (None: it did not end), oldest
+        first: a study resumed or grown in several runs took their sum."""
+        with self._transaction() as con:
+            return [(r["started_at"], r["ended_at"])
+                    for r in con.execute("SELECT started_at, ended_at FROM runs ORDER BY id")]
+
     def experiment(self) -> dict[str, Any] | None:
         """The latest run's record: name, config text, task files, versions, machine, times."""
         with self._transaction() as con:
