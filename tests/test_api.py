@@ -68,7 +68,8 @@ def test_load_results_is_one_row_per_cell_with_a_column_per_figure(tmp_path):
         "tasks": [{"name": "parity"}],
         "models": [{"name": "ddl", "tune": {"lr": [1e-3, 3e-3]}}],
         "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
-                     "train": {"steps": 3, "n_train": 32, "n_val": 16, "n_test": 16}}})
+                     "train": {"steps": 3, "n_train": 32, "n_val": 16, "n_test": 16},
+                     "tune": {"extend": 0}}})  # the declared grid alone
     dd.run_experiment(config, run_dir=tmp_path, progress=False)
     rows = dd.load_results(tmp_path)
     assert len(rows) == 4 and all(list(r) == list(rows[0]) for r in rows)

@@ -187,17 +187,18 @@ def test_verdict_matrix_colours_each_mark():
              "parity": {"ddl": ("inconclusive", "+0.01 ± 0.3"),
                         "node": ("unequal budget", "no test"),
                         "gated": ("unmatched size", "no test"),
-                        "ddl-lin": ("both solved", "+0 ± 0"), "ddl-write": ("fails", "—")}}
+                        "ddl-lin": ("both solved", "+0 ± 0"), "ddl-write": ("fails", "—")},
+             "var-chain": {"ddl": ("both at floor", "+0 ± 0")}}
     fig = verdict_matrix(cells)
     ax = fig.axes[0]
     drawn = {tuple(round(c, 3) for c in p.get_facecolor()[:3]) for p in ax.patches}
     expected = {tuple(round(c, 3) for c in to_rgb(color)) for color in MARK_COLORS.values()}
-    assert drawn == expected and len(ax.patches) == 8  # (overwrite, node) stays blank
+    assert drawn == expected and len(ax.patches) == 9  # (overwrite, node) stays blank
     texts = {t.get_text() for t in ax.texts}
     assert "win\n-0.4 ± 0.1" in texts and "unequal budget\nno test" in texts
     hatched = [p for p in ax.patches if p.get_hatch()]
     assert len(hatched) == 2  # no test drawn
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["overwrite", "parity"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["overwrite", "parity", "var-chain"]
 
 
 @pytest.mark.slow  # over 10 s on 2 cores

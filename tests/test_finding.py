@@ -207,7 +207,7 @@ def test_the_readme_block_groups_by_question_and_counts_each_study_once():
     assert "- **each row against its baseline**: 1 win" in text
     assert "- [`tuned`](docs/studies/tuned.md): 1 win." in text
     # a study without its cells keeps its labels on its page, outside the finding
-    assert "over 1 tuned study judged from their shipped cells" in text
+    assert "over 1 tuned study judged from the cells it ships" in text
     assert "- [`legacy`](docs/studies/legacy.md): 1 win (published before studies shipped " \
            "their cells" in text
 

@@ -307,7 +307,7 @@ def summary(found: Sequence[Finding], left: Mapping[str, int], limit: int = 3) -
     plural = "" if len(found) == 1 else "s"
     lines = [f"{len(found)} distinct finding{plural}: {counts_text(tally) or 'none'} (each test "
              "once: identical per-seed data are one test, and a comparison followed over a "
-             f"swept knob is one finding, {crossings} such"
+             f"swept knob is one finding, {crossings or 'none'} here"
              + (f"; left out: {', '.join(outside)}" if outside else "") + ")."]
     delta = [f for f in found if is_delta(f.first)]
     for label, opening in ((WIN, "Where a Delta row wins"), (LOSS, "Where a Delta row loses")):
