@@ -101,3 +101,39 @@ def test_docs_restore_a_deleted_report_and_follow_an_edited_cell(tiny_study, tmp
     assert "0.123456" in after["results/tiny/report.json"].decode()
     changed = {name for name in before if before[name] != after.get(name)}
     assert {"results/tiny/report.json", "docs/studies/tiny.md"} <= changed
+
+
+def _damage_cells(study: Path, column: str, value: str) -> None:
+    with (study / CELLS).open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    rows[0][column] = value
+    with (study / CELLS).open("w", newline="") as file:
+        writer = csv.DictWriter(file, list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+@pytest.mark.parametrize(("where", "damage"), [
+    ("cells", ("seed", "abc")), ("cells", ("metrics", "{not json")),
+    ("cells", ("config", "[]")), ("cells", ("params", "1.5e")),
+    ("record", {"run_dir": "runs/tiny"}), ("record", "[]"),
+    ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": 3, "regimes": []}),
+    ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": "", "regimes": [{}]}),
+])
+def test_damaged_shipped_cells_are_one_clear_message(tiny_study, tmp_path, capsys, where,
+                                                    damage):
+    results = tmp_path / "results"
+    assert main(["publish", str(tiny_study), "--results", str(results)]) == 0
+    study = results / "tiny"
+    if where == "cells":
+        _damage_cells(study, *damage)
+    else:
+        (study / "record.json").write_text(damage if isinstance(damage, str)
+                                           else json.dumps(damage))
+    for name in ("README.md", "mkdocs.yml", "docs"):
+        source = ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copyfile)(source, tmp_path / name)
+    capsys.readouterr()
+    assert main(["docs", "--results", str(results), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ("cells.csv" in err or "record.json" in err), err

@@ -102,8 +102,7 @@ def published_run(folder: str | Path) -> Run:
         tagged = [(_cell(row), row["attempt"] == "True") for row in rows]
         experiment, run_dir = record["experiment"], record["run_dir"]
     except (OSError, KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{folder}: damaged published cells ({type(err).__name__}: {err})"
-                         ) from None
+        raise ValueError(f"{folder / CELLS}: damaged ({type(err).__name__}: {err})") from None
     return run_of([c for c, attempt in tagged if not attempt],
                   [c for c, attempt in tagged if attempt], experiment, run_dir)
 
@@ -113,12 +112,18 @@ def _cell(row: dict[str, str]) -> RunResult:
     def number(name: str, kind: type) -> Any:
         return kind(row[name]) if row[name] else None
 
+    def record(name: str) -> dict[str, Any]:
+        found = json.loads(row[name])
+        if not isinstance(found, dict):
+            raise ValueError(f"cell {row['key']}: its {name} is not a JSON object")
+        return found
+
     return RunResult(row["status"], row["message"], row["key"], row["task"], row["model"],
-                     int(row["seed"]), json.loads(row["metrics"]), [],
+                     int(row["seed"]), record("metrics"), [],
                      number("params", int), number("flops", float),
                      number("nfe_forward", float), number("nfe_backward", float),
                      number("wall_time", float), number("peak_mem", int),
-                     json.loads(row["config"]), row["created_at"])
+                     record("config"), row["created_at"])
 
 
 def _grid(cell: RunResult, fields: Sequence[str]) -> tuple[str, ...]:

@@ -14,10 +14,12 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ..experiment.folder import write_atomically
 from .render import render_json
 from .report import RegimeRow, Report, build_report
 from .results import CELLS, RECORD, published_run, write_cells
 from .run import Run
+from .shape import DamagedError
 
 #: The rendered report of a published study.
 REPORT = "report.json"
@@ -44,13 +46,20 @@ def shipped(folder: str | Path) -> bool:
 
 def study_report(folder: str | Path) -> Report:
     """The report of a published study, judged now from its ``cells.csv`` by the rules of
-    this version; named after its folder."""
+    this version; named after its folder. A damaged ``record.json`` raises
+    `DamagedError` naming the file and the field."""
     folder = Path(folder)
-    record = json.loads((folder / RECORD).read_text())
+    path = folder / RECORD
+    try:
+        record = json.loads(path.read_text())
+        regimes = [RegimeRow(**{**r, "stated": tuple(r["stated"])}) for r in record["regimes"]]
+        progress = record["progress"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DamagedError(f"{path}: damaged ({type(err).__name__}: {err})") from None
+    if not isinstance(progress, str):
+        raise DamagedError(f"{path}: damaged: progress: expected text, got {progress!r}")
     report = build_report(published_run(folder))
-    regimes = [RegimeRow(**{**r, "stated": tuple(r["stated"])}) for r in record["regimes"]]
-    return dataclasses.replace(report, name=folder.name, regimes=regimes,
-                               progress=record["progress"])
+    return dataclasses.replace(report, name=folder.name, regimes=regimes, progress=progress)
 
 
 def refresh_report(folder: str | Path) -> bool:
@@ -60,5 +69,5 @@ def refresh_report(folder: str | Path) -> bool:
     text = render_json(study_report(folder)) + "\n"
     if path.is_file() and path.read_text() == text:
         return False
-    path.write_text(text)
+    write_atomically(path, lambda file: file.write(text.encode()))
     return True
