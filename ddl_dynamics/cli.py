@@ -339,11 +339,11 @@ def _docs(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .analysis.reproduce import check, lines
+    from .analysis.reproduce import check
 
-    checks = check(args.run, args.reference)
-    print("\n".join(lines(checks)))
-    return 0 if all(c.reproduced for c in checks) else 1
+    comparison = check(args.run, args.reference)
+    print("\n".join(comparison.lines()))
+    return 0 if comparison.passed else 1
 
 
 #: The subcommands: name → (help, the function that adds its arguments). Only the one asked
@@ -359,8 +359,8 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
     "publish": ("write a run's reference results to results/NAME (report JSON, figures, "
                 "config)", _publish_parser),
     "docs": ("regenerate the README headline and the study pages from results/", _docs_parser),
-    "compare": ("check a rerun against a published reference (exit 1 where a comparison "
-                "differs)", _compare_parser),
+    "compare": ("check a rerun against a published reference: how its config differs, then "
+                "each comparison both ran (exit 1 where one differs)", _compare_parser),
 }
 
 

@@ -47,3 +47,25 @@ def test_a_changed_row_is_named(tiny_study, tmp_path, capsys):
 def test_bad_input_exits_2(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "missing"), str(tmp_path)]) == 2
     assert "neither a run folder" in capsys.readouterr().err
+
+
+def test_a_shrunk_rerun_says_how_its_config_differs_and_compares_what_both_ran(
+        tiny_study, tmp_path, capsys):
+    reference = _published(tiny_study, tmp_path)
+    rerun = tmp_path / "shrunk"
+    assert main(["run", str(tiny_study.parent.parent / "tiny.toml"), "--run-dir", str(rerun),
+                 "--seeds", "2", "--set", "train.steps=10", "--only", "task=parity"]) == 0
+    capsys.readouterr()
+    code = main(["compare", str(rerun), str(reference)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[:4] == ["config: the rerun differs from the reference in 3 keys:",
+                       "  defaults.train.steps 20 → 10",
+                       "  only — → {'task': ['parity']}",
+                       "  seeds [0, 1, 2] → [0, 1]"]
+    assert "may differ by design" in out[4]
+    (overwrite,) = [line for line in out if line.startswith("overwrite: ddl − resnet")]
+    assert overwrite.endswith("rerun —: not run")
+    (parity,) = [line for line in out if line.startswith("parity: ddl − resnet")]
+    reproduced = parity.endswith(": reproduced")
+    assert out[-1].startswith(f"{int(reproduced)} of 1 comparisons reproduced; 1 not run")
+    assert code == (0 if reproduced else 1)

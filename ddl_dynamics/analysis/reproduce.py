@@ -2,17 +2,23 @@
 
 A comparison *reproduced* when the rerun gives it the reference's label and the rerun's mean
 difference lies inside the reference's 95% CI (a comparison with no test on either side
-reproduces on its label alone). A comparison one side lacks did not reproduce.
+reproduces on its label alone). A rerun may shrink its study (``--set``, ``--seeds``,
+``--only``): its config's differences from the reference's are said first, and a comparison
+one side lacks then was not run there, not a failure; under the same config, it did not
+reproduce. Labels at a smaller budget may differ by design, so a shrunk rerun's differences
+are a reading, not a verdict on the reference.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..experiment.options import changes, effective_config
 from .publish import load_study
 from .render import render_json
 from .report import build_report
@@ -23,11 +29,26 @@ Key = tuple[str, str, str, str]
 
 @dataclass(frozen=True)
 class Check:
-    """One comparison of the reference beside the rerun's (None: missing on that side)."""
+    """One comparison of the reference beside the rerun's (None: missing on that side);
+    ``same_config`` where both ran the same config (a side lacking it is then a difference)."""
 
     key: Key
     reference: Mapping[str, Any] | None
     rerun: Mapping[str, Any] | None
+    same_config: bool = True
+
+    @property
+    def compared(self) -> bool:
+        """Whether it counts: both sides have it, or their configs are the same."""
+        return self.same_config or (self.reference is not None and self.rerun is not None)
+
+    @property
+    def verdict(self) -> str:
+        """``reproduced``, ``not run`` (left out by the rerun's config), ``not in the
+        reference`` (left out by its config) or ``DIFFERS (why)``."""
+        if not self.compared:
+            return "not run" if self.rerun is None else "not in the reference"
+        return "reproduced" if self.reproduced else f"DIFFERS ({self.why})"
 
     @property
     def reproduced(self) -> bool:
@@ -74,9 +95,46 @@ def report_of(path: str | Path) -> dict[str, Any]:
                      "(report.json)")
 
 
-def check(rerun: str | Path, reference: str | Path) -> list[Check]:
-    """Every comparison of either side, the reference's order first; a rerun of another
-    experiment, or two sides without a comparison, raise ValueError."""
+@dataclass(frozen=True)
+class Comparison:
+    """A rerun checked against a reference: how its config differs (``key old → new``,
+    reference first), and every comparison of either side, the reference's order first."""
+
+    config: list[str]
+    checks: list[Check]
+
+    @property
+    def passed(self) -> bool:
+        """Whether some comparison was compared, and every one compared reproduced."""
+        compared = [c for c in self.checks if c.compared]
+        return bool(compared) and all(c.reproduced for c in compared)
+
+    def lines(self) -> list[str]:
+        """How the configs differ, one line per comparison, then the summary line."""
+        out = []
+        if self.config:
+            out += [f"config: the rerun differs from the reference in {len(self.config)} "
+                    f"key{'s' * (len(self.config) > 1)}:", *(f"  {c}" for c in self.config),
+                    "labels at a smaller budget may differ by design: where the configs "
+                    "differ, a label that differs need not be a failure to reproduce"]
+        for c in self.checks:
+            task, model, control, split = c.key
+            at = task if split == "test" else f"{task} ({split})"
+            out.append(f"{at}: {model} − {control}: reference {_side(c.reference)}; "
+                       f"rerun {_side(c.rerun)}: {c.verdict}")
+        compared = [c for c in self.checks if c.compared]
+        same = sum(c.reproduced for c in compared)
+        apart = Counter(c.verdict for c in self.checks if not c.compared)
+        differ = [f"{c.key[1]} − {c.key[2]} on {c.key[0]}" for c in compared if not c.reproduced]
+        out.append(f"{same} of {len(compared)} comparisons reproduced"
+                   + "".join(f"; {n} {verdict}" for verdict, n in sorted(apart.items()))
+                   + (f"; differ: {', '.join(differ)}" if differ else ""))
+        return out
+
+
+def check(rerun: str | Path, reference: str | Path) -> Comparison:
+    """The rerun checked against the reference; a rerun of another experiment, or two sides
+    without a comparison, raise ValueError."""
     ref_report, new_report = report_of(reference), report_of(rerun)
     ran, published = experiment_name(new_report), experiment_name(ref_report)
     if ran != published:
@@ -87,7 +145,17 @@ def check(rerun: str | Path, reference: str | Path) -> list[Check]:
     keys = list(dict.fromkeys([*ref, *new]))
     if not keys:
         raise ValueError(f"neither {rerun} nor {reference} holds a comparison: nothing to check")
-    return [Check(k, ref.get(k), new.get(k)) for k in keys]
+    config = config_changes(ref_report, new_report)
+    return Comparison(config, [Check(k, ref.get(k), new.get(k), not config) for k in keys])
+
+
+def config_changes(reference: Mapping[str, Any], rerun: Mapping[str, Any]) -> list[str]:
+    """How the rerun's config (as it ran: `effective_config`) differs from the reference's;
+    none where either report keeps no experiment text."""
+    ref, new = ((r.get("experiment") or {}).get("config") for r in (reference, rerun))
+    if not (isinstance(ref, str) and ref and isinstance(new, str) and new):
+        return []
+    return list(changes(effective_config(ref), effective_config(new)))
 
 
 def experiment_name(report: Mapping[str, Any]) -> str:
@@ -102,19 +170,3 @@ def _side(c: Mapping[str, Any] | None) -> str:
         return "—"
     paired = c.get("paired") or {}
     return f"{c['label']} {difference(paired.get('mean'), paired.get('ci'))}"
-
-
-def lines(checks: list[Check]) -> list[str]:
-    """One line per comparison, then the summary line."""
-    out = []
-    for c in checks:
-        task, model, control, split = c.key
-        at = task if split == "test" else f"{task} ({split})"
-        verdict = "reproduced" if c.reproduced else f"DIFFERS ({c.why})"
-        out.append(f"{at}: {model} − {control}: reference {_side(c.reference)}; "
-                   f"rerun {_side(c.rerun)}: {verdict}")
-    same = sum(c.reproduced for c in checks)
-    differ = [f"{c.key[1]} − {c.key[2]} on {c.key[0]}" for c in checks if not c.reproduced]
-    out.append(f"{same} of {len(checks)} comparisons reproduced"
-               + (f"; differ: {', '.join(differ)}" if differ else ""))
-    return out

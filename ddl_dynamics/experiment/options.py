@@ -3,8 +3,8 @@
 A rerun shrinks or varies a study without copying its file: ``--set KEY=VALUE`` sets any key
 of the file (`apply`), ``--seeds`` the seeds, ``--only`` the labels that run. The options are
 recorded below the file's text in the run's record (`recorded`), so that the record still
-reads as the file, and `effective_config` gives back the config as it ran, for comparing a
-rerun's config with a reference's.
+reads as the file, and `effective_config` gives back the config as it ran, and `changes`
+says how a rerun's config differs from a reference's.
 
 A key is a dotted TOML key path into the file, ``defaults.train.steps``; ``train.``,
 ``model.`` and ``tune.`` stand for ``defaults.train.`` and so on, and an entry of
@@ -21,7 +21,7 @@ import copy
 import json
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +123,31 @@ def effective_config(text: str, source: str = "<record>") -> dict[str, Any]:
             only = parse_only(value)
     data = apply(data, RunOptions(tuple(sets), seeds), source)
     return {**data, "only": only} if only else data
+
+
+def changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    """``key old → new`` for every value that differs between two configs (``—``: absent),
+    nested keys dotted and an array of tables' entries named as ``--set`` names them."""
+    for key in sorted(old.keys() | new.keys()):
+        a, b = _entries(old.get(key)), _entries(new.get(key))
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            yield from changes(a, b, f"{prefix}{key}.")
+        elif a != b:
+            yield f"{prefix}{key} {_shown(a)} → {_shown(b)}"
+
+
+def _entries(value: Any) -> Any:
+    """An array of tables as a table of its entries by label (`_entry`), or by index where
+    labels repeat; any other value as it is."""
+    if not isinstance(value, list) or not value or not all(isinstance(e, dict) for e in value):
+        return value
+    labels = [str(e.get("label", e.get("name", i))) for i, e in enumerate(value)]
+    unique = len(set(labels)) == len(labels)
+    return dict(zip(labels if unique else map(str, range(len(value))), value, strict=True))
+
+
+def _shown(value: Any) -> str:
+    return "—" if value is None else repr(value)
 
 
 def _assignment(assignment: str, source: str) -> tuple[list[str], Any]:

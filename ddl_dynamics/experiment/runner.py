@@ -50,6 +50,7 @@ from .claims import POLL, CellQueue
 from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, cell_key
 from .folder import STORE, RunFolder, load_task_file, write_atomically
 from .grid import extensions, grid_value, row_identity, searched, value_text
+from .options import changes
 from .reader import load_experiment
 from .result import STATUSES, RunResult
 from .store import ResultStore
@@ -253,7 +254,7 @@ def _warn_beside(store: ResultStore, name: str, cells: Sequence[Cell], run_dir: 
     changed = [(cell, stored[place]) for cell, place in places if place in stored]
     if changed:
         cell, row = changed[0]
-        change = next(_changes(row.config, cell.to_dict()), "")
+        change = next(changes(row.config, cell.to_dict()), "")
         warnings.warn(f"{run_dir}: {len(changed)} of the selected cells have results under "
                       f"another config (e.g. {cell.task_label} × {cell.label}, seed "
                       f"{cell.seed}: {change}); the new results are stored beside them",
@@ -265,17 +266,6 @@ def _place(config: Mapping[str, Any], task: str, label: str, seed: int) -> str:
     the fields its row searches), whatever else its config says."""
     fields = sorted(searched(config))
     return json.dumps([task, label, seed, fields, list(grid_value(config, fields))])
-
-
-def _changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
-    """``key old → new`` for every value that differs between two configs, nested keys
-    dotted."""
-    for key in sorted(old.keys() | new.keys()):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            yield from _changes(a, b, f"{prefix}{key}.")
-        elif a != b:
-            yield f"{prefix}{key} {a!r} → {b!r}"
 
 
 @contextlib.contextmanager
