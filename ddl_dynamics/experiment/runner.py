@@ -59,6 +59,10 @@ from .train import Trained, run_cells, seed_groups, stamp
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"
 #: The most cells trained at once: worker processes on one machine.
 MAX_JOBS = 1024
+#: The cell bar before it can estimate: no remaining time (tqdm's own format after).
+ESTIMATING = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, estimating…{postfix}]"
+#: Seconds at least between two progress lines in a log (stderr not a terminal).
+LOG_INTERVAL = 60.0
 #: Keeps the resource tracker quiet (as a ``-W`` option it passes on to the tracker): a
 #: worker killed, or this process ended by a signal, leaves the pool's semaphores to it,
 #: which it frees, warning in two lines that ask nothing of the user.
@@ -172,7 +176,7 @@ def _train(folder: RunFolder, cells: Sequence[Cell], copies: Sequence[str], jobs
     counts what it trained and skipped."""
     store = folder.store
     with (CellQueue(store, cells, ("ok",) if retry_failed else FINISHED, vectorize) as queue,
-          tqdm(total=queue.size, disable=not progress, desc=desc, unit="cell") as bar):
+          _Progress(queue.size, desc, progress, jobs) as bar):
 
         def finished(group: Sequence[Trained]) -> None:
             """Store a group's weights, then its rows in one transaction: a run stopped
@@ -183,20 +187,57 @@ def _train(folder: RunFolder, cells: Sequence[Cell], copies: Sequence[str], jobs
                 if "ensemble" in trained.result.metrics:  # it trained: with which cells
                     trained.result.metrics["ensemble_id"] = ensemble
             folder.save(group)
-            for trained in group:
-                bar.update()
-                bar.set_postfix_str(f"{trained.result.task}/{trained.result.model}: "
-                                    f"{trained.result.status}")
+            last = group[-1].result
+            bar.finished(len(group), f"{last.task}/{last.model}: {last.status}")
 
         if backend == "ray":
             _run_ray(queue, copies, address, finished)
         elif jobs == 1:
             with _one_thread():
                 while group := queue.take(block=True):
-                    finished(run_cells(group, progress))
+                    finished(run_cells(group))
         else:
             _run_pool(queue, copies, jobs, finished)
     return queue
+
+
+class _Progress:
+    """The run's one progress display (a group's steps show none beneath it): a bar redrawn
+    on a terminal; in a log, where a redrawn bar leaves escape sequences, a plain line at the
+    start, at most every `LOG_INTERVAL` seconds as groups finish, and at the end. Until each
+    worker has finished a group, the rate would count one worker's cells over all workers'
+    time, so it says "estimating…" instead of the time left; after, the time left is the
+    average rate's."""
+
+    def __init__(self, total: int, desc: str, shown: bool, workers: int) -> None:
+        self.log = shown and not sys.stderr.isatty()
+        self.workers = workers
+        self.bar = tqdm(total=total, desc=desc, unit="cell", disable=not shown, smoothing=0,
+                        bar_format=ESTIMATING, delay=math.inf if self.log else 0)
+        self.printed = time.monotonic()
+        self._line()
+
+    def finished(self, cells: int, postfix: str) -> None:
+        """A group of ``cells`` finished (``postfix``: its last cell, and how it ended)."""
+        self.workers -= 1
+        if self.workers <= 0:
+            self.bar.bar_format = None
+        self.bar.set_postfix_str(postfix, refresh=False)
+        self.bar.update(cells)
+        if time.monotonic() - self.printed >= LOG_INTERVAL:
+            self._line()
+
+    def _line(self) -> None:
+        if self.log:
+            print(self.bar, file=sys.stderr, flush=True)
+            self.printed = time.monotonic()
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._line()
+        self.bar.close()
 
 
 def plan(config: ExperimentConfig, run_dir: str | Path | None = None,

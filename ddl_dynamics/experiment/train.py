@@ -406,7 +406,7 @@ def _folds(cell: Cell) -> bool:
     return fold([model, model]) is not None
 
 
-def run_cells(cells: Sequence[Cell], progress: bool = False) -> list[Trained]:
+def run_cells(cells: Sequence[Cell]) -> list[Trained]:
     """Build and train cells that differ only in their seed and tunable fields, together
     where they fold (`train_seeds`); never raises for a problem of the cells
     themselves. A cell whose model or data cannot be made (say, the task fails for its
@@ -428,7 +428,7 @@ def run_cells(cells: Sequence[Cell], progress: bool = False) -> list[Trained]:
         models = [model for _, _, model, _ in ready]
         try:
             results = _train_members(ready[0][1], models, [m for *_, m in ready], since,
-                                     progress)
+                                     False)
             trained = {i: Trained(result, _cpu_state(model))
                        for (i, _, model, _), result in zip(ready, results, strict=True)}
         except Exception as err:  # failing cells must not stop the suite
