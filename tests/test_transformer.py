@@ -513,7 +513,10 @@ def cells_of(name: str) -> dict[str, dict[str, torch.nn.Module]]:
     return built
 
 
-def assert_matched_and_compared(name: str, rows: set[str]) -> None:
+def assert_matched_and_compared(name: str, rows: set[str],
+                                unmatched: frozenset[str] = frozenset()) -> None:
+    """Every row but the ``unmatched`` ones (sized on purpose) within 1% of the baseline's
+    parameters, and every comparison among the rows."""
     config = study(name)
     assert len(config.seeds) == 8 and config.baseline == "transformer"
     built = cells_of(name)
@@ -521,7 +524,8 @@ def assert_matched_and_compared(name: str, rows: set[str]) -> None:
         assert set(models) == rows, task
         base = count_parameters(models["transformer"])
         for label, m in models.items():
-            assert abs(count_parameters(m) / base - 1) < 0.01, (task, label)
+            matched = abs(count_parameters(m) / base - 1) < 0.01
+            assert matched != (label in unmatched), (task, label)
     assert all({c.model, c.control} <= rows for c in config.comparisons)
 
 
@@ -541,16 +545,24 @@ def test_the_depth_study_sweeps_hops_at_four_blocks_and_width_at_the_hardest():
             (1, False), (4, False), (4, True)}
 
 
-def test_the_language_model_study_tunes_four_rows_on_the_char_lm():
-    assert_matched_and_compared("charlm", {"transformer", "ddl-dv1", "ddl-dv4", "ddl-write-dv4"})
+def test_the_language_model_study_tunes_its_rows_and_the_controls_of_the_dv4_gain():
+    rows = {"transformer", "ddl-dv1", "ddl-dv4", "ddl-write-dv4", "transformer-ec",
+            "additive-dv4", "transformer-w40"}
+    assert_matched_and_compared("charlm", rows, frozenset({"transformer-w40"}))
     config = study("charlm")
     cells = expand_cells(config, seeds=[0])
     assert {c.task for c in cells} == {"char-lm"} and len(config.tune_defaults["lr"]) >= 3
     assert {(c.model, c.control) for c in config.comparisons} == {
         ("ddl-dv1", "transformer"), ("ddl-dv4", "transformer"), ("ddl-write-dv4", "transformer"),
-        ("ddl-dv4", "ddl-write-dv4")}
-    dv4 = next(c for c in cells if c.label == "ddl-dv4")
+        ("ddl-dv4", "ddl-write-dv4"), ("ddl-dv4", "additive-dv4"),
+        ("additive-dv4", "transformer-ec"), ("transformer-ec", "transformer"),
+        ("ddl-dv4", "transformer-w40"), ("ddl-write-dv4", "transformer-w40")}
+    by_label = {c.label: c for c in cells}
+    dv4 = by_label["ddl-dv4"]
     assert dv4.config["value_channels"] == 4 and dv4.config.get("expansion") in (None, "conv")
+    assert by_label["transformer-ec"].config["expansion"] == "conv"
+    assert by_label["additive-dv4"].config["value_channels"] == 4
+    assert by_label["transformer-w40"].config["width"] == 40
 
 
 @pytest.mark.slow  # over 10 s on 2 cores

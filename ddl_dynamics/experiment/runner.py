@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from .cells import expand_cells
 from .claims import POLL, CellQueue
@@ -51,6 +50,7 @@ from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, ce
 from .folder import STORE, RunFolder, load_task_file, write_atomically
 from .grid import extensions, grid_value, row_identity, searched, value_text
 from .options import changes
+from .progress import Progress
 from .reader import load_experiment
 from .result import STATUSES, RunResult
 from .store import ResultStore
@@ -59,10 +59,6 @@ from .train import Trained, run_cells, seed_groups, stamp
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"
 #: The most cells trained at once: worker processes on one machine.
 MAX_JOBS = 1024
-#: The cell bar before it can estimate: no remaining time (tqdm's own format after).
-ESTIMATING = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, estimating…{postfix}]"
-#: Seconds at least between two progress lines in a log (stderr not a terminal).
-LOG_INTERVAL = 60.0
 #: Keeps the resource tracker quiet (as a ``-W`` option it passes on to the tracker): a
 #: worker killed, or this process ended by a signal, leaves the pool's semaphores to it,
 #: which it frees, warning in two lines that ask nothing of the user.
@@ -176,7 +172,7 @@ def _train(folder: RunFolder, cells: Sequence[Cell], copies: Sequence[str], jobs
     counts what it trained and skipped."""
     store = folder.store
     with (CellQueue(store, cells, ("ok",) if retry_failed else FINISHED, vectorize) as queue,
-          _Progress(queue.size, desc, progress, jobs) as bar):
+          Progress(queue.size, desc, progress, jobs) as bar):
 
         def finished(group: Sequence[Trained]) -> None:
             """Store a group's weights, then its rows in one transaction: a run stopped
@@ -199,45 +195,6 @@ def _train(folder: RunFolder, cells: Sequence[Cell], copies: Sequence[str], jobs
         else:
             _run_pool(queue, copies, jobs, finished)
     return queue
-
-
-class _Progress:
-    """The run's one progress display (a group's steps show none beneath it): a bar redrawn
-    on a terminal; in a log, where a redrawn bar leaves escape sequences, a plain line at the
-    start, at most every `LOG_INTERVAL` seconds as groups finish, and at the end. Until each
-    worker has finished a group, the rate would count one worker's cells over all workers'
-    time, so it says "estimating…" instead of the time left; after, the time left is the
-    average rate's."""
-
-    def __init__(self, total: int, desc: str, shown: bool, workers: int) -> None:
-        self.log = shown and not sys.stderr.isatty()
-        self.workers = workers
-        self.bar = tqdm(total=total, desc=desc, unit="cell", disable=not shown, smoothing=0,
-                        bar_format=ESTIMATING, delay=math.inf if self.log else 0)
-        self.printed = time.monotonic()
-        self._line()
-
-    def finished(self, cells: int, postfix: str) -> None:
-        """A group of ``cells`` finished (``postfix``: its last cell, and how it ended)."""
-        self.workers -= 1
-        if self.workers <= 0:
-            self.bar.bar_format = None
-        self.bar.set_postfix_str(postfix, refresh=False)
-        self.bar.update(cells)
-        if time.monotonic() - self.printed >= LOG_INTERVAL:
-            self._line()
-
-    def _line(self) -> None:
-        if self.log:
-            print(self.bar, file=sys.stderr, flush=True)
-            self.printed = time.monotonic()
-
-    def __enter__(self) -> _Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._line()
-        self.bar.close()
 
 
 def plan(config: ExperimentConfig, run_dir: str | Path | None = None,
