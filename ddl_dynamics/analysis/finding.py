@@ -24,7 +24,17 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .verdicts import AT_FLOOR, BOTH_SOLVED, EQUIVALENT, INCONCLUSIVE, LOSS, WIN
+from .verdicts import (
+    AT_FLOOR,
+    BOTH_SOLVED,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    LOSS,
+    UNEQUAL_BUDGET,
+    UNEQUAL_TUNING,
+    UNMATCHED_SIZE,
+    WIN,
+)
 from .wording import NO_DIFFERENCE, counts_text, number, significant, where
 
 ERASE, BETA, STATE, PEERS, DEPTH, BASELINE, OTHER = (
@@ -32,8 +42,9 @@ ERASE, BETA, STATE, PEERS, DEPTH, BASELINE, OTHER = (
     "depth and continuous time", "each row against its baseline", "other comparisons")
 #: The questions in the order the finding states them.
 QUESTIONS = (ERASE, BETA, STATE, PEERS, DEPTH, BASELINE, OTHER)
-#: Labels no test was drawn for because both rows sit at an end of the metric.
-UNTESTED = (BOTH_SOLVED, AT_FLOOR)
+#: Labels no test was drawn for: both rows sit at an end of the metric, or the rows are not
+#: comparable (their sizes, budgets or tuning differ), so they find nothing either way.
+UNTESTED = (BOTH_SOLVED, AT_FLOOR, UNMATCHED_SIZE, UNEQUAL_BUDGET, UNEQUAL_TUNING)
 #: A comparison followed over a knob whose labels differ but never settle on a win from
 #: some value on: not a test label.
 NO_CROSSOVER = "no crossover in range"
