@@ -7,7 +7,6 @@ small branch MLP defined here, so that two families differ only in their depth d
 from __future__ import annotations
 
 import inspect
-import numbers
 import typing
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -15,6 +14,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_choice, check_int
 from .._registry import Registry, did_you_mean
 
 #: The families: the built-in ones (each module registers its models when imported, which the
@@ -23,22 +23,6 @@ MODELS: Registry[DepthModel] = Registry("model", entry_point_group="ddl_dynamics
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "silu": nn.SiLU}
 CODECS = ("linear", "identity")
-
-
-def check_choice(what: str, value: str, choices: tuple[str, ...] | list[str]) -> str:
-    """``value`` if it is one of ``choices``, else a ``ValueError`` with a did-you-mean hint."""
-    if value not in choices:
-        raise ValueError(
-            f"unknown {what} {value!r}; choose from {', '.join(choices)}."
-            + did_you_mean(str(value), list(choices))
-        )
-    return value
-
-
-def check_int(what: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def join(state: Tensor, u_i: Tensor | None) -> Tensor:

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import Branch, DepthModel, check_choice, check_int, join, register_model
+from .._checks import check_choice, check_int
+from .base import Branch, DepthModel, join, register_model
 from .operator import gate_logit, generated_update, normalize_direction, split_generators
 
 VALUE_SOURCES = ("branch", "input")

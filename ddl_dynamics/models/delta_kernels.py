@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import check_choice
+from .._checks import check_choice
 from .delta_layout import channels_first, contiguous
 
 _delta_cpu: ModuleType | None

@@ -22,7 +22,8 @@ import hyper_connections
 import torch
 from torch import Tensor, nn
 
-from .base import DepthModel, check_int, join, register_model
+from .._checks import check_int
+from .base import DepthModel, join, register_model
 from .ensemble import EnsembleVmap, register_twin
 
 

@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 from torchdiffeq import odeint, odeint_adjoint
 
-from .base import DepthModel, check_choice, check_int, join, register_model
+from .._checks import check_choice, check_int
+from .base import DepthModel, join, register_model
 from .dopri5 import SolverCapped, dopri5
 
 ADAPTIVE_METHODS = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun")

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .base import check_int, make_model
+from .._checks import check_int
+from .base import make_model
 
 
 def count_parameters(model: nn.Module) -> int:

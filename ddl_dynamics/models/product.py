@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import check_int, register_model
+from .._checks import check_int
+from .base import register_model
 from .delta import DeltaProbe, _DeltaStack
 from .operator import generated_update, normalize_direction, split_generators
 

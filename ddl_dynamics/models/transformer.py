@@ -55,7 +55,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils import flop_counter
 
-from .base import check_choice, check_int, members_first, register_model
+from .._checks import check_choice, check_int
+from .base import members_first, register_model
 from .delta import DeltaProbe
 from .ensemble import EnsembleLinear, ensemble_linear, register_twin, stacked_weight
 from .operator import delta_update, gate, gate_logit, normalize_direction, write_update
