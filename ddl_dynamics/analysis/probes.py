@@ -25,7 +25,7 @@ from .._task import Task
 from ..experiment.config import COUNTED
 from ..experiment.folder import RunFolder
 from ..experiment.result import RunResult
-from ..experiment.runner import _one_thread as one_thread
+from ..experiment.threads import torch_threads
 from ..models.base import DepthModel
 from ..models.delta import DeltaProbe
 from ..models.transformer import Transformer
@@ -125,7 +125,7 @@ def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = Tr
     what = (f"probing {len(todo)} trained models on {n} test samples each (gates, states, "
             f"predictions; once, cached in {folder.probe_path('').parent})")
     start = time.perf_counter()
-    with one_thread():  # as in training: several threads on a busy machine are 10× slower
+    with torch_threads(1):  # as in training: several threads on a busy machine are 10× slower
         for row in tqdm(todo, desc=what, disable=not shown, leave=False, unit="model",
                         bar_format="{desc}: {n}/{total} [{elapsed}<{remaining}]"):
             task, model = folder.load_model(row.key)

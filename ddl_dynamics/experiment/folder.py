@@ -31,7 +31,7 @@ from .._task import Task, list_tasks
 from ..models.base import DepthModel, list_models
 from .config import Cell
 from .store import ResultStore
-from .train import Trained
+from .trained import Trained
 
 #: The store's file in a run folder.
 STORE = "results.sqlite"

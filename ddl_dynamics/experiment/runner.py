@@ -54,7 +54,9 @@ from .progress import Progress
 from .reader import load_experiment
 from .result import STATUSES, RunResult
 from .store import ResultStore
-from .train import Trained, run_cells, seed_groups, stamp
+from .threads import torch_threads
+from .train import run_cells, seed_groups, stamp
+from .trained import Trained
 
 _CRASHED = "the worker process died while training this cell (killed, or out of memory)"
 #: The most cells trained at once: worker processes on one machine.
@@ -189,7 +191,7 @@ def _train(folder: RunFolder, cells: Sequence[Cell], copies: Sequence[str], jobs
         if backend == "ray":
             _run_ray(queue, copies, address, finished)
         elif jobs == 1:
-            with _one_thread():
+            with torch_threads(1):
                 while group := queue.take(block=True):
                     finished(run_cells(group))
         else:
@@ -264,18 +266,6 @@ def _place(config: Mapping[str, Any], task: str, label: str, seed: int) -> str:
     the fields its row searches), whatever else its config says."""
     fields = sorted(searched(config))
     return json.dumps([task, label, seed, fields, list(grid_value(config, fields))])
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """Train on one torch thread: small models run fastest so (and far faster than with
-    several threads on a busy machine), and ``jobs`` then scales over cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _init_worker(task_files: Sequence[str]) -> None:

@@ -17,7 +17,7 @@ import json
 import math
 import time
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -40,6 +40,8 @@ from .optim import make_optimizer
 from .result import RunResult
 from .splits import SPLITS, sample_splits
 from .step import Predict, predictor, training_step
+from .threads import torch_threads
+from .trained import Trained
 
 if TYPE_CHECKING:
     from ..models.ode import NeuralODE
@@ -69,18 +71,6 @@ def train(
     """
     with torch_threads(threads):
         return train_seeds(task, [model], cfg, [seed], progress=progress)[0]
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run on ``threads`` torch threads (None: leave the setting), restoring it after."""
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def train_seeds(
@@ -378,15 +368,6 @@ def _cpu_state(model: nn.Module) -> dict[str, Tensor]:
     for key, value in state.items():
         state[key] = value.cpu()
     return state
-
-
-@dataclass
-class Trained:
-    """What training a cell produced: its row and, unless it failed, its weights (CPU); a
-    plain value, which the run's process saves (`save`)."""
-
-    result: RunResult
-    weights: dict[str, Tensor] | None = None
 
 
 def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
