@@ -62,6 +62,12 @@ SAME_MODEL = ("vmap", "folded", "unfolded")
 PEER_ROWS, DEPTH_ROWS = ("ddl-product", "ddl-decoupled", "hc", "mhc"), ("node", "anode", "gated")
 
 
+def capital(text: str) -> str:
+    """A question or sentence with its first letter capital where it is a Latin one (a
+    question that opens with β keeps it)."""
+    return text[:1].upper() + text[1:] if text[:1].isascii() else text
+
+
 def is_delta(name: str) -> bool:
     """Whether a row is a Delta stack (its name says ``ddl``)."""
     return name.startswith("ddl")
@@ -137,7 +143,7 @@ class Finding:
         pair = f"`{self.first}` {{}} `{self.second}` on {self.where} ({self.study})"
         if self.crossover is not None:
             return pair.format({WIN: "beats", LOSS: "does worse than"}.get(
-                self.label, "against")) + _crossing(self)
+                self.label, "against")) + crossing(self)
         if self.label == WIN:
             return pair.format("beats")
         if self.label == LOSS:
@@ -173,11 +179,13 @@ def points(f: Finding) -> list[tuple[float, str]]:
     one per knob value where a test was drawn."""
     tested = ([f.comparison] if f.comparison is not None else
               [p for _, p in (f.crossover or {}).get("points", ()) if p["label"] not in UNTESTED])
-    return [(x, _kind(c, f.flipped)) for c in tested
+    return [(x, kind(c, f.flipped)) for c in tested
             if (x := in_margins(c, f.flipped)) is not None]
 
 
-def _crossing(f: Finding) -> str:
+def crossing(f: Finding) -> str:
+    """How a crossover finding crosses: ``" from p* = 0.3 on (95% interval [0.1, none])"``,
+    or ``": no crossover in range of p"``; its label at every knob value where it has one."""
     c = f.crossover or {}
     knob = c["setting"]["knob"]
     if f.label == NO_CROSSOVER:
@@ -208,13 +216,15 @@ def _baselines(report: Mapping[str, Any]) -> set[tuple[str, str, str]]:
                if "baseline" in c.get("kinds", ())})
 
 
-def _kind(c: Mapping[str, Any], flipped: bool) -> str:
+def kind(c: Mapping[str, Any], flipped: bool) -> str:
+    """A comparison's label from its first row's side (the control's where ``flipped``); an
+    equivalence whose difference test also rejected is `WITHIN_MARGIN`."""
     if c["label"] == EQUIVALENT and significant(c):
         return WITHIN_MARGIN
     return _flip(c["label"]) if flipped else c["label"]
 
 
-def _identity(c: Mapping[str, Any]) -> tuple[Any, ...]:
+def identity(c: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes two comparisons one test: the rows (either order) and the per-seed values
     of both sides; a comparison without them is its own test."""
     pairs = (c.get("paired") or {}).get("pairs")
@@ -225,9 +235,21 @@ def _identity(c: Mapping[str, Any]) -> tuple[Any, ...]:
     return model, control, c.get("metric"), seeds
 
 
-def study_findings(report: Mapping[str, Any]) -> tuple[list[Finding], Counter[str]]:
+def _crossover_label(x: Mapping[str, Any], labels: set[str], flipped: bool) -> str:
+    """A crossover's label from its first row's side, given its points' tested ``labels``:
+    a win from a crossover on, else the one label every point has, else `NO_CROSSOVER`."""
+    if x.get("star") is not None:
+        return LOSS if flipped else WIN
+    if len(labels) == 1:
+        return _flip(next(iter(labels))) if flipped else next(iter(labels))
+    return NO_CROSSOVER
+
+
+def study_findings(report: Mapping[str, Any], untested: bool = False,
+                   ) -> tuple[list[Finding], Counter[str]]:
     """A study's findings, and how many comparisons were left out and why (``"both solved"``,
-    `CHECK`, `REPEAT`)."""
+    `CHECK`, `REPEAT`); with ``untested``, a comparison no test was drawn for (`UNTESTED`)
+    is a finding with its label rather than left out (a page says it, the counts do not)."""
     name = report.get("name", "")
     baselines = _baselines(report)
     out: list[Finding] = []
@@ -242,13 +264,12 @@ def study_findings(report: Mapping[str, Any]) -> tuple[list[Finding], Counter[st
         if asked is None:
             left[CHECK] += 1
             continue
-        if all(p["label"] in UNTESTED for p in points):
-            left[points[0]["label"]] += 1
-            continue
         first, second, flipped = _orient(x["model"], x["control"])
         labels = {p["label"] for p in points if p["label"] not in UNTESTED}
-        label = (LOSS if flipped else WIN) if x.get("star") is not None else (
-            _flip(labels.pop()) if flipped else labels.pop()) if len(labels) == 1 else NO_CROSSOVER
+        if not labels and not untested:
+            left[points[0]["label"]] += 1
+            continue
+        label = _crossover_label(x, labels, flipped) if labels else points[0]["label"]
         family, setting = x["setting"]["family"], x["setting"].get("label")
         out.append(Finding(name, asked, first, second,
                            f"{family}[{setting}]" if setting else family, label, flipped,
@@ -261,16 +282,38 @@ def study_findings(report: Mapping[str, Any]) -> tuple[list[Finding], Counter[st
             continue  # against a bound: an expectation, not a comparison of two rows
         asked = question(c["model"], c["control"],
                          (c["task"], c["model"], c["control"]) in baselines)
-        identity = _identity(c)
-        if asked is None or c["label"] in UNTESTED or identity in seen:
-            left[CHECK if asked is None else c["label"] if c["label"] in UNTESTED
-                 else REPEAT] += 1
+        test = identity(c)
+        dropped = c["label"] in UNTESTED and not untested
+        if asked is None or dropped or test in seen:
+            left[CHECK if asked is None else c["label"] if dropped else REPEAT] += 1
             continue
-        seen.add(identity)
+        seen.add(test)
         first, second, flipped = _orient(c["model"], c["control"])
-        out.append(Finding(name, asked, first, second, where(c), _kind(c, flipped), flipped,
+        out.append(Finding(name, asked, first, second, where(c), kind(c, flipped), flipped,
                            comparison=c))
     return out, left
+
+
+def tuned(report: Mapping[str, Any]) -> bool:
+    """Whether a study tuned its rows (some row reports a chosen grid value): only such a
+    study's verdicts rest on every row at its own best rate."""
+    return any(row.get("chosen") for t in report.get("tables", []) for row in t["rows"])
+
+
+def in_finding(report: Mapping[str, Any]) -> bool:
+    """Whether a study makes the finding: tuned, and judged now from the cells it ships (a
+    study published before studies shipped their cells keeps the labels of the rules it was
+    published under, which today's rules cannot check)."""
+    return tuned(report) and bool(report.get("shipped"))
+
+
+def outside(report: Mapping[str, Any]) -> str:
+    """Why a study is not part of the finding ("" where it is)."""
+    if not tuned(report):
+        return "untuned: every row at one fixed rate"
+    if not report.get("shipped"):
+        return "published before studies shipped their cells: labels of the rules of its day"
+    return ""
 
 
 def findings(reports: Iterable[Mapping[str, Any]]) -> tuple[list[Finding], Counter[str]]:

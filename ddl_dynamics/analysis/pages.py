@@ -9,10 +9,13 @@ folder, and writes:
 - ``docs/headline.png``: every finding by question, its difference in units of its task's
   margin with the margin drawn, coloured by its label, at most 1,600 px tall
   (`plots.headline`);
-- ``docs/studies/<study>.md`` and ``docs/studies/index.md``: per study its comparisons as
-  sentences (`wording`) and tables, the rows per task (descriptive), the expectations,
-  its figures (copied beside the page) and the line that reproduces it; each in the site's
-  nav (``mkdocs.yml``, between its ``# studies:start`` and ``# studies:end`` lines);
+- ``docs/studies/<study>.md`` and ``docs/studies/index.md``: per study its answer to its
+  questions (`answer`), its comparisons as sentences (`wording`) and tables, the rows per
+  task (descriptive), the expectations, its figures (copied beside the page) and the line
+  that reproduces it; each in the site's nav (``mkdocs.yml``, between its
+  ``# studies:start`` and ``# studies:end`` lines);
+- ``docs/studies/labels.md``: the labels across the studies the finding reads, a table per
+  question (`matrix`);
 - the generated blocks of ``docs/running-experiments.md`` (every training key with its
   default and its check, probed from `TrainConfig`, and the
   entry keys from the config dataclasses) and of ``docs/reading-the-report.md`` (the labels,
@@ -51,7 +54,18 @@ from ..experiment.config import (
 )
 from ..experiment.folder import write_atomically
 from ..experiment.grid import TUNABLE
-from .finding import WITHIN_MARGIN, findings, points, question_lines, study_findings, summary
+from .finding import (
+    WITHIN_MARGIN,
+    findings,
+    in_finding,
+    outside,
+    points,
+    question_lines,
+    study_findings,
+    summary,
+)
+from .matrix import PAGE as LABELS_PAGE
+from .matrix import labels_page
 from .publish import FIGURES, load_study, studies
 from .study import refresh_report, shipped
 from .study_page import GENERATED, markdown_table, study_page
@@ -94,28 +108,6 @@ def nav_block(text: str, names: Sequence[str]) -> str:
 
 # --- the README's headline
 
-def tuned(report: Mapping[str, Any]) -> bool:
-    """Whether a study tuned its rows (some row reports a chosen grid value): only such a
-    study's verdicts rest on every row at its own best rate."""
-    return any(row.get("chosen") for t in report.get("tables", []) for row in t["rows"])
-
-
-def in_finding(report: Mapping[str, Any]) -> bool:
-    """Whether a study makes the finding: tuned, and judged now from the cells it ships (a
-    study published before studies shipped their cells keeps the labels of the rules it was
-    published under, which today's rules cannot check)."""
-    return tuned(report) and bool(report.get("shipped"))
-
-
-def _outside(report: Mapping[str, Any]) -> str:
-    """Why a study is not part of the finding ("" where it is)."""
-    if not tuned(report):
-        return "untuned: every row at one fixed rate"
-    if not report.get("shipped"):
-        return "published before studies shipped their cells: labels of the rules of its day"
-    return ""
-
-
 def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     """The finding over the tuned studies (`finding`: each distinct test once, by
     question, the Delta row first), the headline figure and one line per study."""
@@ -136,7 +128,7 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
              "Per study (distinct findings):", ""]
     lines += [f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
               f"{counts_text(counts_of(r)) or 'no finding'}"
-              + (f" ({why}; not part of the finding)." if (why := _outside(r)) else ".")
+              + (f" ({why}; not part of the finding)." if (why := outside(r)) else ".")
               for r in reports]
     return "\n".join(lines)
 
@@ -182,7 +174,9 @@ def _digest(path: Path) -> str | None:
 def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
     lines = ["# Studies", "", GENERATED, "",
              "Every study whose results ship in `results/`, with the labels of its distinct "
-             "findings (each test once, a crossover once).", ""]
+             "findings (each test once, a crossover once); the [labels across studies]"
+             f"({LABELS_PAGE}) set the findings of those the README's finding reads side by "
+             "side.", ""]
     lines += [f"- [`{r['name']}`]({r['name']}.md): {counts_text(counts_of(r)) or 'no finding'}."
               for r in reports]
     return "\n".join(lines) + "\n"
@@ -325,7 +319,11 @@ def write_docs(results: str | Path = "results",
     pages = out / "docs" / "studies"
     figures = {folder.name: sorted(p.name for p in (folder / FIGURES).glob("*.png"))
                for folder in studies(results)}
-    generated = {"index.md", *(f"{r['name']}.md" for r in reports),
+    taken = {"index", LABELS_PAGE.removesuffix(".md")} & {r["name"] for r in reports}
+    if taken:
+        raise ValueError(f"{results}: a study named {sorted(taken)[0]!r} would overwrite the "
+                         "docs' page of that name: publish it under another --name")
+    generated = {"index.md", LABELS_PAGE, *(f"{r['name']}.md" for r in reports),
                  *(f"{name}/{f}" for name, found in figures.items() for f in found)}
     before = set(_read_manifest(pages))
     _write(pages / MANIFEST, _manifest(before | generated), [])  # a kill leaves both listed
@@ -334,6 +332,7 @@ def write_docs(results: str | Path = "results",
             _write(pages / r["name"] / f, (folder / FIGURES / f).read_bytes(), written)
         _write(pages / f"{r['name']}.md", study_page(r, figures[folder.name]), written)
     _write(pages / "index.md", index_page(reports), written)
+    _write(pages / LABELS_PAGE, labels_page(reports), written)
     nav = out / "mkdocs.yml"
     _write(nav, nav_block(nav.read_text(), [r["name"] for r in reports]), written)
     for page, name, body in (("running-experiments.md", "config", config_block()),

@@ -1,6 +1,7 @@
-"""A published study's page, in Markdown, from its ``report.json`` alone: what it asks and
-finds in the words its labels allow, every comparison, the crossover over its knob, the rows,
-the gate regimes, its figures, what changed against earlier runs and how to rerun it."""
+"""A published study's page, in Markdown, from its ``report.json`` alone: its answer first
+(`answer`), what it asks and finds in the words its labels allow, every comparison, the
+crossover over its knob, the rows, the gate regimes, its figures, what changed against
+earlier runs and how to rerun it."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ..models.operator import REGIMES
+from .answer import answer, answering
 from .finding import findings, question_lines, summary
 from .html import CAPTIONS
 from .report_text import REGIME_NOTE
-from .run import in_tasks
 from .verdicts import INCONCLUSIVE
 from .wording import DESCRIPTIVE, difference, number, sentence, where
 
@@ -100,7 +101,7 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
     name = report["name"]
     run = report.get("run", {})
     stated = headlined(report)
-    lines = [f"# Study `{name}`", "", GENERATED, ""]
+    lines = [f"# Study `{name}`", "", GENERATED, "", answer(report), ""]
     if report.get("description"):
         lines += [report["description"].strip(), ""]
     versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items())
@@ -126,9 +127,7 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
                   "label says which row measured better, not why, so no premise or "
                   "mechanism a question names is tested by its answer.", ""]
         for q in asked:
-            answers = [c for c in report["comparisons"] if c["model"] == q["model"]
-                       and c["control"] == q["control"] and in_tasks(c["task"], q["tasks"])
-                       and (c.get("asked_split") or c.get("split", "test")) == q["split"]]
+            answers = answering(report, q)
             lines += [f"**{q['question'].strip()}**", "",
                       *(f"- {sentence(c)}" for c in answers or ()), ""]
             if not answers:
