@@ -60,7 +60,7 @@ def test_a_shrunk_rerun_says_how_its_config_differs_and_compares_what_both_ran(
     out = capsys.readouterr().out.strip().splitlines()
     assert out[:4] == ["config: the rerun differs from the reference in 3 keys:",
                        "  defaults.train.steps 20 → 10",
-                       "  only — → {'task': ['parity']}",
+                       "  only — → task=parity",
                        "  seeds [0, 1, 2] → [0, 1]"]
     assert "may differ by design" in out[4]
     (overwrite,) = [line for line in out if line.startswith("overwrite: ddl − resnet")]
@@ -69,3 +69,14 @@ def test_a_shrunk_rerun_says_how_its_config_differs_and_compares_what_both_ran(
     reproduced = parity.endswith(": reproduced")
     assert out[-1].startswith(f"{int(reproduced)} of 1 comparisons reproduced; 1 not run")
     assert code == (0 if reproduced else 1)
+
+
+def test_the_only_restriction_is_spelled_as_the_option_is():
+    from ddl_dynamics.analysis.reproduce import config_changes
+    from ddl_dynamics.experiment.options import RunOptions, recorded
+
+    text = 'name = "x"\nseeds = [0, 1]\n'
+    only = {"task": ["switched[event=reflect,p=0]"], "model": ["ddl", "hc"]}
+    rerun = recorded(text, RunOptions(only=only))
+    assert config_changes({"experiment": {"config": text}}, {"experiment": {"config": rerun}}) \
+        == ["only — → task=switched[event=reflect,p=0],model=ddl,model=hc"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..experiment.options import changes, effective_config
+from ..experiment.options import RunOptions, changes, effective_config
 from .publish import load_study
 from .render import render_json
 from .report import build_report
@@ -149,13 +149,33 @@ def check(rerun: str | Path, reference: str | Path) -> Comparison:
     return Comparison(config, [Check(k, ref.get(k), new.get(k), not config) for k in keys])
 
 
+@dataclass(frozen=True)
+class _Only:
+    """A run's ``only`` restriction, shown as ``--only`` spells it (``task=parity``)."""
+
+    spelled: str
+
+    def __repr__(self) -> str:
+        return self.spelled
+
+
+def _as_ran(text: str) -> dict[str, Any]:
+    """A record's config as it ran (`effective_config`), its ``only`` as the option spells
+    it."""
+    config = effective_config(text)
+    if "only" in config:
+        (option,) = RunOptions(only=config["only"]).lines()
+        config["only"] = _Only(option.removeprefix("--only "))
+    return config
+
+
 def config_changes(reference: Mapping[str, Any], rerun: Mapping[str, Any]) -> list[str]:
     """How the rerun's config (as it ran: `effective_config`) differs from the reference's;
     none where either report keeps no experiment text."""
     ref, new = ((r.get("experiment") or {}).get("config") for r in (reference, rerun))
     if not (isinstance(ref, str) and ref and isinstance(new, str) and new):
         return []
-    return list(changes(effective_config(ref), effective_config(new)))
+    return list(changes(_as_ran(ref), _as_ran(new)))
 
 
 def experiment_name(report: Mapping[str, Any]) -> str:
