@@ -21,7 +21,7 @@ from ddl_dynamics.models.ensemble import (
     register_twin,
 )
 from ddl_dynamics.models.residual import ResNet
-from ddl_dynamics.models.transformer import CausalConv, FloatLinear, Scale
+from ddl_dynamics.models.transformer_leaves import CausalConv, FloatLinear, Scale
 
 SEEDS = [0, 1, 2]
 TINY = {"width": 8, "depth": 3, "hidden": 8}

@@ -14,8 +14,6 @@ PACKAGE = ROOT / "ddl_dynamics"
 
 #: The most lines a module of the package may have; past it, it holds several ideas.
 MAX_LINES = 500
-#: Modules longer on purpose (package-relative): the Transformer is one idea in one file.
-LONG_ON_PURPOSE = frozenset({"models/transformer.py"})
 
 
 def test_import_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -26,7 +24,5 @@ def test_import_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_no_module_of_the_package_exceeds_the_line_limit() -> None:
     lengths = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines())
                for path in sorted(PACKAGE.rglob("*.py"))}
-    assert lengths.keys() >= LONG_ON_PURPOSE, "an exemption names a module that is gone"
-    over = [f"{name} ({n} lines)" for name, n in lengths.items()
-            if n > MAX_LINES and name not in LONG_ON_PURPOSE]
+    over = [f"{name} ({n} lines)" for name, n in lengths.items() if n > MAX_LINES]
     assert not over, f"over {MAX_LINES} lines, split by idea: {', '.join(over)}"

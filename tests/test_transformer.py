@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
 
 from ddl_dynamics import (
     ExperimentConfig,
@@ -18,19 +17,12 @@ from ddl_dynamics import (
     make_model,
     make_task,
 )
+from ddl_dynamics.models.attention import Attention, broadcast_attention, rope_tables, rotary
+from ddl_dynamics.models.expanded_state import ChannelCompressor, ConvExpansion, TokenCompressor
+from ddl_dynamics.models.flops import flop_counter
 from ddl_dynamics.models.params import match_hidden
-from ddl_dynamics.models.transformer import (
-    CausalConv,
-    _AddResidual,
-    _Attention,
-    _ChannelCompressor,
-    _ConvExpansion,
-    _TokenCompressor,
-    broadcast_attention,
-    causal_conv,
-    rope_tables,
-    rotary,
-)
+from ddl_dynamics.models.transformer import _AddResidual
+from ddl_dynamics.models.transformer_leaves import CausalConv, causal_conv
 
 VOCAB, WIDTH, DEPTH, T = 11, 16, 2, 9
 BASE = {"in_dim": VOCAB, "out_dim": VOCAB, "width": WIDTH, "depth": DEPTH, "heads": 2}
@@ -159,7 +151,7 @@ def test_qk_norm_normalises_each_heads_queries_and_keys_after_rope():
     attention of the authors' released block; a scale of the query weights then changes
     nothing."""
     heads, hd = 2, WIDTH // 2
-    attention = scrambled(_Attention(WIDTH, heads, hd, 10000.0, qk_norm=True, eps=1e-5))
+    attention = scrambled(Attention(WIDTH, heads, hd, 10000.0, qk_norm=True, eps=1e-5))
     c = torch.randn(2, T, WIDTH)
     q, k, v = (c @ attention.qkv.weight.T).view(2, T, 3, heads, hd).permute(2, 0, 3, 1, 4)
 
@@ -174,7 +166,7 @@ def test_qk_norm_normalises_each_heads_queries_and_keys_after_rope():
     with torch.no_grad():
         attention.qkv.weight[:WIDTH] *= 7.0  # the queries' rows
     torch.testing.assert_close(attention(c), y @ attention.out.weight.T, atol=1e-4, rtol=1e-4)
-    plain = _Attention(WIDTH, heads, hd, 10000.0, qk_norm=False, eps=None)
+    plain = Attention(WIDTH, heads, hd, 10000.0, qk_norm=False, eps=None)
     plain.load_state_dict(attention.state_dict(), strict=False)
     assert not torch.allclose(plain(c), attention(c), atol=1e-3)
 
@@ -246,7 +238,7 @@ def test_causal_conv_is_a_grouped_conv1d_over_past_tokens(repeat):
 
 @pytest.mark.parametrize("channels", [1, 4])
 def test_expansion_conv_at_init_equals_repetition(channels):
-    expand = _ConvExpansion(WIDTH, channels, kernel_size=3)
+    expand = ConvExpansion(WIDTH, channels, kernel_size=3)
     x = torch.randn(2, T, WIDTH)
     assert torch.equal(expand(x), x.unsqueeze(-2).expand(2, T, channels, WIDTH))
     scrambled(expand)
@@ -270,7 +262,7 @@ def test_weights_saved_in_the_coordinate_major_layout_load_as_the_same_function(
         if isinstance(layer, CausalConv):
             K, R, C = layer.weight.shape
             old[key + "weight"] = saved[key + "weight"].permute(2, 1, 0).reshape(C * R, 1, K)
-        elif isinstance(layer, _ChannelCompressor):
+        elif isinstance(layer, ChannelCompressor):
             old[key + "mix.weight"] = saved[key + "mix.weight"].mT.contiguous()
         elif isinstance(layer, _AddResidual) and layer.write is not None:
             old[key + "write.weight"] = saved[key + "write.weight"].squeeze(-1)
@@ -282,7 +274,7 @@ def test_weights_saved_in_the_coordinate_major_layout_load_as_the_same_function(
 
 
 def test_token_compressor_reads_a_short_causal_history():
-    compress = scrambled(_TokenCompressor(WIDTH, 4, kernel_size=3, init="mean"))
+    compress = scrambled(TokenCompressor(WIDTH, 4, kernel_size=3, init="mean"))
     X = torch.randn(2, T, 4, WIDTH)
     out = compress(X)
     changed = X.clone()
@@ -415,7 +407,7 @@ def test_flops_count_attention_on_cpu():
     """Linear layers cost ∝ T, attention's QKᵀ and AV ∝ T²: the T² term must be counted."""
 
     def flops(length: int) -> int:
-        with FlopCounterMode(display=False) as counter:
+        with flop_counter() as counter:
             model("transformer")(tokens(batch=1, length=length))
         return counter.get_total_flops()
 

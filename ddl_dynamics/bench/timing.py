@@ -11,7 +11,8 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+
+from ..models.flops import flop_counter
 
 K = TypeVar("K", bound=Hashable)
 
@@ -92,7 +93,7 @@ def achieved_rates(
     measured in the same run: only rates measured together are comparable."""
     flops = {}
     for name, call in calls.items():
-        with FlopCounterMode(display=False) as counter:
+        with flop_counter() as counter:
             call()
         flops[name] = float(counter.get_total_flops())
     seconds = median_times(calls, repeats, clock, sync, warmup=warmup)

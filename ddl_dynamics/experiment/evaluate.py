@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from .._task import Task, TaskData
 from ..models.ensemble import Ensemble
+from ..models.flops import flop_counter
 from .batches import to_device, unfold
 from .caps import Capped, solver_cap
 from .config import TrainConfig
@@ -104,7 +104,7 @@ def final_metrics(
 def forward_flops(model: nn.Module, batch: TaskData, predict: Predict) -> float | None:
     """Forward FLOPs per sample, counted on one test batch of the trained model."""
     model.eval()
-    counter = FlopCounterMode(display=False)
+    counter = flop_counter()
     try:
         with solver_cap(), counter:
             predict(model, batch)
@@ -123,7 +123,7 @@ def own_flops(ensemble: Ensemble, task: Task, batch: TaskData, predict: Predict)
     flops: list[float] = []
     rows = len(batch) // ensemble.size
     for i, model in enumerate(ensemble.members):
-        counter = FlopCounterMode(display=False)
+        counter = flop_counter()
         with counter:
             member_losses(model, task, batch.subset(slice(i * rows, (i + 1) * rows)), predict,
                           1).sum().backward()

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from .._task import Task, TaskData
 from ..models.ensemble import Ensemble, alone, fold
+from ..models.flops import flop_counter
 from ..models.params import count_parameters
 from .batches import fold_data, minibatches, to_device
 from .caps import Capped, SolverCap, solver_cap
@@ -232,7 +233,7 @@ class _Loop:
         index = torch.cat([next(order) + i * len(self.members[i].data)
                            for i, order in enumerate(self.orders)])
         batch = self.data.subset(index)
-        counter = FlopCounterMode(display=False) if step == 1 else contextlib.nullcontext()
+        counter = flop_counter() if step == 1 else contextlib.nullcontext()
         if self.ode:
             self.solver.reset_nfe()
         with solver_cap(), counter:
