@@ -408,24 +408,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
 
 
+#: The suite's typed errors that are not a ``ValueError`` yet say what the input asked for,
+#: by module and name: a cap the run's config set (``max_seconds``, ``ode_max_steps``).
+CAPS = (("experiment.caps", "Capped"), ("models.dopri5", "SolverCapped"))
+
+
 def _bad_usage(err: Exception) -> bool:
-    """Whether ``err`` is a user's mistake or a storage problem: an ``OSError`` (a file
-    missing, unreadable or full), one of the suite's own ``ValueError`` kinds, or a
-    ``ValueError`` or ``ImportError`` that the suite's code
-    or a user's task file raises on purpose (a ``raise`` statement: a check of input, a
-    configuration, a store). The same types from inside a library (torch, numpy, the
-    standard library) or from a call into one, and every other type, are bugs."""
+    """Whether ``err`` is a user's mistake or a storage problem, not a bug, by its type: an
+    ``OSError`` (a file missing, unreadable or full); one of the suite's own ``ValueError``
+    kinds (`ConfigError`, `TaskCheckError`, `TaskDataError`, `DamagedError`, …); a cap
+    the config set (`CAPS`). A plain ``ValueError`` or ``ImportError`` counts where the
+    suite's code or a user's task file raised it itself (`_raised_here`); from inside a
+    library (torch, numpy, the standard library), from a built-in operation (an unpacking,
+    a conversion) and of every other type, an error is a bug."""
     if isinstance(err, OSError):
         return True
     if isinstance(err, ValueError) and type(err).__module__.startswith(__package__ + "."):
-        return True  # the suite's own kinds of bad input (ConfigError, TaskCheckError, …)
-    frames = traceback.extract_tb(err.__traceback__)
-    if not isinstance(err, ValueError | ImportError) or not frames:
+        return True
+    caps = tuple(getattr(sys.modules[f"{__package__}.{module}"], name)
+                 for module, name in CAPS if f"{__package__}.{module}" in sys.modules)
+    if isinstance(err, caps):
+        return True
+    return isinstance(err, ValueError | ImportError) and _raised_here(err)
+
+
+def _raised_here(err: BaseException) -> bool:
+    """Whether ``err`` left a ``raise`` statement (the instruction its innermost frame
+    stopped at raises, whatever the source line reads) of the suite's code or of a file
+    outside the installed libraries (a user's task file)."""
+    import dis
+
+    frames = err.__traceback__
+    if frames is None:
         return False
-    innermost = frames[-1]
-    if not (innermost.line or "").startswith("raise"):
+    while frames.tb_next is not None:
+        frames = frames.tb_next
+    code = frames.tb_frame.f_code
+    if dis.opname[code.co_code[frames.tb_lasti]] != "RAISE_VARARGS":
         return False
-    where = Path(innermost.filename).resolve()
+    where = Path(code.co_filename).resolve()
     libraries = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib",
                                                         "platlib")}
     return where.is_relative_to(Path(__file__).resolve().parent) or not any(

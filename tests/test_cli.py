@@ -114,7 +114,15 @@ def test_internal_errors_are_not_reported_as_bad_usage(monkeypatch, capsys):
     def library_error(args):
         return np.zeros(2).reshape(3)
 
-    for fake, kind in ((buggy, "KeyError"), (library_error, "ValueError")):
+    def unpacking(args):  # a ValueError of a built-in operation, not of a raise
+        first, second = args.name or (1, 2, 3)
+        return first
+
+    def in_a_raise(args):  # the raise line's own message fails to format: still a bug
+        raise ValueError(f"{'three':d} seeds")
+
+    for fake, kind in ((buggy, "KeyError"), (library_error, "ValueError"),
+                       (unpacking, "ValueError"), (in_a_raise, "ValueError")):
         monkeypatch.setattr(cli, "_tasks", fake)
         assert main(["tasks"]) == 3
         err = capsys.readouterr().err
@@ -123,6 +131,28 @@ def test_internal_errors_are_not_reported_as_bad_usage(monkeypatch, capsys):
         saved = Path(err.strip().rpartition("traceback in ")[2])
         assert kind in saved.read_text() and "Traceback" in saved.read_text()
         saved.unlink()
+
+
+def test_bad_usage_is_decided_by_the_errors_type(monkeypatch, capsys):
+    """The suite's typed errors (a config's, a task's, a cap the config set) and a
+    ValueError that a raise statement of the suite or a task file states exit 2."""
+    from ddl_dynamics import cli
+    from ddl_dynamics._task_check import TaskCheckError
+    from ddl_dynamics.experiment.caps import SolverCap
+    from ddl_dynamics.experiment.config import ConfigError
+
+    def raising(error):
+        def command(args):
+            raise error
+        return command
+
+    for error in (ConfigError("exp.toml", "train.steps", "must be positive"),
+                  TaskCheckError("tiny: inputs are float64"),
+                  SolverCap("solver cap: max_num_steps exceeded"),
+                  ValueError("a task file's own check"), FileNotFoundError("no such file: x")):
+        monkeypatch.setattr(cli, "_tasks", raising(error))
+        assert main(["tasks"]) == 2, error
+        assert capsys.readouterr().err == f"ddl-dyn: error: {error}\n"
 
 
 @pytest.mark.slow  # a worker pool that loses a worker

@@ -245,6 +245,21 @@ def config_block() -> str:
     return "\n".join(lines)
 
 
+class _Bare(Task):
+    """A task that states nothing of its own: what a task inherits from `Task`."""
+
+    @property
+    def in_dim(self) -> int:
+        return 0
+
+    @property
+    def out_dim(self) -> int:
+        return 0
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        raise NotImplementedError("a stand-in that reads Task's defaults; it samples nothing")
+
+
 def task_block() -> str:
     """One table of what a task states: every attribute of `Task` with its
     default and its comment in the source, then the fields of a sampled split."""
@@ -264,7 +279,7 @@ def task_block() -> str:
             comment = []
     rows += [[f"`{name}`", "property", "required", "input / output width"]
              for name in ("in_dim", "out_dim")]
-    rows.append(["`control_dim`", "property", f"`{vars(Task)['control_dim'].fget(None)}`",
+    rows.append(["`control_dim`", "property", f"`{_Bare().control_dim}`",
                  "width of the per-step controls (`TaskData.controls`); 0: none"])
     for call, method in (("sample(n, seed, split)", Task.sample),
                          ("check_split(split)", Task.check_split),
