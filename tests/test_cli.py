@@ -115,7 +115,7 @@ def test_internal_errors_are_not_reported_as_bad_usage(monkeypatch, capsys):
         return np.zeros(2).reshape(3)
 
     def unpacking(args):  # a ValueError of a built-in operation, not of a raise
-        first, second = args.name or (1, 2, 3)
+        first, _ = args.name or (1, 2, 3)
         return first
 
     def in_a_raise(args):  # the raise line's own message fails to format: still a bug
