@@ -8,7 +8,7 @@ import pytest
 import ddl_dynamics as dd
 from ddl_dynamics.cli import main
 from ddl_dynamics.experiment.config import ConfigError
-from ddl_dynamics.experiment.grid import beyond, edge, extensions
+from ddl_dynamics.experiment.grid import beyond, choice_edge, edge, extensions
 from ddl_dynamics.experiment.options import RunOptions, apply, effective_config, recorded
 from ddl_dynamics.experiment.result import RunResult
 
@@ -67,6 +67,19 @@ def test_extensions_step_past_the_chosen_end_until_inside_or_at_the_bound():
     low = extensions(cells, results(cells, lambda lr: lr), 2)
     assert [c.train.lr for c in low] == [0.000333, 0.000333]
     assert extensions(cells, results(cells, lambda lr: lr), 0) == []
+
+
+def test_a_plateau_at_the_end_is_inside_the_grid():
+    """Where the end a row chose ties the next value inward on val (every rate solves the
+    task), its best does not lie beyond: no extension, no edge mark; a strict best at the
+    end is still one."""
+    cells = dd.expand_cells(experiment(lr=[1e-3, 3e-3, 1e-2]))
+    flat = results(cells, lambda lr: 0.0)
+    assert extensions(cells, flat, 2) == []
+    assert choice_edge(list(flat.values()), ["lr"], 0, higher_is_better=False) == 0
+    end = results(cells, lambda lr: 0.0 if lr < 2e-3 else 1.0)  # only the smallest is best
+    assert choice_edge(list(end.values()), ["lr"], 0, higher_is_better=False) == -1
+    assert [c.train.lr for c in extensions(cells, end, 2)] == [0.000333, 0.000333]
 
 
 @pytest.mark.parametrize(("extend", "rates"), [

@@ -28,8 +28,8 @@ from .._task import make_task
 from ..experiment.config import COUNTED, DEFAULT_BASELINE, ComparisonSpec
 from ..experiment.folder import RunFolder
 from ..experiment.grid import (
+    choice_edge,
     chosen_value,
-    edge,
     grid_value,
     point_text,
     row_identity,
@@ -90,7 +90,8 @@ class Row:
     @property
     def at_grid_edge(self) -> bool:
         """Whether the chosen value of a searched numeric field is the smallest or largest
-        the row trained (two values: always): its best may lie beyond."""
+        the row trained, beating the next value inward on val (`choice_edge`): its best
+        may lie beyond."""
         return self.edge_steps is not None
 
     @property
@@ -100,7 +101,7 @@ class Row:
         sits at (0: the grid never grew there)."""
         for i, (field, declared) in enumerate(self.grid.items()):
             tried = list({grid_value(c.config, [field])[0] for c in self.cells})
-            side = edge(tried, self.chosen[i])
+            side = choice_edge(self.cells, list(self.grid), i, self.higher_is_better)
             if side:
                 return sum(1 for v in tried if v > max(declared)) if side > 0 else sum(
                     1 for v in tried if v < min(declared))

@@ -130,27 +130,31 @@ def grid_value(config: Mapping[str, Any], fields: Sequence[str]) -> tuple[Any, .
     return tuple(train.get(f) for f in fields)
 
 
-def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],
-                 higher_is_better: bool) -> tuple[Any, ...]:
-    """The grid value a tuned row is reported at: the one whose seeds finished with a
-    finite val metric most often, then the best mean val metric over them in the task's
-    direction (the first in grid order on a tie). Test and out-of-distribution data play no
-    part."""
+def _merits(cells: Sequence[RunResult], fields: Sequence[str],
+            higher_is_better: bool) -> dict[tuple[Any, ...], tuple[int, float]]:
+    """Each grid value's merit on val: how many of its seeds finished with a finite val
+    metric, then their mean in the task's direction (larger is better)."""
     by_value: dict[tuple[Any, ...], list[float]] = {}
     for cell in cells:
         found = by_value.setdefault(grid_value(cell.config, fields), [])
         value = cell.metrics.get("val")
         if cell.status in COUNTED and isinstance(value, int | float) and math.isfinite(value):
             found.append(float(value))
+    merits = {}
+    for value, vals in by_value.items():
+        mean = sum(vals) / len(vals) if vals else -math.inf
+        merits[value] = (len(vals), mean if higher_is_better or not vals else -mean)
+    return merits
 
-    def merit(value: tuple[Any, ...]) -> tuple[int, float]:
-        vals = by_value[value]
-        if not vals:
-            return 0, -math.inf
-        mean = sum(vals) / len(vals)
-        return len(vals), mean if higher_is_better else -mean
 
-    return max(by_value, key=merit)
+def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],
+                 higher_is_better: bool) -> tuple[Any, ...]:
+    """The grid value a tuned row is reported at: the one whose seeds finished with a
+    finite val metric most often, then the best mean val metric over them in the task's
+    direction (the first in grid order on a tie). Test and out-of-distribution data play no
+    part."""
+    merits = _merits(cells, fields, higher_is_better)
+    return max(merits, key=merits.__getitem__)
 
 
 def edge(values: Sequence[Any], chosen: Any) -> int:
@@ -160,6 +164,23 @@ def edge(values: Sequence[Any], chosen: Any) -> int:
     if len(numbers) < 2 or len(numbers) < len(values):
         return 0
     return -1 if chosen == min(numbers) else 1 if chosen == max(numbers) else 0
+
+
+def choice_edge(cells: Sequence[RunResult], fields: Sequence[str], i: int,
+                higher_is_better: bool) -> int:
+    """Where a row's choice of its ``i``-th searched field sits among the values it trained
+    (`edge`), counted as inside (0) where the next value inward ties it on val: a plateau,
+    such as every rate solving the task, says the best does not lie beyond the end."""
+    merits = _merits(cells, fields, higher_is_better)
+    chosen = max(merits, key=merits.__getitem__)
+    tried = sorted({value[i] for value in merits})
+    side = edge(tried, chosen[i])
+    if side:
+        inward = tried[-2] if side > 0 else tried[1]
+        neighbour = (*chosen[:i], inward, *chosen[i + 1:])
+        if merits.get(neighbour) == merits[chosen]:
+            return 0
+    return side
 
 
 def beyond(field: str, declared: Sequence[Any], side: int, step: int) -> float | None:
@@ -205,7 +226,7 @@ def extensions(cells: Sequence[Cell], results: Mapping[str, RunResult],
         chosen = chosen_value(done, fields, task.higher_is_better)
         for i, field in enumerate(fields):
             tried = sorted({getattr(c.train, field) for c in row})
-            side = edge(tried, chosen[i])
+            side = choice_edge(done, fields, i, task.higher_is_better)
             declared = row[0].tune[field]
             taken = len([v for v in tried
                          if (v > max(declared) if side > 0 else v < min(declared))])
