@@ -16,25 +16,19 @@ from typing import Any, cast
 
 from .._task import Task, make_task
 from ..experiment.grid import grid_value, point_text
+from .labels import EQUAL, INCONCLUSIVE, entry
 from .run import Row, Run
 from .stats import ALPHA, PAIRED_T, Paired, detectable_difference, holm, tarone
 from .verdicts import (
-    EQUIVALENT,
-    INCONCLUSIVE,
+    GATES,
     MIN_PAIRS,
-    UNEQUAL_BUDGET,
-    UNEQUAL_TUNING,
-    UNMATCHED_SIZE,
     at_floor,
     both_solved,
-    budget_gap,
     flagged,
     label,
     non_finite,
     seed_values,
-    size_gap,
     strictest,
-    tuning_gap,
     unsolved,
 )
 
@@ -66,7 +60,7 @@ class Comparison:
     """One judged comparison: model − control on a split's metric, paired over seeds.
 
     ``paired`` is None where no test could be drawn (a gate closed, or a row missing);
-    ``label`` is one of `LABELS`; ``p_adjusted`` and ``tost_adjusted`` are
+    ``label`` is one of `labels.LABELS`; ``p_adjusted`` and ``tost_adjusted`` are
     Holm-adjusted within the report (None for a test outside the family: a ceiling or a
     floor, too few pairs, or an exact test whose floor cannot reach its Holm level: the
     note says so); which test decided is ``paired.test``; ``detectable`` is the
@@ -198,7 +192,7 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
                       if c.paired.test == PAIRED_T and c.paired.sd is not None else None)
         judged = label(c.paired, p, t, c.higher_is_better, c.solved, c.floored)
         notes = [c.note] if c.note else []
-        ahead = c.significant(p) if judged == EQUIVALENT else None
+        ahead = c.significant(p) if entry(judged).shows == EQUAL else None
         if ahead is not None:
             notes.append(f"{c.model} significantly {'better' if ahead else 'worse'}, by less "
                          f"than the margin ±{c.paired.margin:.2g}")
@@ -237,8 +231,7 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
     chosen: dict[str, Any] = {"chosen": model.chosen_text(),
                               "control_chosen": control.chosen_text() if control else ""}
     if control is not None:
-        for closed, gap in ((UNEQUAL_TUNING, tuning_gap), (UNEQUAL_BUDGET, budget_gap),
-                            (UNMATCHED_SIZE, size_gap)):
+        for closed, gap in GATES:
             if why := gap(*sides):
                 return replace(base, label=closed, note=why, **chosen)
     split, notes = request.split, []

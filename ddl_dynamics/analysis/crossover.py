@@ -33,6 +33,7 @@ from .._task import make_task
 from ..experiment.result import RunResult
 from ..models.operator import REGIMES, regime_index
 from .comparisons import Comparison
+from .labels import BETTER, entry
 from .probes import erases, load_probes
 from .run import Run
 from .stats import (
@@ -50,7 +51,7 @@ from .stats import (
     tost_ps,
     value_scale,
 )
-from .verdicts import MIN_PAIRS, WIN
+from .verdicts import MIN_PAIRS
 
 #: Resamples of the seeds behind `star_interval`.
 BOOTSTRAP = 1000
@@ -86,11 +87,12 @@ class Crossover:
 
 
 def crossover_point(points: Sequence[tuple[float, Comparison]]) -> float | None:
-    """``p*``: the smallest knob value from which on the model wins at every larger one
-    (None: it does not win at the largest). ``points`` go by increasing knob value."""
+    """``p*``: the smallest knob value from which on the model wins (a label that shows it
+    better) at every larger one (None: it does not win at the largest). ``points`` go by
+    increasing knob value."""
     star = None
     for value, comparison in reversed(points):
-        if comparison.label != WIN:
+        if entry(comparison.label).shows != BETTER:
             break
         star = value
     return star

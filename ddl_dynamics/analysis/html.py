@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..experiment.folder import RunFolder
 from .figures import drawn_where_possible, make_figures, writable
+from .labels import INCONCLUSIVE, LOSS, TABLE, WIN
 from .probes import probe_run
 from .render import render_markdown
 from .report import Report, build_report
@@ -36,6 +37,7 @@ from .report_text import (
     who,
 )
 from .run import load_run
+from .verdicts import CONFIRMED, CONTRADICTED, INSUFFICIENT
 from .width import SOLVED
 from .wording import counts, counts_text
 
@@ -87,17 +89,28 @@ th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-al
 th { background: #f2f2f2; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 13px; }
-.confirmed, .win { color: #00734d; font-weight: 600; }
-.contradicted, .loss { color: #b03000; font-weight: 600; }
-.equivalent { color: #005a91; font-weight: 600; }
-.insufficient-evidence, .inconclusive { color: #7a5a00; font-weight: 600; }
-.both-solved, .both-at-floor { color: #555; font-weight: 600; }
 .wide { overflow-x: auto; max-width: 100%; margin: .5em 0 1.5em; }
 .wide table { margin: 0; } td { overflow-wrap: anywhere; }
 table.info th { width: 10em; }
 .lead { font-size: 16px; } nav.toc { background: #f7f7f7; padding: .5em 1em; }
 pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 12px; }
 """
+#: Each claim verdict is styled as the label that decides it.
+_CLAIMS = {CONFIRMED: WIN, CONTRADICTED: LOSS, INSUFFICIENT: INCONCLUSIVE}
+
+
+def _css_class(text: str) -> str:
+    """The CSS class of a label or claim verdict: ``"both at floor"`` → ``both-at-floor``."""
+    return re.sub("[^a-z0-9]+", "-", text)
+
+
+def _style() -> str:
+    """The style sheet: the page's, then each label's ink (`labels.TABLE`) and each claim
+    verdict's."""
+    inks = [(label.name, label.ink) for label in TABLE.values()]
+    inks += [(claim, TABLE[label].ink) for claim, label in _CLAIMS.items()]
+    return _CSS + "".join(f".{_css_class(name)} {{ color: {ink}; font-weight: 600; }}\n"
+                          for name, ink in inks if ink)
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], tag: int | None = None) -> str:
@@ -105,8 +118,7 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], tag: int | None =
     before any parenthesis) as CSS class."""
 
     def cell(c: str, column: int) -> str:
-        label = c.split(" (")[0]
-        css = f' class="{re.sub("[^a-z0-9]+", "-", label)}"' if column == tag else ""
+        css = f' class="{_css_class(c.split(" (")[0])}"' if column == tag else ""
         return f"<td{css}>{html.escape(str(c))}</td>"
 
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
@@ -211,7 +223,7 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
            + "</ol></nav>")
     body = "\n".join([*lead, toc, *parts])
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>ddl_dynamics — {html.escape(report.name)}</title><style>{_CSS}</style>"
+            f"<title>ddl_dynamics — {html.escape(report.name)}</title><style>{_style()}</style>"
             f"</head><body>\n{body}\n</body></html>\n")
 
 

@@ -10,10 +10,11 @@ from collections.abc import Callable
 from ..models.operator import REGIMES
 from .comparisons import Comparison
 from .crossover import interval_text, star_text
+from .labels import FAILS, INCONCLUSIVE, entry
 from .report import Problem, Report, TaskTable, status_text
 from .stats import ALPHA, PAIRED_T, POWER, SIGN_FLIP, T_MIN_PAIRS, Estimate, Paired
-from .verdicts import EQUIVALENT, FAILS, INCONCLUSIVE, LOSS, MIN_PAIRS, SIZE_TOLERANCE, WIN
-from .wording import counts, counts_text, difference, sentence
+from .verdicts import MIN_PAIRS, SIZE_TOLERANCE
+from .wording import counts, counts_text, difference, failures, sentence, undetected
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -104,26 +105,14 @@ def _n(p: Paired) -> str:
 
 
 def _verdict(c: Comparison) -> str:
-    """The label, with n and what an inconclusive test could have detected."""
+    """The label, with n, who failed and what an inconclusive test could have detected."""
     p = c.paired
     if p is None:
         return c.label
     if c.label == FAILS:
-        sides = [f"{row} {FAILS} {len(failed) + len(p.both_failed)}/{p.total}"
-                 for row, failed in ((c.model, p.failed), (c.control_text, p.control_failed))
-                 if failed or p.both_failed]
-        return "; ".join(sides)
-    if c.label == INCONCLUSIVE:
-        if c.detectable is not None:
-            seen = f"; detectable ±{_num(c.detectable, 2)}"
-        elif p.differences and not any(p.differences) and p.n == p.total:
-            seen = "; identical on every seed"
-        elif p.n >= MIN_PAIRS and c.p_adjusted is None and p.floor > 0:
-            seen = f"; p cannot fall below {_p(p.floor)} at this n"
-        else:
-            seen = ""
-        return f"inconclusive ({_n(p)}{seen})"
-    return f"{c.label} ({_n(p)})"
+        return "; ".join(f"{side} {FAILS} {k}/{p.total}" for side, k in failures(c))
+    seen = undetected(c) if c.label == INCONCLUSIVE else ""
+    return f"{c.label} ({_n(p)}{'; ' + seen if seen else ''})"
 
 
 def _tost(c: Comparison) -> str:
@@ -312,10 +301,10 @@ def matrix_cells(report: Report) -> tuple[list[str], list[list[str]]]:
 
 
 def summary_lines(report: Report) -> list[str]:
-    """The results in words: one sentence per comparison decided (win, loss, equivalent) or
-    declared, then how many others are inconclusive or untested."""
-    stated = [c for c in report.comparisons
-              if "declared" in c.kinds or c.label in (WIN, LOSS, EQUIVALENT)]
+    """The results in words: one sentence per comparison decided (win, loss, equivalent:
+    a label that shows something) or declared, then how many others are inconclusive or
+    untested."""
+    stated = [c for c in report.comparisons if "declared" in c.kinds or entry(c.label).shows]
     rest = [c for c in report.comparisons if c not in stated]
     lines = [sentence(c) for c in stated]
     if rest:

@@ -46,33 +46,39 @@ by the opposite one or by equivalence without a significant difference its way
 (`claim_verdict`); a comparison of two rows at the floor leaves it open. An ODE seed whose
 reconstruction check failed (⚑) counts with its measured value, which its model computed
 whatever the solver did, and every verdict that involves one names it.
+
+What each label means, the words and colours it is shown in and what it decides are in
+`labels`, one entry per label; the rules that give them are here (`GATES`, `label`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..experiment.config import COUNTED
 from ..experiment.grid import searched, value_text
 from ..experiment.result import RunResult
+from .labels import (
+    AT_FLOOR,
+    BETTER,
+    BOTH_SOLVED,
+    EQUAL,
+    EQUIVALENT,
+    FAILS,
+    INCONCLUSIVE,
+    LOSS,
+    UNEQUAL_BUDGET,
+    UNEQUAL_TUNING,
+    UNMATCHED_SIZE,
+    WIN,
+    WORSE,
+    entry,
+)
+from .labels import LABELS as LABELS
 from .stats import ALPHA, Paired, finite
 
-WIN, LOSS, EQUIVALENT, INCONCLUSIVE = "win", "loss", "equivalent", "inconclusive"
-#: Both rows at the metric's best value on every seed: no test, outside the family.
-BOTH_SOLVED = "both solved"
-#: Both rows at or below the task's chance or shortcut level (`Task.floor`) on every
-#: seed: neither does the task, so no test, outside the family.
-AT_FLOOR = "both at floor"
-#: Fewer than `MIN_PAIRS` seeds both finished because a side failed: "fails k/n".
-FAILS = "fails"
-UNEQUAL_BUDGET, UNMATCHED_SIZE = "unequal budget", "unmatched size"
-#: The two rows searched different grids (or only one searched): no test.
-UNEQUAL_TUNING = "unequal tuning"
-#: Every label a comparison can carry; the first four are drawn from a test.
-LABELS = (WIN, LOSS, EQUIVALENT, INCONCLUSIVE, BOTH_SOLVED, AT_FLOOR, FAILS, UNEQUAL_TUNING,
-          UNEQUAL_BUDGET, UNMATCHED_SIZE)
 CONFIRMED, CONTRADICTED, INSUFFICIENT = "confirmed", "contradicted", "insufficient evidence"
 #: Fewest seeds both rows finished that any label but "fails k/n" rests on.
 MIN_PAIRS = 3
@@ -170,6 +176,12 @@ def size_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
             f"{theirs:,}: more than {SIZE_TOLERANCE:.0%} apart")
 
 
+#: The gates of rules 1–3, in order: the label each closes with, and why it is closed
+#: (empty where it is open).
+GATES: tuple[tuple[str, Callable[[Sequence[RunResult], Sequence[RunResult]], str]], ...] = (
+    (UNEQUAL_TUNING, tuning_gap), (UNEQUAL_BUDGET, budget_gap), (UNMATCHED_SIZE, size_gap))
+
+
 def requirement(metric: str, requires: float, higher_is_better: bool) -> str:
     """A ``requires`` threshold in its metric's own terms: ``"test accuracy ≥ 0.99"``."""
     return f"test {metric} {'≥' if higher_is_better else '≤'} {requires:.4g}"
@@ -242,10 +254,11 @@ def claim_verdict(label_: str, relation: str, significant: bool | None = None) -
     ahead (``significant``: whether a significant difference favours the model, None where
     none is), by less than the margin: that leaves it open, as does anything else (a
     shared ceiling or floor included)."""
-    if label_ in (WIN, LOSS):
-        return CONFIRMED if (label_ == WIN) == (relation == "better") else CONTRADICTED
-    if label_ == EQUIVALENT:
-        return INSUFFICIENT if significant == (relation == "better") else CONTRADICTED
+    shows = entry(label_).shows
+    if shows in (BETTER, WORSE):
+        return CONFIRMED if shows == relation else CONTRADICTED
+    if shows == EQUAL:
+        return INSUFFICIENT if significant == (relation == BETTER) else CONTRADICTED
     return INSUFFICIENT
 
 

@@ -6,7 +6,8 @@ text reads an inconclusive test as "no effect" or a difference as larger than it
 says. A comparison is read in the shape the JSON report gives it (a dict: ``task``,
 ``model``, ``control``, ``label``, ``paired`` with ``mean``, ``ci``, ``total`` and
 ``margin``, ``detectable``); `as_record` turns a `Comparison`
-into that shape. A label this module does not know gets a neutral sentence that names it.
+into that shape. The words of each label are its entry in `labels` (`Label.says`, filled
+here); a label the table does not list gets a neutral sentence that names it.
 """
 
 from __future__ import annotations
@@ -14,61 +15,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .labels import LABELS, NO_DIFFERENCE, entry
+from .labels import MEANINGS as MEANINGS
 from .stats import ALPHA, PAIRED_T
-from .verdicts import (
-    AT_FLOOR,
-    BOTH_SOLVED,
-    EQUIVALENT,
-    FAILS,
-    INCONCLUSIVE,
-    LABELS,
-    LOSS,
-    MIN_PAIRS,
-    UNEQUAL_BUDGET,
-    UNEQUAL_TUNING,
-    UNMATCHED_SIZE,
-    WIN,
-)
+from .verdicts import MIN_PAIRS
 
 #: Words that state an effect (or its absence) and must never stand beside an inconclusive
 #: comparison: not significant is not equal.
 EFFECT_WORDS = ("nothing", "only", "no effect", "adds nothing", "changes nothing")
-#: The phrase every inconclusive sentence uses (and what `effect_words` looks beside).
-NO_DIFFERENCE = "no difference detected"
 #: The opening of a sentence that describes without a test (curves, "on every seed").
 DESCRIPTIVE = "Descriptive, not a test"
-
-#: What each label means and the words a text may use for it: the rule book's glossary.
-MEANINGS: dict[str, tuple[str, str]] = {
-    WIN: ("the model is better than the control: Holm-adjusted p below the level, in the "
-          "metric's better direction", "beats, with the difference and its 95% CI"),
-    LOSS: ("the model is worse than the control: Holm-adjusted p below the level, in the "
-           "metric's worse direction", "does worse than, with the difference and its 95% CI"),
-    EQUIVALENT: ("the difference lies within the task's margin: the Holm-adjusted TOST p "
-                 "is below the level", "equivalent within ±margin"),
-    INCONCLUSIVE: ("neither a difference nor equivalence is shown, or fewer seeds than a "
-                   "test needs; not significant is never equal",
-                   f"{NO_DIFFERENCE} (detectable ±x), and no word of effect"),
-    BOTH_SOLVED: ("both rows reached the metric's best value on every seed: a ceiling, kept "
-                  "out of the adjusted family; no test can tell them apart there",
-                  "both solved (a ceiling, no test)"),
-    AT_FLOOR: ("both rows at the task's chance or shortcut level (its floor): no test is "
-               "drawn, outside the adjusted family, and no claim is confirmed or contradicted",
-               "both at floor (no test)"),
-    FAILS: ("fewer than 3 seeds finished on both sides because a row failed: the failures "
-            "are the result", "fails k/n, naming the row that failed"),
-    UNEQUAL_TUNING: ("the two rows searched different grids (or only one searched): a tuned "
-                     "row carries a winner's curse against a fixed one, so no test is drawn",
-                     "not tested: the tuning differs"),
-    UNEQUAL_BUDGET: ("the two rows trained on different budgets: no test is drawn",
-                     "not tested: the budgets differ"),
-    UNMATCHED_SIZE: ("the two rows' parameter counts are too far apart: no test is drawn",
-                     "not tested: the sizes differ"),
-}
-
 
 def as_record(comparison: Any) -> Mapping[str, Any]:
     """A `Comparison` (or its JSON dict) as the dict this module reads."""
@@ -157,49 +116,76 @@ def subject(c: Mapping[str, Any]) -> str:
             f"({split} {c.get('metric', 'metric')} {arrow}{instead})")
 
 
-def sentence(comparison: Any) -> str:
-    """The one sentence that states a comparison's result, from its label."""
+def undetected(comparison: Any) -> str:
+    """Why an inconclusive comparison detected no difference, as every text says it: the
+    smallest difference its test could have detected, or why it states none (too few
+    seeds, identical values, an exact test, which has no such size, and, outside the
+    family, the smallest p it can give); empty where none of these holds."""
     c = as_record(comparison)
     paired = c.get("paired") or {}
-    label = c["label"]
-    delta = f"Δ = {difference(paired.get('mean'), paired.get('ci'))}, {seeds_text(paired)}"
-    if label == WIN:
-        return f"{subject(c)}: {WIN}, the model is better ({delta})."
-    if label == LOSS:
-        return f"{subject(c)}: {LOSS}, the model is worse ({delta})."
-    if label == EQUIVALENT:
-        return f"{subject(c)}: {equivalence_text(c)}."
-    if label == INCONCLUSIVE:
-        if c.get("detectable") is not None:
-            seen = f"detectable ±{number(c['detectable'], 2)}"
-        elif len(paired.get("seeds") or ()) < MIN_PAIRS:
-            seen = "too few seeds for a test"
-        elif paired.get("differences") and not any(paired["differences"]):
-            seen = "identical on every seed"  # a shared ceiling, not a test of equality
-        elif paired.get("test", PAIRED_T) != PAIRED_T:
-            seen = f"decided by an exact test ({paired['test']}), which has no detectable size"
-        else:
-            seen = "no detectable size: the differences do not vary"
-        return f"{subject(c)}: {NO_DIFFERENCE} ({seen}; {delta})."
-    if label == BOTH_SOLVED:
-        return (f"{subject(c)}: {BOTH_SOLVED}, both rows at the metric's best value on every "
-                f"seed (a ceiling, no test; {seeds_text(paired)}).")
-    if label == AT_FLOOR:
-        return (f"{subject(c)}: {AT_FLOOR}, both rows at the task's chance or shortcut level "
-                f"(no test; {seeds_text(paired)}).")
-    if label == FAILS:
-        failed = {side: len(paired.get(key) or ()) + len(paired.get("both_failed") or ())
-                  for side, key in ((c["model"], "failed"), (c["control"], "control_failed"))}
-        sides = ", ".join(f"`{side}` {FAILS} {k}/{_n(paired)}"
-                          for side, k in failed.items() if k) or "a row failed"
-        return f"{subject(c)}: {sides}; too few finished pairs for a test."
-    if label == UNEQUAL_TUNING:
-        return f"{subject(c)}: not tested, the tuning differs."
-    if label == UNEQUAL_BUDGET:
-        return f"{subject(c)}: not tested, the budgets differ."
-    if label == UNMATCHED_SIZE:
-        return f"{subject(c)}: not tested, the sizes differ."
-    return f"{subject(c)}: labelled \"{label}\" by the rule book ({delta})."
+    test, floor = paired.get("test", PAIRED_T), paired.get("floor") or 0.0
+    if c.get("detectable") is not None:
+        return f"detectable ±{number(c['detectable'], 2)}"
+    if len(paired.get("seeds") or ()) < MIN_PAIRS:
+        return "too few seeds for a test"
+    if paired.get("differences") and not any(paired["differences"]) and not failures(c):
+        return "identical on every seed"  # a shared ceiling, not a test of equality
+    if test == PAIRED_T:
+        return ""
+    if c.get("p_adjusted") is None and floor > 0:  # outside the family (Tarone)
+        return (f"decided by an exact test ({test}), whose p cannot fall below "
+                f"{number(floor, 3)} at this n")
+    return f"decided by an exact test ({test}), which has no detectable size"
+
+
+def failures(comparison: Any) -> list[tuple[str, int]]:
+    """Each side that failed seeds, with how many (a seed both failed counts for both)."""
+    c = as_record(comparison)
+    paired = c.get("paired") or {}
+    both = len(paired.get("both_failed") or ())
+    return [(str(side), len(paired.get(key) or ()) + both)
+            for side, key in ((c["model"], "failed"), (c["control"], "control_failed"))
+            if paired.get(key) or both]
+
+
+def _delta(c: Mapping[str, Any]) -> str:
+    """``"Δ = +0.4 ± 0.1, n = 8"``."""
+    paired = c.get("paired") or {}
+    return f"Δ = {difference(paired.get('mean'), paired.get('ci'))}, {seeds_text(paired)}"
+
+
+def _failed(c: Mapping[str, Any]) -> str:
+    """``"`ddl` fails 2/8"``, each side that failed."""
+    total = _n(c.get("paired") or {})
+    return ", ".join(f"`{side}` fails {k}/{total}" for side, k in failures(c)) or "a row failed"
+
+
+#: The fields a label's sentence may use (`labels.Label.says`), each made from the record.
+_FIELDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "label": lambda c: str(c["label"]),
+    "delta": _delta,
+    "n": lambda c: seeds_text(c.get("paired") or {}),
+    "equivalence": equivalence_text,
+    "undetected": lambda c: "; ".join(part for part in (undetected(c), _delta(c)) if part),
+    "failed": _failed,
+}
+
+
+class _Fields(dict[str, str]):
+    """A record's `_FIELDS`, each made when a sentence asks for it."""
+
+    def __init__(self, c: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.c = c
+
+    def __missing__(self, name: str) -> str:
+        return _FIELDS[name](self.c)
+
+
+def sentence(comparison: Any) -> str:
+    """The one sentence that states a comparison's result, from its label's entry."""
+    c = as_record(comparison)
+    return f"{subject(c)}: {entry(c['label']).says.format_map(_Fields(c))}."
 
 
 def descriptive(text: str) -> str:

@@ -9,18 +9,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from ..verdicts import (
-    AT_FLOOR,
-    BOTH_SOLVED,
-    EQUIVALENT,
-    FAILS,
-    INCONCLUSIVE,
-    LOSS,
-    UNEQUAL_BUDGET,
-    UNEQUAL_TUNING,
-    UNMATCHED_SIZE,
-    WIN,
-)
+from ..labels import MARK_COLORS as MARK_COLORS  # the verdict colours, for the headline
+from ..labels import TABLE, entry
 from .style import METRIC_RANGE, clipped_error, log_axis, model_colors, panel_grid, styled
 
 
@@ -72,23 +62,13 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
     return fig
 
 
-#: Cell colour of each verdict label (Okabe–Ito green, vermillion, blue, sky blue, reddish
-#: purple and orange); the labels where no test was drawn (unequal tuning or budget,
-#: unmatched size) are white and hatched.
-MARK_COLORS = {WIN: "#009E73", LOSS: "#D55E00", EQUIVALENT: "#0072B2", INCONCLUSIVE: "#DDDDDD",
-               BOTH_SOLVED: "#56B4E9", AT_FLOOR: "#CC79A7", FAILS: "#E69F00",
-               UNEQUAL_TUNING: "#FFFFFF",
-               UNEQUAL_BUDGET: "#FFFFFF", UNMATCHED_SIZE: "#FFFFFF"}
-NO_VERDICT = (UNEQUAL_TUNING, UNEQUAL_BUDGET, UNMATCHED_SIZE)
-
-
 @styled
 def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure:
     """Task × model grid of every model's verdict against its baseline.
 
     Args:
-        cells: task → model → (mark, text): the mark (a key of `MARK_COLORS`) colours
-            the cell and the text (the paired difference) is written in it; a model with no
+        cells: task → model → (mark, text): the mark (a verdict label, `labels.TABLE`)
+            colours the cell and the text (the paired difference) is written in it; a model with no
             comparison on a task (its baseline, or not run there) leaves the cell blank.
     """
     tasks = list(cells)
@@ -99,18 +79,20 @@ def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure
         for j, model in enumerate(models):
             if model in cells[task]:
                 mark, text = cells[task][model]
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=MARK_COLORS[mark],
-                                       edgecolor="0.8", hatch="///" if mark in NO_VERDICT else None,
+                label = entry(mark)
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=label.colour,
+                                       edgecolor="0.8", hatch="///" if label.gate else None,
                                        lw=0.6))
                 ax.text(j, i, f"{mark}\n{text}", ha="center", va="center", fontsize=6.5,
-                        color="white" if mark in (WIN, LOSS, EQUIVALENT) else "black")
+                        color=label.text)
     ax.set(xlim=(-0.5, len(models) - 0.5), ylim=(len(tasks) - 0.5, -0.5))
     ax.set_xticks(range(len(models)), models, rotation=35, ha="right")
     ax.set_yticks(range(len(tasks)), tasks)
     ax.grid(False)
     ax.spines[:].set_visible(False)
-    handles = [Patch(facecolor=c, edgecolor="0.6", hatch="///" if m in NO_VERDICT else None,
-                     label=m) for m, c in MARK_COLORS.items()]
+    handles = [Patch(facecolor=label.colour, edgecolor="0.6",
+                     hatch="///" if label.gate else None, label=label.name)
+               for label in TABLE.values()]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7,
                bbox_to_anchor=(0.5, 1.0))
     fig.suptitle("test metric, model − baseline over paired seeds: mean ± 95% CI; labels on "
