@@ -19,15 +19,13 @@ import json
 import os
 import re
 import sys
-import sysconfig
-import tempfile
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .usage import bad_usage, save_traceback
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -319,6 +317,27 @@ def _compare_parser(compare: argparse.ArgumentParser) -> None:
     compare.set_defaults(func=_compare)
 
 
+def _completion_parser(completion: argparse.ArgumentParser) -> None:
+    from .completion import SHELLS
+
+    completion.add_argument("shell", choices=SHELLS,
+                            help="the shell to write for: save the script once and load it "
+                                 "from your shell's startup file (see Getting started)")
+    _task_file_option(completion, "its task and model names are completed too")
+    completion.set_defaults(func=_completion)
+
+
+def _completion(args: argparse.Namespace) -> int:
+    from ._task import list_tasks
+    from .completion import script
+    from .models.base import list_models
+
+    _load_task_files(args)
+    names = {"tasks": list_tasks(), "models": list_models()}
+    print(script(_parser(every=True), args.shell, "ddl-dyn", names), end="")
+    return 0
+
+
 def _publish(args: argparse.Namespace) -> int:
     from .analysis.publish import publish
 
@@ -361,12 +380,14 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
     "docs": ("regenerate the README headline and the study pages from results/", _docs_parser),
     "compare": ("check a rerun against a published reference: how its config differs, then "
                 "each comparison both ran (exit 1 where one differs)", _compare_parser),
+    "completion": ("print a completion script for bash or zsh (subcommands, options, their "
+                   "choices, task and model names)", _completion_parser),
 }
 
 
-def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str] = (), every: bool = False) -> argparse.ArgumentParser:
     """The command line's parser, with the arguments of the subcommand ``argv`` names (its
-    first word that is not an option)."""
+    first word that is not an option), or of ``every`` one (for a completion script)."""
     parser = argparse.ArgumentParser(
         prog="ddl-dyn", description="Deep Delta Learning dynamics benchmark suite.")
     parser.add_argument("--version", action="version", version=f"ddl-dyn {__version__}")
@@ -374,7 +395,7 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     chosen = next((word for word in argv if not word.startswith("-")), None)
     for name, (text, build) in SUBCOMMANDS.items():
         command = sub.add_parser(name, help=text, description=text)
-        if name == chosen:
+        if every or name == chosen:
             build(command)
     return parser
 
@@ -400,70 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     except Exception as err:
-        if _bad_usage(err):
+        if bad_usage(err):
             print(f"ddl-dyn: error: {_one_line(err)}", file=sys.stderr)
             return 2
         print(f"ddl-dyn: internal error (a bug, not your input): {type(err).__name__}: "
-              f"{_one_line(err)}; traceback in {_save_traceback(err)}", file=sys.stderr)
+              f"{_one_line(err)}; traceback in {save_traceback(err)}", file=sys.stderr)
         return 3
-
-
-#: The suite's typed errors that are not a ``ValueError`` yet say what the input asked for,
-#: by module and name: a cap the run's config set (``max_seconds``, ``ode_max_steps``).
-CAPS = (("experiment.caps", "Capped"), ("models.dopri5", "SolverCapped"))
-
-
-def _bad_usage(err: Exception) -> bool:
-    """Whether ``err`` is a user's mistake or a storage problem, not a bug, by its type: an
-    ``OSError`` (a file missing, unreadable or full); one of the suite's own ``ValueError``
-    kinds (`ConfigError`, `TaskCheckError`, `TaskDataError`, `DamagedError`, …); a cap
-    the config set (`CAPS`). A plain ``ValueError`` or ``ImportError`` counts where the
-    suite's code or a user's task file raised it itself (`_raised_here`); from inside a
-    library (torch, numpy, the standard library), from a built-in operation (an unpacking,
-    a conversion) and of every other type, an error is a bug."""
-    if isinstance(err, OSError):
-        return True
-    if isinstance(err, ValueError) and type(err).__module__.startswith(__package__ + "."):
-        return True
-    caps = tuple(getattr(sys.modules[f"{__package__}.{module}"], name)
-                 for module, name in CAPS if f"{__package__}.{module}" in sys.modules)
-    if isinstance(err, caps):
-        return True
-    return isinstance(err, ValueError | ImportError) and _raised_here(err)
-
-
-def _raised_here(err: BaseException) -> bool:
-    """Whether ``err`` left a ``raise`` statement (the instruction its innermost frame
-    stopped at raises, whatever the source line reads) of the suite's code or of a file
-    outside the installed libraries (a user's task file)."""
-    import dis
-
-    frames = err.__traceback__
-    if frames is None:
-        return False
-    while frames.tb_next is not None:
-        frames = frames.tb_next
-    code = frames.tb_frame.f_code
-    if dis.opname[code.co_code[frames.tb_lasti]] != "RAISE_VARARGS":
-        return False
-    where = Path(code.co_filename).resolve()
-    libraries = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib",
-                                                        "platlib")}
-    return where.is_relative_to(Path(__file__).resolve().parent) or not any(
-        where.is_relative_to(Path(path).resolve()) for path in libraries if path)
-
-
-def _save_traceback(err: BaseException) -> str:
-    """Where the traceback of ``err`` went: a new temporary file, else stderr."""
-    text = "".join(traceback.format_exception(err))
-    try:
-        with tempfile.NamedTemporaryFile("w", prefix="ddl-dyn-traceback-", suffix=".txt",
-                                         delete=False) as file:
-            file.write(text)
-        return file.name
-    except OSError:
-        print(text, file=sys.stderr, end="")
-        return "the lines above"
 
 
 def _check_paths(args: argparse.Namespace) -> None:
