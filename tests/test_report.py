@@ -377,3 +377,24 @@ def test_reports_lead_with_the_run_and_a_summary(tiny_study):
         '<h2 id="verdicts">') < page.index('<h2 id="results-per-task">')
     assert page.count("<table") == page.count('<div class="wide"><table')  # tables scroll
     assert "no difference detected" in page.split('<h2 id="verdicts">')[0]
+
+
+def test_the_html_report_keeps_p_values_whole_and_opens_with_the_file_it_ran(tmp_path):
+    """p-values once broke inside their digits ("0.2 / 50") and the experiment file ran off
+    the page at the report's end."""
+    from ddl_dynamics.analysis.html import render_html
+
+    store = dd.RunFolder.open(tmp_path, "w").store
+    text = 'name = "demo"\ndescription = "' + "a long line " * 40 + '"\n'
+    store.start_run("demo", text)
+    for seed, (a, b) in enumerate(zip(RESNET, DDL, strict=True)):
+        store.put(row("resnet", seed, a))
+        store.put(row("ddl", seed, b, params=110))
+    page = render_html(dd.build_report(tmp_path))
+    assert '<th class="p">p</th><th class="p">p Holm</th>' in page
+    assert '<td class="p">0.250 (flip)</td><td class="p">—</td>' in page
+    assert ".p { white-space: nowrap; }" in page and "td { overflow-wrap: anywhere" not in page
+    folded = ('<details class="config"><summary>Experiment file, as run</summary>'
+              f"<pre>name = &quot;demo&quot;\ndescription = &quot;{'a long line ' * 40}")
+    assert folded in page and "white-space: pre-wrap" in page
+    assert page.index(folded) < page.index('<nav class="toc">')  # what ran, before the rest

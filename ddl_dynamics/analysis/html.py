@@ -90,10 +90,12 @@ th { background: #f2f2f2; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 13px; }
 .wide { overflow-x: auto; max-width: 100%; margin: .5em 0 1.5em; }
-.wide table { margin: 0; } td { overflow-wrap: anywhere; }
+.wide table { margin: 0; } td { overflow-wrap: break-word; } .p { white-space: nowrap; }
 table.info th { width: 10em; }
 .lead { font-size: 16px; } nav.toc { background: #f7f7f7; padding: .5em 1em; }
-pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 12px; }
+details { margin: 0 0 1em; } summary { cursor: pointer; }
+pre { background: #f7f7f7; padding: 1em; font-size: 12px; white-space: pre-wrap;
+      overflow-wrap: anywhere; }
 """
 #: Each claim verdict is styled as the label that decides it.
 _CLAIMS = {CONFIRMED: WIN, CONTRADICTED: LOSS, INSUFFICIENT: INCONCLUSIVE}
@@ -113,15 +115,23 @@ def _style() -> str:
                           for name, ink in inks if ink)
 
 
+#: The columns of p-values, kept on one line: a p broken inside its digits misreads.
+P_COLUMNS = ("p", "p Holm")
+
+
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], tag: int | None = None) -> str:
     """An HTML table; column ``tag``, if given, also gives each cell its label (its text
-    before any parenthesis) as CSS class."""
+    before any parenthesis) as CSS class; the p-value columns (`P_COLUMNS`) never wrap."""
+    whole = {i for i, h in enumerate(head) if h in P_COLUMNS}
 
     def cell(c: str, column: int) -> str:
-        css = f' class="{_css_class(c.split(" (")[0])}"' if column == tag else ""
-        return f"<td{css}>{html.escape(str(c))}</td>"
+        css = (_css_class(c.split(" (")[0]) if column == tag
+               else "p" if column in whole else "")
+        attribute = f' class="{css}"' if css else ""
+        return f"<td{attribute}>{html.escape(str(c))}</td>"
 
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    th = "".join(f'<th class="p">{html.escape(h)}</th>' if i in whole
+                 else f"<th>{html.escape(h)}</th>" for i, h in enumerate(head))
     body = "".join("<tr>" + "".join(cell(c, i) for i, c in enumerate(row)) + "</tr>"
                    for row in rows)
     return (f'<div class="wide"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody>'
@@ -150,6 +160,15 @@ def _info(rows: Sequence[tuple[str, str]]) -> str:
     return f'<div class="wide"><table class="info"><tbody>{body}</tbody></table></div>'
 
 
+def _config(text: str) -> str:
+    """What was run: the experiment file as the run recorded it (its options listed below
+    it), folded, and wrapped to the page."""
+    if not text.strip():
+        return "<p>The run recorded no experiment file.</p>"
+    return ('<details class="config"><summary>Experiment file, as run</summary>'
+            f"<pre>{html.escape(text)}</pre></details>")
+
+
 def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
     """The report as one HTML page: what the run is, a summary (labels, verdict matrix,
     results in words), a table of contents, then the long tables; ``figures`` are PNG files
@@ -167,7 +186,7 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
                 ("machine", ", ".join(f"{k}: {v}" for k, v in machine.items())),
                 ("started / ended",
                  f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"),
-            ])]
+            ]), _config(exp.get("config") or "")]
     parts = [_section(sections, "Summary"),
              f"<p>{len(report.comparisons)} comparisons, {report.tests} tests: "
              f"{html.escape(counts_text(counts(report.comparisons)) or 'none')}.</p>"]
@@ -216,8 +235,6 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
     if figures:
         parts.append(_section(sections, "Figures"))
         parts += [_figure(path) for path in figures]
-    parts.append(_section(sections, "Experiment configuration"))
-    parts.append(f"<pre>{html.escape(exp.get('config', ''))}</pre>")
     toc = ('<nav class="toc"><b>Contents</b><ol>'
            + "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t in sections)
            + "</ol></nav>")
