@@ -63,14 +63,10 @@ _SUBPACKAGES = ("analysis", "bench", "experiment", "models", "tasks")
 
 __all__ = sorted(_HOME)
 
-# The modules whose import registers the built-in tasks and model families, loaded on their
-# registry's first lookup: named here, above the registries, so that no registry names the
-# modules that import it.
-_BUILTINS.update(
-    task=("ddl_dynamics.tasks",),
-    model=tuple(f"ddl_dynamics.models.{family}" for family in (
-        "delta", "decoupled", "hyper", "ode", "product", "residual", "transformer")),
-)
+# The packages whose modules register the built-in tasks and model families, each module
+# imported on its registry's first lookup (a new family registers by being in the package):
+# named here, above the registries, so that no registry names the modules that import it.
+_BUILTINS.update(task="ddl_dynamics.tasks", model="ddl_dynamics.models")
 
 
 def _version() -> str:

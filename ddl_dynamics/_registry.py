@@ -5,9 +5,10 @@ lookup, so no caller has to import them first), then ``"module:Name"`` import pa
 package entry-point group (scanned lazily, once). Unknown names fail with one ``ValueError``
 that lists the valid names and a did-you-mean hint.
 
-Which modules hold a kind's built-ins is said from above (`BUILTINS`, filled by the
-package's root), so the module that defines a registry never names the modules that register
-into it: imports run one way, from the built-ins to the registry.
+A kind's built-ins register by being in its package: on the first lookup every public module
+of that package is imported. Which package that is, is said from above (`BUILTINS`, filled
+by the package's root), so the module that defines a registry never names the modules that
+register into it: imports run one way, from the built-ins to the registry.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import pkgutil
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -25,9 +27,9 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-#: Per kind of registry (``"task"``, ``"model"``), the modules whose import registers its
-#: built-in names, imported on the registry's first lookup.
-BUILTINS: dict[str, tuple[str, ...]] = {}
+#: Per kind of registry (``"task"``, ``"model"``), the package whose public modules register
+#: its built-in names, each imported on the registry's first lookup (`import_package`).
+BUILTINS: dict[str, str] = {}
 
 
 def did_you_mean(name: str, choices: list[str]) -> str:
@@ -157,8 +159,8 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         self._loaded = True  # first: the modules register through this registry
-        for module in BUILTINS.get(self.kind, ()):
-            importlib.import_module(module)
+        if self.kind in BUILTINS:
+            import_package(BUILTINS[self.kind])
 
     def _scan_entry_points(self) -> None:
         self._load_builtins()
@@ -201,6 +203,16 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         return name in self._factories or name in self.names()
+
+
+def import_package(name: str) -> None:
+    """Import the package ``name`` and every public module in it (one whose name starts with
+    an underscore is private: it loads where it is used, as a kernel that needs an optional
+    dependency)."""
+    package = importlib.import_module(name)
+    for module in pkgutil.iter_modules(package.__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{name}.{module.name}")
 
 
 def load_file(path: str | Path) -> None:

@@ -623,11 +623,11 @@ def test_the_triton_kernels_do_not_import_the_backend_choice(name):
     """The backends' modules import one way: the choice loads the Triton kernels, never the
     reverse (they share their input layout through a module of its own)."""
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, ddl_dynamics.models.delta_triton; "
+        [sys.executable, "-c", "import sys, ddl_dynamics.models._delta_triton; "
          "print(sorted(m for m in sys.modules if m.startswith('ddl_dynamics.models.')))"],
         capture_output=True, text=True, check=True, env={**os.environ, "TRITON_INTERPRET": "1"})
     assert "ddl_dynamics.models.delta_kernels" not in loaded.stdout
-    assert "ddl_dynamics.models.delta_triton" in loaded.stdout
+    assert "ddl_dynamics.models._delta_triton" in loaded.stdout
 
 
 def test_backend_is_chosen_automatically_or_forced(monkeypatch):

@@ -26,7 +26,7 @@ from ..experiment.config import COUNTED
 from ..experiment.folder import RunFolder
 from ..experiment.result import RunResult
 from ..experiment.threads import torch_threads
-from ..models.base import DepthModel
+from ..models.base import MODELS, DepthModel, Model, family
 from ..models.delta import DeltaProbe
 from ..models.transformer import Transformer
 from .run import Run, load_run
@@ -50,17 +50,16 @@ def usable_rows(run: Run) -> list[RunResult]:
 
 
 @torch.no_grad()
-def probe_model(
-    task: Task, model: DepthModel | Transformer, seed: int, n: int = PROBE_SAMPLES
-) -> dict[str, np.ndarray]:
+def probe_model(task: Task, model: Model, seed: int, n: int = PROBE_SAMPLES
+                ) -> dict[str, np.ndarray]:
     """Arrays of one trained model on ``n`` samples of each split it can run.
 
     Per split ``s``: ``s_states`` (hidden trajectory), ``s_pred`` (decoded per step),
     ``s_truth`` (ground-truth trajectory) and ``s_step_regimes`` (the regime of each exact
-    step, see `TaskData`), where the task has them. For Delta stacks, on the test
-    split: ``beta``, ``k_raw_norm``, ``readout``, ``v``, ``e_pre``, ``e_post``; for a
-    sequence model, these gate arrays, the test tokens and where its attention looks
-    (`_probe_sequence`).
+    step, see `TaskData`), where the task has them. For a model that `probes` (a Delta
+    stack), on the test split: ``beta``, ``k_raw_norm``, ``readout``, ``v``, ``e_pre``,
+    ``e_post``; for a sequence model, these gate arrays, the test tokens and where its
+    attention looks (`_probe_sequence`).
     """
     if task.kind == "sequence":
         return _probe_sequence(task, cast(Transformer, model), seed, n)
@@ -77,8 +76,8 @@ def probe_model(
             arrays[f"{split}_truth"] = data.trajectory.numpy()
         if data.step_regimes is not None:
             arrays[f"{split}_step_regimes"] = data.step_regimes.numpy()
-        if split == "test" and hasattr(model, "probe"):
-            probe = cast(Any, model).probe(data.inputs, data.controls, data.steps)  # a Delta stack
+        if split == "test" and model.probes:
+            probe = cast(Any, model).probe(data.inputs, data.controls, data.steps)
             arrays.update(_gate_arrays(probe))
     return arrays
 
@@ -91,7 +90,7 @@ def _probe_sequence(task: Task, model: Transformer, seed: int,
     every sublayer as a layer, ``(n · T, 2 · depth, ·)``."""
     tokens = task.sample(n, seed, "test").inputs
     arrays = {"test_tokens": tokens.numpy(), "test_looks": model.looks(tokens).numpy()}
-    if hasattr(model, "probe"):
+    if model.probes:
         probe = cast(Any, model).probe(tokens)  # a Delta Transformer: (n, T, sublayers, ·)
         arrays.update({name: a.reshape(-1, *a.shape[2:])
                        for name, a in _gate_arrays(probe).items()})
@@ -146,8 +145,10 @@ def load_probes(run: Run) -> Iterator[tuple[RunResult, dict[str, np.ndarray]]]:
 
 
 def erases(row: RunResult) -> bool:
-    """Whether the cell's model is a Delta stack with the erase term (``ddl``,
-    ``ddl-transformer``, ``ddl-product``: one probe row per update; ``ddl-decoupled``: β is
-    its erase gate): only there does β set the shortcut's eigenvalue 1 − β, so only there do
-    gate regimes apply (the write-only controls' β merely scales their write)."""
-    return row.config.get("model") in ("ddl", "ddl-transformer", "ddl-product", "ddl-decoupled")
+    """Whether the cell's model family declares that it `erases` (a Delta stack with the
+    erase term: ``ddl``, ``ddl-transformer``, ``ddl-product`` with one probe row per update,
+    ``ddl-decoupled`` whose β is its erase gate, or a family of the user's): only there does β
+    set the shortcut's eigenvalue 1 − β, so only there do gate regimes apply (the write-only
+    controls' β merely scales their write). A family no longer registered declares nothing."""
+    name = row.config.get("model")
+    return isinstance(name, str) and name in MODELS and family(name).erases

@@ -15,7 +15,7 @@ from ..experiment.batches import fold_data, to_device
 from ..experiment.config import TrainConfig
 from ..experiment.optim import make_optimizer
 from ..experiment.step import training_step
-from ..models.base import MODELS, list_models, make_model
+from ..models.base import family, list_models, make_model
 from ..models.ensemble import Ensemble, alone, fold
 from .timing import median_times, timing
 
@@ -80,8 +80,7 @@ def family_step(family: str, task: Task, cfg: TrainConfig, size: int, width: int
 
 def vector_families() -> list[str]:
     """The registered model families that run on vector-state tasks."""
-    return [name for name in list_models()
-            if getattr(MODELS.get(name), "kind", "vector") == "vector"]
+    return [name for name in list_models() if family(name).kind == "vector"]
 
 
 def bench_steps(

@@ -43,7 +43,7 @@ import torch
 from .._registry import did_you_mean
 from .._task import TASKS, Task, make_task
 from .._task_check import TaskCheckError, check_task
-from ..models.base import MODELS, DepthModel, make_model
+from ..models.base import Model, family, make_model
 from ..models.base import model_options as _model_options
 from ..models.params import count_parameters, match_hidden, parameter_count
 from .config import (
@@ -163,7 +163,7 @@ def check_experiment(config: ExperimentConfig) -> None:
     (`ConfigError.of`). Warn about ``[defaults.model]`` values a task replaces, and
     about rows that ``match_params`` sizes to the budget of another kind of row."""
     errors: list[ConfigError] = []
-    built: dict[tuple[str, str], tuple[Task, DepthModel]] = {}  # by task and row label
+    built: dict[tuple[str, str], tuple[Task, Model]] = {}  # by task and row label
     cells: list[Cell] = []
     tasks: dict[str, tuple[str, Task]] = {}  # one per distinct task spec
     replaced: set[str] = set()
@@ -224,7 +224,7 @@ def _pairs(config: ExperimentConfig) -> list[tuple[int, int]]:
 def _idle(config: ExperimentConfig, m_index: int) -> str:
     """Why model entry ``m_index`` runs on no task, and what would make it run."""
     model = config.models[m_index]
-    kind = getattr(MODELS.get(model.name), "kind", "vector")
+    kind = family(model.name).kind
     kinds = sorted({_task_kind(t.name) for t in config.tasks
                     if not model.tasks or t.label in model.tasks})
     what = (f"its tasks {', '.join(model.tasks)} are " if model.tasks else "the tasks are ")
@@ -256,7 +256,7 @@ def _unchecked(config: ExperimentConfig, m_index: int) -> list[ConfigError]:
 
 
 def _resized(config: ExperimentConfig, cells: Sequence[Cell],
-             built: Mapping[tuple[str, str], tuple[Task, DepthModel]]) -> set[str]:
+             built: Mapping[tuple[str, str], tuple[Task, Model]]) -> set[str]:
     """Notes on rows that ``match_params`` sizes to the parameter count of a row of another
     kind: one set of weights for every step (tied, an ODE) against one per layer, where the
     same count means very different models (a 17k-parameter vector field)."""
@@ -278,7 +278,7 @@ def _resized(config: ExperimentConfig, cells: Sequence[Cell],
 
 
 def compared_tasks(config: ExperimentConfig, index: int,
-                   built: Mapping[tuple[str, str], tuple[Task, DepthModel]] | None = None,
+                   built: Mapping[tuple[str, str], tuple[Task, Model]] | None = None,
                    ) -> list[str]:
     """The task labels on which declared comparison ``index`` is drawn: its ``tasks`` (each
     run by both rows and having its split) or every task both rows run; with the models
@@ -304,7 +304,7 @@ def compared_tasks(config: ExperimentConfig, index: int,
         if both:
             for label in (comparison.model, comparison.control):
                 own, model = (built or {}).get((entry.label, label), (None, None))
-                depth = getattr(model, "depth", None)
+                depth = None if model is None else model.depth
                 steps = own.split_steps(comparison.split) if own is not None else depth
                 if model is not None and not model.can_extrapolate and steps != depth:
                     raise ConfigError(
@@ -367,7 +367,7 @@ def _task_kind(name: str) -> str:
 
 def same_kind(entry: TaskEntry, model: ModelEntry) -> bool:
     """Whether the model's kind (vector or sequence) is the task's."""
-    return getattr(MODELS.get(model.name), "kind", "vector") == _task_kind(entry.name)
+    return family(model.name).kind == _task_kind(entry.name)
 
 
 @dataclass(frozen=True)

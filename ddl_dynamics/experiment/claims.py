@@ -16,7 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Collection, Sequence
 
-from ..models.base import MODELS
+from ..models.base import family
 from .config import Cell
 from .store import ResultStore
 from .train import seed_groups
@@ -126,5 +126,5 @@ def _alive(pid: int) -> bool:
 
 def _cost(cell: Cell) -> tuple[bool, int]:
     """A rough order of training cost: ODE cells first, then steps × depth."""
-    ode = hasattr(MODELS.get(cell.model), "reset_nfe")
+    ode = family(cell.model).solves_ode
     return ode, cell.train.steps * int(cell.config.get("depth", 1))

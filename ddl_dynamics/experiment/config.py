@@ -24,7 +24,7 @@ import torch
 
 from .._registry import did_you_mean
 from .._task import Task, list_tasks, make_task
-from ..models.base import DepthModel, make_model
+from ..models.base import Model, make_model
 
 #: Model arguments a task fixes; an experiment may not set them.
 TASK_DIMS = ("in_dim", "out_dim", "control_dim")
@@ -272,7 +272,7 @@ class Cell:
     def key(self) -> str:
         return cell_key(self.to_dict())
 
-    def build(self) -> tuple[Task, DepthModel]:
+    def build(self) -> tuple[Task, Model]:
         """The task and a freshly initialised model (``torch.manual_seed(seed)`` first)."""
         list_tasks()  # registers the built-in tasks in a fresh worker process
         task = make_task(self.task, **self.spec)

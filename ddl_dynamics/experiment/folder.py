@@ -28,7 +28,7 @@ import torch
 
 from .._registry import load_file
 from .._task import Task, list_tasks
-from ..models.base import DepthModel, list_models
+from ..models.base import Model, list_models
 from .config import Cell
 from .store import ResultStore
 from .trained import Trained
@@ -95,7 +95,7 @@ class RunFolder:
                                  functools.partial(torch.save, trained.weights))
         self.store.put_all([trained.result for trained in group])
 
-    def load_model(self, key: str) -> tuple[Task, DepthModel]:
+    def load_model(self, key: str) -> tuple[Task, Model]:
         """Rebuild the task and trained model of cell ``key`` (eval mode)."""
         result = self.store.get(key)
         path = self.model_path(key)

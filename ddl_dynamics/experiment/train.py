@@ -28,6 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .._task import Task, TaskData
+from ..models.base import Model
 from ..models.ensemble import Ensemble, alone, fold
 from ..models.flops import flop_counter
 from ..models.params import count_parameters
@@ -213,7 +214,7 @@ class _Loop:
         self.module = ensemble.module.to(device).train()
         for model in ensemble.members:
             model.to(device).train()
-        self.ode = hasattr(self.module, "reset_nfe")
+        self.ode = isinstance(self.module, Model) and self.module.solves_ode
         self.solver = cast("NeuralODE", self.module)  # its ODE counters: read only where ode
         for member in members:
             member.data, member.val = to_device(member.data, device), to_device(member.val, device)

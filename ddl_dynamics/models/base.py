@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -17,9 +17,9 @@ from torch import Tensor, nn
 from .._checks import check_choice, check_int
 from .._registry import Registry, did_you_mean
 
-#: The families: the built-in ones (each module registers its models when imported, which the
-#: registry does on its first lookup; the package's root names them), then any a user adds.
-MODELS: Registry[DepthModel] = Registry("model", entry_point_group="ddl_dynamics.models")
+#: The families: the built-in ones (each module of this package registers its models when
+#: imported, which the registry does on its first lookup), then any a user adds.
+MODELS: Registry[Model] = Registry("model", entry_point_group="ddl_dynamics.models")
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "silu": nn.SiLU}
 CODECS = ("linear", "identity")
@@ -62,7 +62,53 @@ class FirstCoordinates(nn.Module):
         return z[..., : self.n]
 
 
-class DepthModel(nn.Module):
+class Model(nn.Module):
+    """What every family is, the depth models and the Transformers alike: a module that
+    declares what it can do in class attributes, its traits, which the trainer, the grid, the
+    probes and the report read from the registered class (`family`) instead of probing for
+    methods. A family sets those that differ from the defaults where it is defined.
+    """
+
+    #: ``"vector"``: a vector through depth steps (`DepthModel`); ``"sequence"``: tokens in,
+    #: logits at every position out. A model runs on the tasks of its kind.
+    kind: ClassVar[str] = "vector"
+    #: Whether it solves an ODE, counting its vector-field evaluations per member
+    #: (``nfe_forward``, ``nfe_backward``) since ``reset_nfe()``; the trainer records them.
+    solves_ode: ClassVar[bool] = False
+    #: Whether it has ``probe``, which returns what its gates did on a batch, layer by layer
+    #: (a `DeltaProbe`): the probes keep it and the gate figures draw it.
+    probes: ClassVar[bool] = False
+    #: Whether its update erases along the direction it writes, so that its gate β sets the
+    #: eigenvalue ``1 − β`` of the step along k: only then do the gate regimes (identity,
+    #: projection, reflection) apply, and the report tabulates and audits them. Needs
+    #: `probes`.
+    erases: ClassVar[bool] = False
+    #: The members whose batches a folded ensemble of this model concatenates, member by
+    #: member (set by `fold`); read by a model whose ops mix the rows of one member.
+    members: int = 1
+    in_dim: int
+    out_dim: int
+    depth: int
+
+    @property
+    def samples_independent(self) -> bool:
+        """Whether each sample's output depends on that sample alone: no op mixes the batch,
+        so models' batches can be concatenated and computed as one."""
+        return True
+
+    @property
+    def members_independent(self) -> bool:
+        """Whether each member's rows of a folded batch depend on that member's alone: an
+        ensemble of this model folds (`fold`)."""
+        return self.samples_independent
+
+    @property
+    def can_extrapolate(self) -> bool:
+        """Whether the model can run more steps (or tokens) than it was built for."""
+        return False
+
+
+class DepthModel(Model):
     """Base class of the vector depth models: encoder → ``depth`` steps → decoder.
 
     Every family uses this encoder, decoder and state padding, so only the depth dynamics
@@ -85,7 +131,6 @@ class DepthModel(nn.Module):
             as in Augmented Neural ODEs (Dupont et al. 2019).
     """
 
-    kind: ClassVar[str] = "vector"
     layers: nn.ModuleList
 
     def __init__(
@@ -130,12 +175,6 @@ class DepthModel(nn.Module):
     @property
     def state_dim(self) -> int:
         return self.width + self.augment_dim
-
-    @property
-    def samples_independent(self) -> bool:
-        """Whether each sample's output depends on that sample alone: no op mixes the batch,
-        so models' batches can be concatenated and computed as one."""
-        return True
 
     @property
     def can_extrapolate(self) -> bool:
@@ -218,9 +257,31 @@ class DepthModel(nn.Module):
         return steps
 
 
-def register_model(name: str, model: Callable[..., DepthModel] | None = None) -> Any:
-    """Register a model class under ``name`` (also as ``@register_model("name")``)."""
-    return MODELS.register(name, model)
+def register_model(name: str, model: type[Model] | None = None) -> Any:
+    """Register a model class under ``name`` (also as ``@register_model("name")``): a subclass
+    of `Model` (as `DepthModel`), whose traits say what the family can do."""
+
+    def add(cls: type[Model]) -> type[Model]:
+        MODELS.register(name, _declared(name, cls))
+        return cls
+
+    return add(model) if model is not None else add
+
+
+def family(name: str) -> type[Model]:
+    """The class registered as ``name`` (or given as ``"module:Name"``), whose traits say what
+    the family can do."""
+    return _declared(name, MODELS.get(name))
+
+
+def _declared(name: str, factory: object) -> type[Model]:
+    """``factory`` if it is a `Model` subclass, else a ``ValueError``: only a class declares
+    the traits that the trainer and the analysis read."""
+    if not (isinstance(factory, type) and issubclass(factory, Model)):
+        raise ValueError(f"model {name!r} is {factory!r}, not a subclass of "
+                         "ddl_dynamics.models.base.Model (such as DepthModel), so it declares "
+                         "none of the traits a family has")
+    return factory
 
 
 def model_options(name: str) -> dict[str, tuple[Any, Any]]:
@@ -252,7 +313,7 @@ def model_options(name: str) -> dict[str, tuple[Any, Any]]:
     return options
 
 
-def make_model(name: str, *, seed: int | None = None, **config: Any) -> DepthModel:
+def make_model(name: str, *, seed: int | None = None, **config: Any) -> Model:
     """Build a registered model; unknown options fail with the list of valid ones.
 
     With ``seed``, the initialisation is that of ``torch.manual_seed(seed)`` (as the
@@ -280,8 +341,8 @@ def list_models() -> list[str]:
 def check_model(model: DepthModel, batch: int = 4, seed: int = 0) -> None:
     """Validate a vector model against the interface; raises ``ValueError`` naming the
     problem (also under ``python -O``). Run it on your own family: it checks output, per-step
-    and trajectory shapes, finiteness, the depth-extrapolation contract, and that gradients
-    reach every parameter.
+    and trajectory shapes, finiteness, the traits it declares (`Model`), the
+    depth-extrapolation contract, and that gradients reach every parameter.
     """
     name = type(model).__name__
     param = next(model.parameters(), None)
@@ -309,6 +370,7 @@ def check_model(model: DepthModel, batch: int = 4, seed: int = 0) -> None:
             raise ValueError(f"{name}: {label} has NaN/Inf")
     if not torch.allclose(model.decode(traj[:, -1]), out, atol=1e-5, rtol=1e-4):
         raise ValueError(f"{name}: forward output differs from the decoded last trajectory state")
+    _check_traits(model, x, u)
     long = 2 * steps
     u_long = draw(b, long, model.control_dim) if model.control_dim else None
     if model.can_extrapolate:
@@ -331,3 +393,26 @@ def check_model(model: DepthModel, batch: int = 4, seed: int = 0) -> None:
             raise ValueError(f"{name}: no gradient reaches parameter {names[id(p)]}")
         if not torch.isfinite(g).all():
             raise ValueError(f"{name}: gradient of {names[id(p)]} has NaN/Inf")
+
+
+def _check_traits(model: DepthModel, x: Tensor, u: Tensor | None) -> None:
+    """What a vector model's traits promise holds on ``x`` and ``u``: its kind is vector, a
+    model that erases is probed, a probe gives each sample its gates, an ODE counts its
+    evaluations."""
+    name, found = type(model).__name__, cast(Any, model)
+    if model.kind != "vector":
+        raise ValueError(f"{name}: a DepthModel runs vector tasks: kind 'vector', not "
+                         f"{model.kind!r}")
+    if model.erases and not model.probes:
+        raise ValueError(f"{name}: erases = True needs probes = True and a probe method: the "
+                         "gate regimes are read from its probe")
+    if model.probes:
+        beta = found.probe(x, u).beta
+        if beta.shape[0] != x.shape[0] or not torch.isfinite(beta).all():
+            raise ValueError(f"{name}: its probe's gates {tuple(beta.shape)} are not finite "
+                             f"values for each of the {x.shape[0]} samples")
+    if model.solves_ode:
+        found.reset_nfe()
+        if len(found.nfe_forward) != model.members:
+            raise ValueError(f"{name}: solves_ode = True needs nfe_forward, one count per "
+                             "member")

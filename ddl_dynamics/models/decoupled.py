@@ -38,7 +38,7 @@ class DecoupledDeltaModel(_DeltaStack):
     | v]``.
     """
 
-    erase = True
+    erases = True
     gates = 2
 
     def generators(

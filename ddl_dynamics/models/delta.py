@@ -97,7 +97,8 @@ class _Generators(nn.Module):
 
 
 class _DeltaStack(DepthModel):
-    """Shared body of ``ddl`` and ``ddl-write``; they differ only in `erase`.
+    """Shared body of ``ddl`` and ``ddl-write``; they differ only in `erases` (whether the
+    update erases the readout along k before writing, or only writes).
 
     Options:
         value_channels: ``d_v ≥ 1``; the state is viewed as ``(state_dim // d_v, d_v)``.
@@ -112,8 +113,7 @@ class _DeltaStack(DepthModel):
             delta-rule RNN over the control sequence.
     """
 
-    #: Whether the update erases the readout along k before writing (ddl) or only writes.
-    erase: ClassVar[bool]
+    probes = True
     #: Delta updates per layer, each with its own generators (``ddl-product``'s ``n_h``).
     heads: int = 1
     #: Gate logits per head: one β, or separate erase and write gates (``ddl-decoupled``).
@@ -169,7 +169,7 @@ class _DeltaStack(DepthModel):
     def step(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
         return generated_update(
             state, self.packed_generators(i, state, u_i), value_channels=self.value_channels,
-            beta_max=self.beta_max, erase=self.erase,
+            beta_max=self.beta_max, erase=self.erases,
         )
 
     @torch.no_grad()
@@ -188,11 +188,11 @@ class _DeltaStack(DepthModel):
 class DeltaModel(_DeltaStack):
     """Deep Delta Learning: erase the readout kᵀX along k, write v there: X + βk(vᵀ − kᵀX)."""
 
-    erase = True
+    erases = True
 
 
 @register_model("ddl-write")
 class DeltaWriteModel(_DeltaStack):
     """Write-only control: the DDL generators without the erase term, X + βkvᵀ."""
 
-    erase = False
+    erases = False

@@ -17,7 +17,7 @@ All compute in at least float32 and return each result in its input's dtype. Bac
   ``torch.get_num_threads()`` threads.
   `cpu_generated` runs it on a DDL layer's packed generators, normalising the
   direction and applying the gate in the same pass.
-- ``triton``: Triton kernels (`delta_triton`), CUDA tensors; CPU tensors only under
+- ``triton``: Triton kernels (`_delta_triton`), CUDA tensors; CPU tensors only under
   ``TRITON_INTERPRET=1``.
 
 ``auto`` (the default) picks ``triton`` on CUDA when Triton is installed, ``cpu`` on the CPU
@@ -206,7 +206,7 @@ def _cpu_unsupported(X: Tensor, channels: int) -> str | None:
 
 
 def _triton() -> ModuleType:
-    return importlib.import_module(".delta_triton", __package__)
+    return importlib.import_module("._delta_triton", __package__)
 
 
 def triton_forward(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool) -> Tensor:

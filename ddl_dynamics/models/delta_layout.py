@@ -1,5 +1,5 @@
 """The memory layouts the fused kernels of the Delta update address (the C++ kernel of
-`delta_kernels` and the Triton ones of `delta_triton`): row-major tensors of one
+`delta_kernels` and the Triton ones of `_delta_triton`): row-major tensors of one
 dtype, and for the C++ kernel states held channels first. A module of its own so that both
 backends import it and neither imports the other."""
 

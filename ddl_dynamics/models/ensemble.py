@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import members_first
+from .base import Model, members_first
 
 Layer = TypeVar("Layer", bound=nn.Module)
 
@@ -210,11 +210,12 @@ def alone(model: nn.Module) -> Ensemble:
 
 def fold(models: Sequence[nn.Module]) -> Ensemble | None:
     """The ensemble of ``models`` (same architecture, any weights) or None where it cannot
-    be built: a layer holding parameters or buffers has no twin in `TWINS`, or the
-    model's outputs for one sample depend on others (``samples_independent`` False, as for
-    an adaptive ODE solve, whose step sizes the whole batch shares). A model whose ops mix
-    only the rows of one member may fold all the same: it says so with
-    ``members_independent`` and is told the ensemble's size in its ``members``.
+    be built: a layer holding parameters or buffers has no twin in `TWINS`, or a
+    `Model`'s outputs for one member's rows depend on other members' (``members_independent``
+    False, as for an adaptive ODE solve, whose step sizes the whole batch shares). A model
+    whose ops mix only the rows of one member folds all the same: it says so with
+    ``members_independent`` and is told the ensemble's size in its ``members``. A plain
+    module declares nothing and is taken to act on each sample alone.
 
     A model folds correctly only where every op but its twinned layers acts per sample and
     keeps the batch on the first axis; callers compare a folded forward with the members'
@@ -223,12 +224,11 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
     first = models[0]
     if len(models) == 1:
         return alone(first)
-    if not getattr(first, "members_independent", getattr(first, "samples_independent", True)):
+    if isinstance(first, Model) and not first.members_independent:
         return None
     skeleton = copy.deepcopy(first)
-    if getattr(skeleton, "members_independent", False):
-        # (torch types a module's attributes as Tensor | Module)
-        skeleton.members = len(models)  # type: ignore[assignment]
+    if isinstance(skeleton, Model):
+        skeleton.members = len(models)
     paths = [dict(m.named_modules(remove_duplicate=False)) for m in models]
     twins: dict[int, nn.Module] = {}
     stacks: dict[tuple[int, ...], nn.Parameter] = {}  # the members' parameters → their stack

@@ -60,6 +60,8 @@ class NeuralODE(DepthModel):
     across a discontinuity.
     """
 
+    solves_ode = True
+
     def __init__(
         self,
         *,
@@ -84,9 +86,6 @@ class NeuralODE(DepthModel):
         self.solver = check_choice("solver", solver, SOLVERS)
         context = self.state_dim + self.control_dim
         self.layers = self.per_layer(lambda: self.branch(context, self.state_dim))
-        #: The ensemble members whose batches an input concatenates, member by member
-        #: (set by `fold`).
-        self.members = 1
         # Per kind, a count or an array of per-member counts (a Counter: 0 when unseen).
         self._nfe = cast("dict[str, np.ndarray | int]", Counter())
         self._counting: str | None = "backward"

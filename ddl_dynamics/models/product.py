@@ -35,7 +35,7 @@ class DeltaProductModel(_DeltaStack):
     delta update with its own gate, so ``e_post = (1 − β) e_pre`` holds row by row.
     """
 
-    erase = True
+    erases = True
 
     def __init__(self, *, product: int = 2, **options: Any) -> None:
         self.heads = check_int("product", product, 1)  # read by _DeltaStack's layer builder

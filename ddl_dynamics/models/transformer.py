@@ -48,7 +48,7 @@ import functools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple, cast
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +56,7 @@ from torch import Tensor, nn
 
 from .._checks import check_choice, check_int
 from .attention import Attention, head_size
-from .base import register_model
+from .base import Model, register_model
 from .delta import DeltaProbe
 from .expanded_state import (
     COMPRESSOR_INITS,
@@ -235,7 +235,7 @@ class _Block(nn.Module):
 
 
 @register_model("transformer")
-class Transformer(nn.Module):
+class Transformer(Model):
     """Pre-norm Transformer (RoPE attention, SwiGLU), additive residual x + F(x); with
     value_channels > 1, the additive expanded-state control.
 
@@ -260,8 +260,7 @@ class Transformer(nn.Module):
         norm_eps: eps of every RMSNorm (None: torch's default; the released code's: 1e-5).
     """
 
-    kind: ClassVar[str] = "sequence"
-    can_extrapolate: ClassVar[bool] = True  # RoPE: any sequence length
+    kind = "sequence"
 
     def __init__(
         self,
@@ -322,6 +321,11 @@ class Transformer(nn.Module):
         self._init_weights()
         if out_dim == in_dim:
             self.head.weight = self.embed.weight
+
+    @property
+    def can_extrapolate(self) -> bool:
+        """True: with RoPE it runs sequences of any length."""
+        return True
 
     def residual(self) -> nn.Module:
         """A fresh residual update for one sublayer; the Delta families override it."""
@@ -385,9 +389,10 @@ class Transformer(nn.Module):
 
 class _DeltaTransformer(Transformer):
     """Shared body of ``ddl-transformer`` and ``ddl-write-transformer``: they differ only in
-    `update`. Options are those of `Transformer` and `Generators`."""
+    `erases` (the update `delta_update`, or `write_update`). Options are those of
+    `Transformer` and `Generators`."""
 
-    update: ClassVar[staticmethod[[Tensor, Tensor, Tensor, Tensor], Tensor]]
+    probes = True
 
     def __init__(self, *, generator: str = "k-map", beta_init: float = 1.0, beta_hidden: int = 0,
                  value: str = "sigmoid", value_scale: float = 4.0, value_input: str = "stream",
@@ -398,7 +403,8 @@ class _DeltaTransformer(Transformer):
         super().__init__(**common)  # type: ignore[arg-type]
 
     def residual(self) -> nn.Module:
-        return _DeltaResidual(type(self).update, self.width, self.value_channels, self.spec)
+        update = delta_update if self.erases else write_update
+        return _DeltaResidual(update, self.width, self.value_channels, self.spec)
 
     @torch.no_grad()
     def probe(self, tokens: Tensor) -> DeltaProbe:
@@ -418,11 +424,11 @@ class _DeltaTransformer(Transformer):
 class DeltaTransformer(_DeltaTransformer):
     """Deep Delta Learning Transformer: each residual add replaced by X + βk(vᵀ − kᵀX)."""
 
-    update = staticmethod(delta_update)
+    erases = True
 
 
 @register_model("ddl-write-transformer")
 class DeltaWriteTransformer(_DeltaTransformer):
     """Write-only control of ddl-transformer: the same generators and state, X + βkvᵀ."""
 
-    update = staticmethod(write_update)
+    erases = False
