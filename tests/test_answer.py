@@ -6,7 +6,7 @@ from pathlib import Path
 from test_finding import comparison, report
 
 from ddl_dynamics.analysis import wording
-from ddl_dynamics.analysis.answer import OPENING, answer
+from ddl_dynamics.analysis.answer import OPENING, answer, answering
 from ddl_dynamics.analysis.publish import load_study, studies
 from ddl_dynamics.analysis.study_page import GENERATED, study_page
 from ddl_dynamics.analysis.verdicts import (
@@ -97,3 +97,20 @@ def test_a_study_without_its_cells_says_whose_rules_its_labels_follow():
                                    "(below).")
     assert "**Published before studies shipped their cells**" in page
     assert answer(_study()).splitlines()[1] == "The study draws no comparison of two rows."
+
+
+def test_each_published_question_is_answered_by_its_own_labels():
+    says = {WIN: "`{m}` beats `{c}` on", LOSS: "`{m}` does worse than `{c}` on",
+            INCONCLUSIVE: "no difference detected between `{m}` and `{c}` on",
+            UNMATCHED_SIZE: "not tested: the sizes differ"}
+    checked = 0
+    for folder in studies(ROOT / "results"):
+        study = load_study(folder)
+        for asked in study["questions"]:
+            (line,) = [x for x in answer(study).splitlines()
+                       if x.startswith(f"*{asked['question'].strip()}*")]
+            for c in answering(study, asked):
+                if c["label"] in says:
+                    assert says[c["label"]].format(m=c["model"], c=c["control"]) in line.lower()
+                    checked += 1
+    assert checked > 10
