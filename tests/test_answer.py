@@ -52,6 +52,14 @@ def test_a_declared_question_is_answered_in_its_words_with_each_labels_size():
     assert len(text.splitlines()) == 2  # the opening and the question: nothing else to answer
 
 
+def test_an_inconclusive_test_without_a_detectable_size_says_why():
+    few = comparison("parity", "ddl", "ddl-write", INCONCLUSIVE, model_values=(1.0, 2.0),
+                     control_values=(2.0, 2.5))
+    text = answer(_study(few, questions=[_asked("Q?", "ddl", "ddl-write")]))
+    assert text.splitlines()[1] == ("*Q?* No difference detected between `ddl` and "
+                                    "`ddl-write` on parity (too few seeds for a test).")
+
+
 def test_losses_equivalence_and_untested_comparisons_are_said_as_such():
     asked = [_asked("Q1?", "ddl", "resnet", ["oscillator"]), _asked("Q2?", "ddl", "hc"),
              _asked("Q3?", "ddl", "mhc"), _asked("Q4?", "ddl", "ddl-bmax1"),

@@ -32,7 +32,7 @@ from .finding import (
 )
 from .run import in_tasks
 from .verdicts import EQUIVALENT, INCONCLUSIVE, LABELS, LOSS, WIN
-from .wording import MEANINGS, NO_DIFFERENCE, number, where
+from .wording import MEANINGS, NO_DIFFERENCE, number, undetected, where
 
 #: The order a sentence states its labels in: the rule book's, the finding's own after.
 ORDER = (*LABELS, WITHIN_MARGIN, NO_CROSSOVER)
@@ -80,8 +80,8 @@ def _detail(f: Finding) -> str:
         return _within(f)
     if f.label == EQUIVALENT:
         return f"within ±{number((c.get('paired') or {}).get('margin'), 2)}"
-    if f.label == INCONCLUSIVE and c.get("detectable") is not None:
-        return f"detectable ±{number(c['detectable'], 2)}"
+    if f.label == INCONCLUSIVE:
+        return undetected(c)
     return ""
 
 
