@@ -105,6 +105,23 @@ def test_run_metadata(tmp_path):
     assert store.experiment()["ended_at"] >= meta["started_at"]
 
 
+def test_a_killed_run_spans_to_its_last_stored_result(tmp_path):
+    """A run that never ended (killed) counts to the last result it stored before the
+    resume began; one that stored none has no end; a finished run ends where it said."""
+    store = ResultStore(tmp_path / "r.sqlite")
+    store.start_run("quick", 'name = "quick"')
+    store.put(result("a"))
+    store.put(result("b"))
+    stored = max(store.get(k).created_at for k in "ab")
+    resumed = store.start_run("quick", 'name = "quick"')
+    store.put(result("c"))
+    store.finish_run(resumed)
+    (first_start, first_end), (second_start, second_end) = store.spans()
+    assert first_end == stored and first_start <= first_end < second_start <= second_end
+    store.start_run("quick", 'name = "quick"')  # killed before it stored anything
+    assert store.spans()[-1][1] is None
+
+
 def test_progress_of_the_latest_run(tmp_path):
     """What a run selected is recorded with it, so a report can say how far it got."""
     path = tmp_path / "results.sqlite"

@@ -395,11 +395,23 @@ class ResultStore:
         return Progress(len(keys & stored), len(keys), run["ended_at"] is not None)
 
     def spans(self) -> list[tuple[str, str | None]]:
-        """When each run into the store started and ended (None: it did not end), oldest
-        first: a study resumed or grown in several runs took their sum."""
+        """When each run into the store started and ended, oldest first: a study resumed or
+        grown in several runs took their sum. A run that did not end (killed) counts to its
+        last stored result before the next run began (None: it stored none), so the part a
+        kill lost is left out, never the part it kept."""
         with self._transaction() as con:
-            return [(r["started_at"], r["ended_at"])
+            runs = [(r["started_at"], r["ended_at"])
                     for r in con.execute("SELECT started_at, ended_at FROM runs ORDER BY id")]
+            spans = []
+            for i, (start, end) in enumerate(runs):
+                if end is None:
+                    until = runs[i + 1][0] if i + 1 < len(runs) else "~"  # after any date
+                    end = con.execute(
+                        "SELECT max(created_at) FROM (SELECT created_at FROM results UNION ALL "
+                        "SELECT created_at FROM attempts) WHERE created_at >= ? AND "
+                        "created_at < ?", (start, until)).fetchone()[0]
+                spans.append((start, end))
+            return spans
 
     def experiment(self) -> dict[str, Any] | None:
         """The latest run's record: name, config text, task files, versions, machine, times."""
