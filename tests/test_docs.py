@@ -70,6 +70,7 @@ def test_the_check_catches_an_effect_word_beside_an_inconclusive_comparison():
         assert wording.effect_words(f"{line} The delta update adds {word} here.") != []
     assert wording.effect_words("only one win; no difference elsewhere") == []
     assert wording.effect_words("commonly: no difference detected") == []  # in a word
+    assert wording.effect_words("its write-only twin: no difference detected") == []
 
 
 @pytest.mark.parametrize("label", [*LABELS, "a label of the future"])

@@ -212,11 +212,17 @@ def effect_words(text: str) -> list[str]:
 
 
 def _has_word(line: str, word: str) -> bool:
+    """Whether ``word`` stands alone in ``line``: not inside a longer word, hyphenated
+    compounds (``write-only``) included."""
     start = line.find(word)
     while start >= 0:
         end = start + len(word)
-        if (start == 0 or not line[start - 1].isalnum()) and (
-                end == len(line) or not line[end].isalnum()):
+        if (start == 0 or not _in_word(line[start - 1])) and (
+                end == len(line) or not _in_word(line[end])):
             return True
         start = line.find(word, start + 1)
     return False
+
+
+def _in_word(char: str) -> bool:
+    return char.isalnum() or char == "-"
