@@ -420,8 +420,12 @@ def test_ctrl_c_to_the_process_group_with_workers_prints_one_line(tmp_path):
                                '[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n',
                      base=TINY.replace("steps = 4", "steps = 20000"))
     rng = random.Random(0)
-    for trial in range(20):
+    # Trial -1 warms up: the first start after an install compiles the package's bytecode
+    # and fills the disk cache, which a Ctrl-C then waits out (over 10 s on a fresh checkout);
+    # it must still end in one line, within 2 minutes. The 20 trials after it are timed.
+    for trial in range(-1, 20):
         run = tmp_path / f"run{trial}"
+        limit = 120 if trial < 0 else 10
         child = subprocess.Popen(
             [sys.executable, "-m", "ddl_dynamics.cli", "run", str(exp), "--jobs", "2",
              "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -432,10 +436,10 @@ def test_ctrl_c_to_the_process_group_with_workers_prints_one_line(tmp_path):
         time.sleep(rng.uniform(0, 2))
         os.killpg(child.pid, signal.SIGINT)
         try:  # within a few seconds: once took 11-27 s, waiting on the worker server's start
-            _, err = child.communicate(timeout=10)
+            _, err = child.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
-            raise AssertionError(f"trial {trial}: still running 10 s after Ctrl-C") from None
+            raise AssertionError(f"trial {trial}: still running {limit} s after Ctrl-C") from None
         lines = [x for x in err.splitlines() if x.startswith("ddl-dyn:")]
         assert child.returncode == 130, f"trial {trial}: {err}"
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, f"trial {trial}: {err}"
