@@ -15,7 +15,7 @@ from ddl_dynamics import (
 )
 from ddl_dynamics.models.params import match_hidden
 
-PEERS = ["ddl-decoupled", "ddl-product", "hc", "mhc"]
+PEERS = ["ddl-decoupled", "ddl-product", "ddl-write-product", "hc", "mhc"]
 FAMILIES = ["anode", "ddl", "ddl-write", "gated", "node", "resnet", *PEERS]
 DISCRETE = ["ddl", "ddl-write", "gated", "resnet", *PEERS]
 BASE = {"in_dim": 3, "out_dim": 2, "width": 8, "depth": 4, "hidden": 8}

@@ -23,7 +23,7 @@ from ddl_dynamics.models.decoupled import decoupled_update
 from ddl_dynamics.models.ensemble import fold
 from ddl_dynamics.models.params import match_hidden
 
-PEERS = ["ddl-decoupled", "ddl-product", "hc", "mhc"]
+PEERS = ["ddl-decoupled", "ddl-product", "ddl-write-product", "hc", "mhc"]
 BASE = {"in_dim": 3, "out_dim": 2, "width": 8, "depth": 4, "hidden": 8}
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "adding-a-model.md"
 
@@ -79,6 +79,28 @@ def test_a_product_layer_takes_its_updates_in_turn_from_one_context():
     for h in range(3):
         X = dense_delta(X, normalize_direction(k_raw[:, h]), v[:, h], beta[:, h])
     torch.testing.assert_close(m.step(1, state, None), X.flatten(-2))
+
+
+@pytest.mark.parametrize("options", [{}, {"value_channels": 2}], ids=str)
+def test_one_write_per_layer_is_ddl_write(options):
+    write, product = model("ddl-write", **options), model("ddl-write-product", product=1,
+                                                          **options)
+    product.load_state_dict(write.state_dict())
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(product.trajectory(x), write.trajectory(x), rtol=0, atol=0)
+
+
+def test_a_two_write_layer_writes_twice_and_never_erases():
+    m = model("ddl-write-product", product=2, value_channels=2, beta_init=1.5).double()
+    assert not m.erases and model("ddl-product").erases
+    state = torch.randn(4, m.state_dim, dtype=torch.float64)
+    k_raw, v, beta = m.generators(1, state, None)
+    X = m.matrix(state)
+    for h in range(2):  # X + β_h k_h v_hᵀ: the dense form without the erase term
+        k = normalize_direction(k_raw[:, h])
+        X = X + beta[:, h, None, None] * k[:, :, None] * v[:, h, None, :]
+    torch.testing.assert_close(m.step(1, state, None), X.flatten(-2))
+    assert torch.autograd.gradcheck(lambda s: m.step(1, s, None), (state.requires_grad_(),))
 
 
 def test_decoupled_update_matches_the_dense_form_and_gradcheck():
@@ -148,6 +170,7 @@ def test_product_probe_has_a_row_per_update_with_its_own_contraction():
     torch.testing.assert_close(probe.e_post, (1 - probe.beta).unsqueeze(-1) * probe.e_pre,
                                atol=1e-5, rtol=1e-4)
     assert probe.beta_write is None and "beta_write" not in _gate_arrays(probe)
+    assert probe.update.tolist() == [0, 1] * 4  # layer-major: each layer's first, then second
 
 
 def test_decoupled_probe_shows_both_gates_and_keeps_the_contraction():
@@ -353,7 +376,11 @@ name = "ddl-decoupled"
     figures = {p.stem for p in dd.make_figures(run_dir, ("regimes",), progress=False)}
     assert {"regime_atlas_ddl-product", "regime_atlas_ddl-decoupled"} <= figures
     regimes = {row.model: row for row in dd.build_report(run_dir).regimes}
-    assert set(regimes) == {"ddl-product", "ddl-decoupled"}
+    assert set(regimes) == {"ddl-product", "ddl-product (update 1)", "ddl-product (update 2)",
+                            "ddl-decoupled"}
+    pooled = np.mean([list(regimes[f"ddl-product (update {h})"].fractions.values())
+                      for h in (1, 2)], axis=0)  # two updates a layer, equally many each
+    np.testing.assert_allclose(list(regimes["ddl-product"].fractions.values()), pooled)
     run = load_run(run_dir)
     arrays = {row.model: run.folder.probe(row.key) for row in usable_rows(run)}
     assert arrays["ddl-product"]["beta"].shape[1] == 3 * 2

@@ -88,7 +88,7 @@ def test_the_built_in_families_declare_their_traits():
         "ddl", "ddl-decoupled", "ddl-product", "ddl-transformer"}
     assert {n for n, c in traits.items() if c.probes} == {
         "ddl", "ddl-decoupled", "ddl-product", "ddl-transformer", "ddl-write",
-        "ddl-write-transformer"}
+        "ddl-write-product", "ddl-write-transformer"}
     assert {n for n, c in traits.items() if c.solves_ode} == {"node", "anode"}
     assert {n for n, c in traits.items() if c.kind == "sequence"} == {
         "transformer", "ddl-transformer", "ddl-write-transformer"}

@@ -98,7 +98,7 @@ def _probe_sequence(task: Task, model: Transformer, seed: int,
 
 
 def _gate_arrays(probe: DeltaProbe) -> dict[str, np.ndarray]:
-    names = ("beta", "k_raw_norm", "readout", "v", "e_pre", "e_post", "beta_write")
+    names = ("beta", "k_raw_norm", "readout", "v", "e_pre", "e_post", "beta_write", "update")
     return {name: getattr(probe, name).float().numpy() for name in names
             if getattr(probe, name) is not None}
 

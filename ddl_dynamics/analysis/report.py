@@ -228,8 +228,9 @@ def _requests(run: Run) -> list[Request]:
 
 def _regimes(run: Run) -> list[RegimeRow]:
     """Gate-regime use of every shown Delta stack with the erase term and stored weights,
-    pooled over seeds: the report probes those it shows that are not probed yet, so the
-    table never depends on which probes happen to be kept."""
+    pooled over seeds, and where a layer takes several updates also of each update apart
+    (``ddl-product (update 2)``): the report probes those it shows that are not probed yet,
+    so the table never depends on which probes happen to be kept."""
     betas: dict[tuple[str, str], list[np.ndarray]] = defaultdict(list)
     stated: dict[str, tuple[str, ...]] = {}
     if run.folder is not None:
@@ -237,6 +238,9 @@ def _regimes(run: Run) -> list[RegimeRow]:
     for row, arrays in load_probes(run):
         if erases(row):
             betas[row.task, row.model].append(arrays["beta"])
+            for h in np.unique(arrays.get("update", [])).astype(int):  # ddl-product's updates
+                label = f"{row.model} (update {h + 1})"
+                betas[row.task, label].append(arrays["beta"][:, arrays["update"] == h])
             if row.task not in stated:
                 stated[row.task] = make_task(row.config["task"], **row.config["spec"]).regimes
     rows = []

@@ -39,6 +39,8 @@ class DeltaProbe:
         beta_write: where a stack gates its write apart from its erase
             (``ddl-decoupled``), the write gate ``(B, L)``; ``beta`` is then the erase gate,
             which sets the shortcut's eigenvalue ``1 − β``.
+        update: where a layer takes several updates (``ddl-product``), which update of its
+            layer each row is, ``(L,)`` from 0.
     """
 
     beta: Tensor
@@ -49,6 +51,7 @@ class DeltaProbe:
     e_pre: Tensor
     e_post: Tensor
     beta_write: Tensor | None = None
+    update: Tensor | None = None
 
     @classmethod
     def of_layers(cls, layers: Iterable[tuple[Tensor, ...]], dim: int) -> DeltaProbe:

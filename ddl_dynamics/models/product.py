@@ -9,6 +9,7 @@ with ``n_h = 2`` one layer can step a rotation exactly; ``n_h = 1`` is ``ddl``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -61,22 +62,41 @@ class DeltaProductModel(_DeltaStack):
 
     def step(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
         for raw in self.packed_heads(i, state, u_i):
-            state = generated_update(state, raw, value_channels=self.value_channels,
-                                     beta_max=self.beta_max)
+            state = self.update(state, raw)
         return state
+
+    def update(self, state: Tensor, raw: Tensor) -> Tensor:
+        """One of a layer's updates, from its generators ``raw``."""
+        return generated_update(state, raw, value_channels=self.value_channels,
+                                beta_max=self.beta_max, erase=self.erases)
 
     @torch.no_grad()
     def probe(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> DeltaProbe:
-        """Every update of every layer, as its own probe row: ``(B, steps · n_h, ·)``."""
+        """Every update of every layer, as its own probe row: ``(B, steps · n_h, ·)``, with
+        which update of its layer each row is (``update``), so the regimes of the first and
+        the second update can be read apart."""
         states = self.trajectory(x, u, steps)
         rows = []
         for i in range(states.shape[1] - 1):
             X = states[:, i]
             for raw in self.packed_heads(i, X, None if u is None else u[:, i]):
                 k_raw, v, beta = split_generators(raw, self.value_channels, self.beta_max)
-                after = generated_update(X, raw, value_channels=self.value_channels,
-                                         beta_max=self.beta_max)
+                after = self.update(X, raw)
                 rows.append((beta, k_raw, normalize_direction(k_raw), v, self.matrix(X),
                              self.matrix(after)))
                 X = after
-        return DeltaProbe.of_layers(rows, dim=1)
+        layers = states.shape[1] - 1
+        return dataclasses.replace(DeltaProbe.of_layers(rows, dim=1),
+                                   update=torch.arange(self.heads).repeat(layers))
+
+
+@register_model("ddl-write-product")
+class DeltaWriteProductModel(DeltaProductModel):
+    """Two-write control: ``ddl-product``'s updates without the erase term, X + β_h k_h v_hᵀ.
+
+    Against ``ddl-product`` it isolates the second update's erase: two writes per layer from
+    the same generators, so a gain of ``ddl-product`` over it is owed to erasing, not to a
+    second write. ``product = 1`` is ``ddl-write``, weight for weight.
+    """
+
+    erases = False
