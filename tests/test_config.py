@@ -505,11 +505,21 @@ def test_declared_comparisons_are_checked_and_kept():
         ({"model": "ddl", "control": "ddll"}, "Did you mean 'ddl'"),
         ({"model": "ddl"}, "comparisons[0].control: expected a string"),
         ({"model": "ddl", "control": "resnet", "split": "long"}, "must state `requires`"),
-        ({"model": "ddl", "control": "resnet", "split": "longg", "requires": 1},
-         "task 'parity' has no split 'longg'"),
+        ({"model": "ddl", "control": "resnet", "tasks": ["parity"], "split": "longg",
+          "requires": 1}, "task 'parity' has no split 'longg'"),
         ({"model": "ddl", "control": "resnet", "tasks": ["sign-flip"], "split": "long",
           "requires": 1}, "task 'sign-flip' has no split 'long'"),
-        ({"model": "ddl", "control": "resnet", "requires": True}, "expected a number"),
+        ({"model": "ddl", "control": "resnet", "tasks": ["parity"], "requires": True},
+         "comparisons[0].requires: expected a finite number"),
+        # one number for an accuracy and an MSE: 0.99 would read "test mse ≤ 0.99"
+        ({"model": "ddl", "control": "resnet", "split": "long", "requires": 0.99},
+         "one threshold for tasks whose metrics differ (accuracy on parity; mse on sign-flip)"),
+        ({"model": "ddl", "control": "resnet", "tasks": ["parity"], "requires": 1.5},
+         "an accuracy lies in [0, 1], got 1.5"),
+        ({"model": "ddl", "control": "resnet", "requires": {"accuracy": 0.99, "mae": 0.1}},
+         "comparisons[0].requires.mae: not a metric"),
+        ({"model": "ddl", "control": "resnet", "requires": {"accuracy": 0.99}},
+         "no threshold for mse (on sign-flip)"),
         ({"model": "ddl", "control": "resnet", "extra": 1}, "comparisons[0].extra: unknown key"),
     ],
 )
@@ -517,6 +527,17 @@ def test_bad_comparisons_fail_at_load_time(comparison, fragment):
     with pytest.raises(dd.ConfigError) as err:
         config(comparisons=[comparison])
     assert fragment in str(err.value)
+
+
+def test_requires_by_metric_is_kept_and_read_per_task():
+    cfg = config(comparisons=[{"model": "ddl", "control": "resnet",
+                               "requires": {"accuracy": 0.99, "mse": 0.01}}])
+    (spec,) = cfg.comparisons
+    assert (spec.threshold("accuracy"), spec.threshold("mse"), spec.threshold("bpc")) == (
+        0.99, 0.01, None)
+    one = config(comparisons=[{"model": "ddl", "control": "resnet", "tasks": ["parity"],
+                               "requires": 1}]).comparisons[0]
+    assert one.requires == 1.0 and one.threshold("accuracy") == 1.0
 
 
 def test_a_comparison_between_rows_that_share_no_task_fails():

@@ -306,6 +306,20 @@ def test_requires_reads_in_the_metrics_own_terms():
     assert "ddl reached test mse ≤ 0.01 on 0 of 8 seeds" in c.note
 
 
+def test_requires_by_metric_reads_each_tasks_own_threshold():
+    """One comparison over an MSE and an accuracy task: before, one number served both
+    ("test mse ≤ 0.99")."""
+    rows = oscillator_rows(0.0)
+    for r in rows:
+        r.metrics["test"] = 0.5
+    rows += [cell(m, s, 0.97, long=0.6) for m in ("resnet", "ddl") for s in range(8)]
+    config = ('[[comparisons]]\nmodel = "ddl"\ncontrol = "resnet"\nsplit = "long"\n'
+              'requires = { accuracy = 0.99, mse = 0.01 }\n')
+    notes = {c.task: c.note for c in report(rows, config).comparisons if c.asked_split == "long"}
+    assert "ddl reached test mse ≤ 0.01 on 0 of 8 seeds" in notes["oscillator"]
+    assert "ddl reached test accuracy ≥ 0.99 on 0 of 8 seeds" in notes["parity"]
+
+
 # --- 7. non-finite metrics
 
 

@@ -220,7 +220,8 @@ def _requests(run: Run) -> list[Request]:
         rows = run.task_rows(task)
         requests += [Request(task, label, baseline, "baseline") for label in sorted(rows)
                      if (baseline := run.baseline(task, label)) in rows]
-        requests += [Request(task, c.model, c.control, "declared", c.split, c.requires)
+        metric = next(iter(rows.values())).described.get("metric", "")
+        requests += [Request(task, c.model, c.control, "declared", c.split, c.threshold(metric))
                      for c in run.comparisons
                      if c.model in rows and c.control in rows and in_tasks(task, c.tasks)]
     return list({r.key: r for r in requests}.values())

@@ -214,7 +214,9 @@ class ComparisonSpec:
 
     A comparison on another split than test (an out-of-distribution one) states
     ``requires``, the test metric both rows must reach on every seed first: a difference
-    beyond the trained range means nothing between rows that did not fit it.
+    beyond the trained range means nothing between rows that did not fit it. It is one
+    number where the comparison's tasks share a metric, else one per metric
+    (``{accuracy = 0.99, mse = 0.01}``): 0.99 is a bar for an accuracy, not for an MSE.
 
     ``question`` is what the comparison asks, in words: a study page states it above the
     answer, which is generated from the comparison's label. It plays no part in training or
@@ -225,8 +227,14 @@ class ComparisonSpec:
     control: str
     tasks: tuple[str, ...] = ()
     split: str = "test"
-    requires: float | None = None
+    requires: float | dict[str, float] | None = None
     question: str = ""
+
+    def threshold(self, metric: str) -> float | None:
+        """What ``requires`` asks of a task whose metric is ``metric`` (None: nothing)."""
+        if isinstance(self.requires, dict):
+            return self.requires.get(metric)
+        return self.requires
 
 
 @dataclass(frozen=True)

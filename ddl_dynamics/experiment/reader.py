@@ -31,10 +31,10 @@ import tomllib
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from .._registry import did_you_mean
-from .._task import TASKS, list_tasks
+from .._task import TASKS, Metric, Task, list_tasks
 from ..models.base import MODELS, list_models
 from .cells import check_experiment, model_options, named_entries, references
 from .config import (
@@ -414,19 +414,43 @@ class _Parser:
         if model == control:
             raise self.fail(where, f"{model!r} is compared with itself; name another control")
         split = self.string(data, "split", where, "test")
-        requires = data.get("requires")
-        if requires is not None and (isinstance(requires, bool)
-                                     or not isinstance(requires, int | float)):
-            raise self.fail(f"{where}.requires", f"expected a number, got {requires!r}")
-        if requires is not None and not math.isfinite(requires):  # "test ≥ nan" means nothing
-            raise self.fail(f"{where}.requires", f"expected a finite number, got {requires!r}")
+        named = self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks)
+        spanned = _metrics([t for t in tasks if (not named or t.label in named)
+                            and all(_runs(models, label, t.label) for label in (model, control))])
+        requires = self.requires(data.get("requires"), f"{where}.requires", spanned)
         if split != "test" and requires is None:
             raise self.fail(where, f"a comparison on split {split!r} must state `requires`, the "
                             "test metric both rows have to reach first")
-        return ComparisonSpec(model, control,
-                              self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
-                              split, None if requires is None else float(requires),
+        return ComparisonSpec(model, control, named, split, requires,
                               self.string(data, "question", where, ""))
+
+    def requires(self, value: Any, where: str, spanned: dict[str, list[str]]
+                 ) -> float | dict[str, float] | None:
+        """A comparison's ``requires``: one number where its tasks share a metric (``spanned``:
+        metric → task labels), else a table by metric, finite, an accuracy in [0, 1]."""
+        if value is None:
+            return None
+        table = value if isinstance(value, dict) else dict.fromkeys(spanned or [""], value)
+        if not isinstance(value, dict) and len(spanned) > 1:
+            tasks = "; ".join(f"{m} on {', '.join(labels)}" for m, labels in spanned.items())
+            raise self.fail(where, f"one threshold for tasks whose metrics differ ({tasks}); "
+                            "give one per metric, e.g. requires = { accuracy = 0.99, "
+                            "mse = 0.01 }")
+        for metric, number in table.items():
+            at = f"{where}.{metric}" if isinstance(value, dict) else where
+            if isinstance(value, dict) and metric not in get_args(Metric):
+                raise self.fail(at, f"not a metric; metrics: {', '.join(get_args(Metric))}")
+            if isinstance(number, bool) or not isinstance(number, int | float) \
+                    or not math.isfinite(number):  # "test ≥ nan" means nothing
+                raise self.fail(at, f"expected a finite number, got {number!r}")
+            if metric == "accuracy" and not 0 <= number <= 1:
+                raise self.fail(at, f"an accuracy lies in [0, 1], got {number!r}")
+        if isinstance(value, dict):
+            if missing := [m for m in spanned if m not in value]:
+                raise self.fail(where, f"no threshold for {missing[0]} (on "
+                                f"{', '.join(spanned[missing[0]])})")
+            return {metric: float(number) for metric, number in value.items()}
+        return float(value)
 
     def model_table(self, data: Any, where: str,
                     option_names: set[str] | None) -> dict[str, Any]:
@@ -473,6 +497,21 @@ class _Parser:
             return coerce(value, default, hint)
         except ValueError as err:
             raise self.fail(where, str(err)) from None
+
+
+def _runs(models: Sequence[ModelEntry], label: str, task: str) -> bool:
+    """Whether the model entry ``label`` runs on task entry ``task``."""
+    return any(m.label == label and (not m.tasks or task in m.tasks) for m in models)
+
+
+def _metrics(tasks: Sequence[TaskEntry]) -> dict[str, list[str]]:
+    """The metrics of registered task entries, each with the labels that report it."""
+    found: dict[str, list[str]] = {}
+    for t in tasks:
+        if t.name in TASKS:
+            metric = typing.cast("type[Task]", TASKS.get(t.name)).metric_name
+            found.setdefault(metric, []).append(t.label)
+    return found
 
 
 def _too_deep(value: Any, levels: int, where: str = "") -> str | None:
