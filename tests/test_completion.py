@@ -45,8 +45,8 @@ def test_bash_completes_commands_options_choices_and_names(scripts):
     assert _bash(scripts, ["r"], ["plot", ""], ["report", "runs/x", "--format", "h"],
                  ["report", "runs/x", "--format", "=", "j"], ["run", "exp.toml", "--dev"],
                  ["tasks", "par"], ["models", "ddl-d"], ["completion", ""]) == [
-        "run report", "regimes trajectories curves compare crossover hops width all", "html",
-        "json", "--device", "parity", "ddl-decoupled", "bash zsh"]
+        "run report", "regimes trajectories curves compare crossover hops queries width all",
+        "html", "json", "--device", "parity", "ddl-decoupled", "bash zsh"]
 
 
 def test_bash_leaves_files_and_free_values_to_the_shell(scripts):
@@ -70,4 +70,5 @@ def test_zsh_runs_the_same_function_through_bashcompinit(scripts, tmp_path):
     done = subprocess.run(["zsh", "-f", "-c", body], capture_output=True, text=True,
                           env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, check=True)
     assert done.stdout.splitlines() == [
-        "csv json md html", "regimes trajectories curves compare crossover hops width all"]
+        "csv json md html",
+        "regimes trajectories curves compare crossover hops queries width all"]

@@ -134,8 +134,9 @@ def tiny_run(tmp_path_factory):
     return run_dir
 
 
-# hops: test_hops.py; width: test_width.py
-@pytest.mark.parametrize("kind", [k for k in FIGURE_KINDS if k not in ("hops", "width")])
+# hops: test_hops.py; queries: test_swap_track.py; width: test_width.py
+@pytest.mark.parametrize("kind", [k for k in FIGURE_KINDS
+                                  if k not in ("hops", "queries", "width")])
 def test_every_plot_command_writes_images(tiny_run, kind, capsys):
     assert main(["plot", kind, str(tiny_run)]) == 0
     written = capsys.readouterr().out.split()

@@ -212,3 +212,46 @@ def test_beta_max_scales_the_gate_and_defaults_to_two() -> None:
 def test_bad_beta_max_raises(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_model("ddl-transformer", **SIZE, **options)
+
+
+def test_the_query_audit_counts_reflecting_gates_at_scored_tokens_only(tmp_path) -> None:
+    """Planted probes: the Delta row reflects (β = 2) at attention sublayer 1 on every
+    query token, and at sublayer 2 only on the word's tokens (not scored); its write-only
+    twin never does. The audit reads 1 and 0 per sublayer; tokens from another seed refuse."""
+    import numpy as np
+
+    import ddl_dynamics as dd
+    from ddl_dynamics.analysis.queries import query_gates
+    from ddl_dynamics.analysis.run import load_run
+
+    folder = dd.RunFolder.open(tmp_path, "w")
+    spec = {"items": 3, "swaps": 2}
+    task = make_task("swap-track", **spec)
+    for model, family in (("ddl-dv1", "ddl-transformer"), ("ddl-write-dv1",
+                                                          "ddl-write-transformer")):
+        for seed in (0, 1):
+            data = task.sample(16, seed, "test")
+            queries = (data.targets != IGNORE_INDEX).numpy().reshape(-1)
+            beta = np.zeros((queries.size, 4))
+            if model == "ddl-dv1":
+                beta[queries, 0] = 2.0
+                beta[~queries, 1] = 2.0
+            r = dd.RunResult(
+                status="ok", message="", key=f"{model}-{seed}", task="swap-track",
+                model=model, seed=seed, params=100, flops=1.0, wall_time=1.0,
+                config={"task": "swap-track", "spec": spec, "model": family, "config": {}},
+                metrics={"metric": "accuracy", "higher_is_better": True, "test": 0.5})
+            folder.store.put(r)
+            for path in (folder.model_path(r.key), folder.probe_path(r.key)):
+                path.parent.mkdir(exist_ok=True)
+            folder.model_path(r.key).touch()
+            np.savez(folder.probe_path(r.key), beta=beta, test_tokens=data.inputs.numpy())
+    found = {a.model: a for a in query_gates(load_run(tmp_path))}
+    assert {a.regime for a in found.values()} == {"reflection"}
+    assert [e.mean for e in found["ddl-dv1"].shares] == [1.0, 0.0, 0.0, 0.0]
+    assert [e.mean for e in found["ddl-write-dv1"].shares] == [0.0] * 4
+    assert found["ddl-dv1"].shares[0].n == 2
+    other = task.sample(16, 5, "test").inputs.numpy()
+    np.savez(folder.probe_path("ddl-dv1-0"), beta=np.zeros((other.size, 4)), test_tokens=other)
+    with pytest.raises(ValueError, match="not the test split of seed 0"):
+        query_gates(load_run(tmp_path))

@@ -21,12 +21,19 @@ from .._task import make_task
 from .crossover import curve, gate_use
 from .hops import auditable, hop_audit
 from .plots.depth import depth_profiles, phase_portraits
-from .plots.gates import beta_histograms, determinant_plot, probe_consistency, regime_atlas
+from .plots.gates import (
+    beta_histograms,
+    determinant_plot,
+    probe_consistency,
+    query_regimes,
+    regime_atlas,
+)
 from .plots.style import row_colors, save_figure
 from .plots.summary import comparison, verdict_matrix
 from .plots.sweeps import crossover, hop_gates, width_sweep
 from .plots.training import nfe_curves, training_curves
 from .probes import erases, load_probes, probe_run, usable_rows
+from .queries import query_gates
 from .regimes import contraction, depth_determinant, regime_fractions
 from .report import Report, build_report
 from .report_text import signed
@@ -34,9 +41,10 @@ from .run import Run, load_run
 from .width import width_panels
 
 #: The figure groups of ``ddl-dyn plot``.
-FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover", "hops", "width")
+FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover", "hops", "queries",
+                "width")
 #: The groups that read probes (made first, for the cells that have none yet).
-_PROBED = {"regimes", "trajectories", "crossover", "hops"}
+_PROBED = {"regimes", "trajectories", "crossover", "hops", "queries"}
 #: Run folders whose figures are drawn elsewhere for now (`drawn_where_possible`).
 _ELSEWHERE: dict[Path, Path] = {}
 
@@ -271,6 +279,27 @@ def hop_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     return out
 
 
+def query_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
+    """Per sequence task that states a regime (``swap-track``: reflection): how often each
+    Delta row's gate is in it at the query tokens, sublayer by sublayer, the write-only
+    control beside the erasing rows (`queries`)."""
+    audits = query_gates(run)
+    if not audits:
+        raise NothingToDraw("no Delta Transformer row (ddl-transformer or its write-only "
+                            "twin) on a sequence task that states a regime (swap-track) among "
+                            "the run's finished rows")
+    out: list[Path] = []
+    for regime in dict.fromkeys(a.regime for a in audits):
+        panels: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(dict)
+        for a in audits:
+            if a.regime == regime:
+                panels[a.task][a.model] = [(np.nan if e.mean is None else e.mean,
+                                            np.nan if e.ci is None else e.ci) for e in a.shares]
+        fig = query_regimes(panels, regime, colors)
+        out += save_figure(fig, figure_dir(run.run_dir) / f"query_{regime}")
+    return out
+
+
 def width_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     """Per task family with a width sweep (the same task at several model widths): every
     row's test metric against the width at its chosen grid value, the smallest width that
@@ -293,6 +322,7 @@ _BUILDERS: dict[str, Callable[[Run, Report, Colors], list[Path]]] = {
     "compare": compare_figures,
     "crossover": crossover_figures,
     "hops": hop_figures,
+    "queries": query_figures,
     "width": width_figures,
 }
 #: One line per figure group, for ``ddl-dyn plot --help``: its builder's summary.

@@ -73,6 +73,15 @@ CAPTIONS = {
                          "from unit length leave it, drawn grey.",
     "determinant": "det Π(I − β_l k_l k_lᵀ) = Π(1 − β_l) per test sample: its sign counts "
                    "the reflecting layers, its size the volume the shortcuts keep.",
+    "hop_gates": "Gates at a multi-hop task's query tokens: left, the share of gates in the "
+                 "projection regime at the sublayers where some attention head looks at a hop "
+                 "position, at the query token's other sublayers, and the share of hops its "
+                 "attention looked at, against the knob (mean, 95% CI over seeds); right, the "
+                 "mean gate of every sublayer at query tokens.",
+    "query_": "Gates at the query tokens: per sublayer, the share of the scored tokens whose "
+              "gate is in the regime the task states (reflection: β > 1.75), each Delta row "
+              "(mean, 95% CI over seeds); the write-only control's β only scales its write, so "
+              "its share is the level a gate reaches without an erase term to reflect with.",
     "trajectories": "Depth trajectories against the ground truth (first two coordinates), on "
                     "the longest split each model can run; the dot ends the training horizon.",
     "state_norms": "Mean norm of the hidden state over depth, per task and model.",

@@ -1,9 +1,10 @@
 """Figures of a Delta stack's gates: the regimes per layer, the β density, the probe's
-consistency with the operator, and the depth product of the shortcuts."""
+consistency with the operator, the depth product of the shortcuts, and a Transformer's
+gates at its query tokens."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import matplotlib
 import numpy as np
@@ -11,7 +12,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from ...models.operator import DIRECTION_EPS, REGIME_BOUNDS, REGIMES
-from .style import PALETTE, REGIME_COLORS, panel_grid, styled
+from .style import PALETTE, REGIME_COLORS, clipped_error, panel_grid, styled
 
 
 @styled
@@ -165,4 +166,33 @@ def determinant_plot(dets: Mapping[str, np.ndarray], model: str) -> Figure:
     fig.tight_layout()
     fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1,
                fontsize=7, markerscale=2)
+    return fig
+
+
+@styled
+def query_regimes(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]],
+                  regime: str, colors: Mapping[str, str]) -> Figure:
+    """One panel per task setting: per sublayer, the share of query tokens whose gate is in
+    ``regime``, one line per Delta row (mean, 95% CI over seeds, clipped to [0, 1]).
+
+    Args:
+        panels: setting → row label → per sublayer ``(mean, CI half-width)`` (NaN: none).
+        regime: the regime counted, the task's stated one.
+        colors: row label → colour.
+    """
+    fig, axes = panel_grid(len(panels), width=4.6, height=3.4, cols=3)
+    for ax, (setting, rows) in zip(axes, panels.items(), strict=True):
+        for model, shares in sorted(rows.items()):
+            mean, half = (np.array(column, float) for column in zip(*shares, strict=True))
+            layers = np.arange(1, len(mean) + 1)
+            error = clipped_error(mean.tolist(), np.nan_to_num(half).tolist(), 0.0, 1.0)
+            ax.errorbar(layers, mean, yerr=error, fmt="o-", ms=3.5, lw=1.1, capsize=2,
+                        color=colors[model], label=model)
+            ax.set_xticks(layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}"
+                                   for j in layers], fontsize=7)
+        ax.set(title=setting, ylabel=f"share of query tokens in {regime}", ylim=(-0.02, 1.02))
+        ax.legend(fontsize=7)
+    fig.suptitle(f"gates in the {regime} regime at the query tokens, per sublayer "
+                 "(mean, 95% CI over seeds)", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig
