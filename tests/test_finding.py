@@ -76,8 +76,8 @@ def test_a_ddl_win_over_hc_reads_with_ddl_first():
     found, _ = finding.findings([report(c)])
     assert found[0].text == "`ddl` beats `hc` on sign-flip-reflect (study)"
     assert found[0].question == finding.PEERS and found[0].label == WIN
-    text = " ".join(finding.summary(found, {}))
-    assert "Where a Delta row wins: peers: `ddl` beats `hc`" in text
+    text = "\n".join(finding.summary(found, {}))
+    assert "- **Where a Delta row wins**\n  - peers: `ddl` beats `hc`" in text
     assert "`hc` against `ddl`" not in text and "loss for" not in text
     # drawn on the side of ddl: positive, ddl better
     assert finding.points(found[0]) == [(pytest.approx(4.0), WIN)]
@@ -96,9 +96,9 @@ def test_every_row_against_its_baseline_counts_and_a_loss_to_resnet_is_named():
     found, _ = finding.findings([report(*wins, lost, same)])
     assert Counter(f.label for f in found) == {WIN: 7, LOSS: 1, EQUIVALENT: 1}
     assert {f.question for f in found} == {finding.BASELINE}
-    text = " ".join(finding.summary(found, {}))
-    assert "Where a Delta row loses: each row against its baseline: `ddl` does worse than " \
-           "`resnet` on oscillator" in text
+    text = "\n".join(finding.summary(found, {}))
+    assert "- **Where a Delta row loses**\n  - each row against its baseline: `ddl` does worse " \
+           "than `resnet` on oscillator" in text
 
 
 def test_untested_comparisons_and_implementation_checks_are_outside_the_counts():
@@ -122,11 +122,11 @@ def test_an_equivalence_with_a_significant_difference_is_not_listed_as_equivalen
                        model_values=(2.0, 3.1, 4.0), control_values=(2.0, 3.0, 4.0))
     found, _ = finding.findings([report(both, plain)])
     assert Counter(f.label for f in found) == {finding.WITHIN_MARGIN: 1, EQUIVALENT: 1}
-    (line,) = [s for s in finding.summary(found, {}) if s.startswith("Equivalent")]
-    listed = line.split("Significantly different")[0]
+    (listed,) = [s for s in finding.summary(found, {}) if s.startswith("- **Equivalent")]
+    (within,) = [s for s in finding.summary(found, {}) if s.startswith("- **Significantly")]
     assert "`ddl-decoupled` is equivalent to `ddl`" in listed and "ddl-product" not in listed
     assert ("`ddl-product` does worse than `ddl` on sign-flip-reflect (study), by less than "
-            "the margin ±0.5") in line
+            "the margin ±0.5") in within
 
 
 @pytest.mark.parametrize(("model", "control", "baseline", "asked"), [

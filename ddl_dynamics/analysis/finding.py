@@ -337,13 +337,14 @@ def by_question(found: Sequence[Finding]) -> dict[str, list[Finding]]:
     return groups
 
 
-def _listed(found: Sequence[Finding], limit: int) -> str:
-    """Per question, ``"the erase term: a; b and 2 more"``."""
-    parts = []
+def _listed(heading: str, found: Sequence[Finding], limit: int) -> str:
+    """A Markdown list item ``heading`` with one sub-item per question:
+    ``"the erase term: a; b and 2 more"``."""
+    items = [f"- **{heading}**"]
     for asked, mine in by_question(found).items():
         more = f" and {len(mine) - limit} more" if len(mine) > limit else ""
-        parts.append(f"{asked}: " + "; ".join(f.text for f in mine[:limit]) + more)
-    return "; ".join(parts)
+        items.append(f"  - {asked}: " + "; ".join(f.text for f in mine[:limit]) + more)
+    return "\n".join(items)
 
 
 def question_lines(found: Sequence[Finding]) -> list[str]:
@@ -353,8 +354,9 @@ def question_lines(found: Sequence[Finding]) -> list[str]:
 
 
 def summary(found: Sequence[Finding], left: Mapping[str, int], limit: int = 3) -> list[str]:
-    """Three to five sentences: how many findings, where the Delta rows win, where they
-    lose, what is equivalent, what is open; each names the question, the Delta row first."""
+    """A sentence of how many findings, then Markdown list items: where the Delta rows win,
+    where they lose, what is equivalent, what is open, each with a sub-item per question
+    naming its findings, the Delta row first."""
     tally = Counter(f.label for f in found)
     outside = [f"{k} {why if k == 1 else PLURAL.get(why, why)}" for why, k in sorted(left.items())]
     crossings = sum(f.crossover is not None for f in found)
@@ -366,18 +368,18 @@ def summary(found: Sequence[Finding], left: Mapping[str, int], limit: int = 3) -
     delta = [f for f in found if is_delta(f.first)]
     for label, opening in ((WIN, "Where a Delta row wins"), (LOSS, "Where a Delta row loses")):
         chosen = [f for f in delta if f.label == label]
-        lines.append(f"{opening}: {_listed(chosen, limit)}." if chosen
-                     else f"{opening}: nowhere among these findings.")
+        lines.append(_listed(opening, chosen, limit) if chosen
+                     else f"- **{opening}**: nowhere among these findings.")
     equal = [f for f in found if f.label == EQUIVALENT]
+    if equal:
+        lines.append(_listed("Equivalent within the task's margin (the TOST's 90% interval "
+                             "inside it)", equal, limit))
     within = [f for f in found if f.label == WITHIN_MARGIN]
-    if equal or within:
-        lines.append(" ".join(
-            ([f"Equivalent within the task's margin (the TOST's 90% interval inside it): "
-              f"{_listed(equal, limit)}."] if equal else [])
-            + ([f"Significantly different, by less than the margin (so not equivalent): "
-                f"{_listed(within, limit)}."] if within else [])))
+    if within:
+        lines.append(_listed("Significantly different, by less than the margin (so not "
+                             "equivalent)", within, limit))
     still = [f for f in found if f.label in (INCONCLUSIVE, NO_CROSSOVER)]
     if still:
-        lines.append(f"Open ({NO_DIFFERENCE} at the size each test could see, or no "
-                     f"crossover in range): {_listed(still, 1)}.")
+        lines.append(_listed(f"Open ({NO_DIFFERENCE} at the size each test could see, or no "
+                             "crossover in range)", still, 1))
     return lines

@@ -114,10 +114,10 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     judged = [r for r in reports if in_finding(r)]
     studies_text = "study" if len(judged) == 1 else "studies"
     found, left = findings(judged)
+    lead, *items = summary(found, left)
     ships = "the cells it ships" if len(judged) == 1 else "the cells they ship"
     lines = [f"**The finding**, over {len(judged)} tuned {studies_text} judged from {ships} "
-             "by today's rules: "
-             + " ".join(summary(found, left)), "", "By question:", "",
+             "by today's rules: " + lead, "", *items, "", "By question:", "",
              *question_lines(found), "",
              f"![Every finding by question: difference in margins, label]({HEADLINE})", "",
              "Every finding of the tuned studies by the question it answers, one line per "

@@ -133,7 +133,8 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
             if not answers:
                 lines += ["- Not drawn: the study's report holds no such comparison.", ""]
     found, left = findings([report])
-    lines += ["## Findings", "", " ".join(summary(found, left)), "", *question_lines(found), "",
+    lead, *items = summary(found, left)
+    lines += ["## Findings", "", lead, "", *items, "", *question_lines(found), "",
               "The comparisons the study states:", "", *(f"- {sentence(c)}" for c in stated), ""]
     rows = [[where(c), c["model"], str(c["control"]),
              difference((c.get("paired") or {}).get("mean"), (c.get("paired") or {}).get("ci")),
