@@ -172,6 +172,23 @@ def test_a_family_name_means_its_plain_entry_sizes_aside():
     assert v.verdict == INSUFFICIENT and "several entries match the model ddl: ddl, ddl-2" in v.note
 
 
+def test_a_wider_compute_matched_baseline_beside_the_plain_one_leaves_the_claim_its_control():
+    """charlm: `transformer` and `transformer-w40` (the same family, wider to match the Delta
+    rows' FLOPs) both matched "transformer", and the claim read insufficient evidence. The
+    control of the model's size is the one the claim names."""
+    rows = cells("ddl", WIN) + cells("resnet", LOSE) + cells("resnet-w40", LOSE,
+                                                             family="resnet", width=40)
+    for r in rows:
+        r.params = 1500 if r.model == "resnet-w40" else 1000
+    v = judge("t", claim(), rows, False)
+    assert (v.control, v.verdict) == ("resnet", CONFIRMED)
+    for r in rows:  # no entry of the model's size: still ambiguous, said so
+        r.params = 1250 if r.model == "ddl" else r.params
+    v = judge("t", claim(), rows, False)
+    assert v.verdict == INSUFFICIENT
+    assert "several entries match the control resnet: resnet, resnet-w40" in v.note
+
+
 def test_two_rows_at_the_floor_leave_a_claim_open():
     """var-chain at hops 3: answering with a random chain's start value scores 0.625, and
     both rows sit there. Before: 0.6177 against 0.6173 read "equivalent", and the claim

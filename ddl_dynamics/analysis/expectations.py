@@ -26,7 +26,7 @@ from ..experiment.result import RunResult
 from ..models.base import MODELS, model_options
 from .comparisons import Comparison, Request
 from .run import Run
-from .verdicts import EQUIVALENT, INSUFFICIENT, claim_verdict
+from .verdicts import EQUIVALENT, INSUFFICIENT, claim_verdict, size_gap
 
 #: Options that size a model: the experiment sets (and matches) them, a claim never does.
 SIZES = ("width", "depth", "hidden")
@@ -66,10 +66,13 @@ def _option(row: RunResult, name: str) -> object:
     return model_options(row.config["model"]).get(name, (None, None))[0]
 
 
-def match(subject: Subject, rows: Sequence[RunResult]) -> list[str]:
+def match(subject: Subject, rows: Sequence[RunResult],
+          partner: RunResult | None = None) -> list[str]:
     """The labels among ``rows`` (one task) that ``subject`` names: the family's entries
     with the stated options, narrowed to those at the family's defaults on every other
-    option where the entries differ (sizes aside)."""
+    option where the entries differ (sizes aside), and where entries of several sizes remain
+    (a compute-matched wider baseline beside the plain one), to those of ``partner``'s size,
+    the other side of the claim."""
     if subject.family not in MODELS:
         return []
     found = {r.model: r for r in rows if r.config.get("model") == subject.family
@@ -80,8 +83,11 @@ def match(subject: Subject, rows: Sequence[RunResult]) -> list[str]:
     names = {k for r in found.values() for k in r.config.get("config", {})}
     varied = {k for k in names - set(SIZES) - set(subject.options)
               if len({repr(_option(r, k)) for r in found.values()}) > 1}
-    return sorted(label for label, r in found.items()
+    kept = sorted(label for label, r in found.items()
                   if all(_option(r, k) == defaults.get(k) for k in varied))
+    sized = [label for label in kept
+             if partner is not None and not size_gap([found[label]], [partner])]
+    return sized if len(kept) > 1 and len(sized) == 1 else kept
 
 
 def expectation_requests(run: Run) -> list[tuple[str, Expectation, Request | str]]:
@@ -108,8 +114,9 @@ def request_for(task: str, expectation: Expectation,
     subjects = [("model", cast(Subject, e.model))] + ([("control", e.control)]
                                                       if isinstance(e.control, Subject) else [])
     labels: dict[str, str] = {}
+    by_label = {c.model: c for c in cells}
     for role, subject in subjects:
-        matched = match(subject, cells)
+        matched = match(subject, cells, by_label.get(labels.get("model", "")))
         if len(matched) != 1:
             return (f"several entries match the {role} {subject}: {', '.join(matched)}"
                     if matched else f"no cell of the {role} {subject} in this run")

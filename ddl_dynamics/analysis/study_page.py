@@ -155,8 +155,8 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
         lines += ["## Crossover", "", *crossover_lines(report)]
     if report.get("expectations"):
         lines += ["## Expectations", "",
-                  *markdown_table(["task", "claim", "verdict"],
-                          [[v["task"], v["claim"], v["verdict"]]
+                  *markdown_table(["task", "claim", "verdict", "note"],
+                          [[v["task"], v["claim"], v["verdict"], v.get("note") or ""]
                            for v in report["expectations"]]), ""]
     lines += ["## Rows per task", "",
               f"{DESCRIPTIVE}: each row's test metric, mean ± 95% CI over its finished seeds.",
