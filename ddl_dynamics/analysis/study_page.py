@@ -62,7 +62,11 @@ def crossover_lines(report: Mapping[str, Any]) -> list[str]:
                   f"{knob}* is the smallest value from which on the model wins at every larger "
                   "one (none in range: it does not win at the largest), with the 95% bootstrap "
                   "interval over seeds, failed seeds included, of the same quantity. One point "
-                  "that misses significance moves it.", "",
+                  "that misses significance moves it. An end of the interval reads *none* "
+                  "where the resamples without a crossover in range reach it: [none, none], "
+                  "97.5% of the resamples or more have none; [v, none], the crossover lies at "
+                  f"{knob} = v or above, and more than 2.5% of the resamples have none.",
+                  "",
                   *markdown_table(["setting", "model − control", "crossover", "interval",
                                    *(f"{knob} = {v:g}" for v in values)], rows), ""]
     return lines
