@@ -104,3 +104,43 @@ def tiny_study(tmp_path_factory):
     (root / "tiny.toml").write_text(TINY_STUDY)
     assert main(["run", str(root / "tiny.toml"), "--run-dir", str(root / "runs" / "tiny")]) == 0
     return root / "runs" / "tiny"
+
+
+#: The smallest run of the stream-mixing stacks: hc and mhc with 2 streams beside resnet.
+MIXING_STUDY = """
+name = "mixing"
+seeds = [0, 1]
+[defaults.model]
+width = 8
+depth = 3
+hidden = 8
+[defaults.train]
+steps = 10
+batch_size = 16
+n_train = 64
+n_test = 32
+eval_every = 5
+[[tasks]]
+name = "overwrite"
+[[models]]
+name = "resnet"
+[[models]]
+name = "hc"
+streams = 2
+[[models]]
+name = "mhc"
+streams = 2
+"""
+
+
+@pytest.fixture(scope="session")
+def mixing_run(tmp_path_factory):
+    """A run folder of :data:`MIXING_STUDY`, trained once per test session (read it only:
+    copy it before anything writes into it)."""
+    from ddl_dynamics.cli import main
+
+    root = tmp_path_factory.mktemp("mixing")
+    (root / "mixing.toml").write_text(MIXING_STUDY)
+    assert main(["run", str(root / "mixing.toml"), "--run-dir",
+                 str(root / "runs" / "mixing")]) == 0
+    return root / "runs" / "mixing"

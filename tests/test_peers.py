@@ -1,12 +1,15 @@
 """The peer update rules: ddl-product, ddl-decoupled, hc and mhc — their identities with ddl
 and resnet, the probe rows they give the gate audit, sizing, folding, and the docs example."""
 
+import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hyper_connections.manifold_constrained_hyper_connections import log_domain_sinkhorn_knopps
 
 from ddl_dynamics import (
     check_model,
@@ -215,6 +218,36 @@ def test_mhc_mixing_is_doubly_stochastic_and_hc_is_not():
         assert torch.allclose(traj[:, -1], traj[:, 0], atol=1e-5) is keeps, name
 
 
+@pytest.mark.parametrize("options", [{}, {"streams": 3, "tied": True}, {"streams": 1}],
+                         ids=str)
+def test_a_fresh_hc_mixes_its_streams_by_the_identity(options):
+    mixing = model("hc", **options).stream_mixing()
+    streams = options.get("streams", 4)
+    assert mixing.shape == (BASE["depth"], streams, streams)
+    torch.testing.assert_close(mixing, torch.eye(streams).expand_as(mixing))
+
+
+def test_mhc_stream_mixing_is_the_packages_sinkhorn_and_not_the_identity_at_start():
+    """The package's own Sinkhorn of the static weights, doubly stochastic, fresh and after
+    the weights moved; fresh, Sinkhorn of the identity logits mixes: e/(e+n−1) on the
+    diagonal, 1/(e+n−1) elsewhere."""
+    m = model("mhc", streams=3)
+    e = math.e
+    fresh = m.stream_mixing()
+    want = torch.full((3, 3), 1 / (e + 2)).fill_diagonal_(e / (e + 2))
+    torch.testing.assert_close(fresh, want.expand_as(fresh))
+    with torch.no_grad():
+        for layer in m.layers:
+            layer.connection.static_alpha.normal_()
+    mixing = m.stream_mixing()
+    for layer, got in zip(m.layers, mixing, strict=True):
+        torch.testing.assert_close(got, log_domain_sinkhorn_knopps(
+            layer.connection.static_alpha[:, 1:].detach()))
+    for dim in (-1, -2):
+        torch.testing.assert_close(mixing.sum(dim), torch.ones(BASE["depth"], 3))
+    assert not torch.allclose(mixing, fresh, atol=1e-2)
+
+
 @pytest.mark.parametrize("name", PEERS)
 @pytest.mark.parametrize("width", [32, 1])
 def test_parameters_match_resnet_within_ten_percent(name, width):
@@ -386,3 +419,44 @@ name = "ddl-decoupled"
     assert arrays["ddl-product"]["beta"].shape[1] == 3 * 2
     assert arrays["ddl-decoupled"]["beta_write"].shape == arrays["ddl-decoupled"]["beta"].shape
     assert "beta" not in arrays["resnet"]
+
+
+def test_the_report_says_how_far_the_stream_mixing_moved(mixing_run, tmp_path):
+    """The trained hc and mhc rows of a tiny run moved their mixing; with every stored weight
+    put back at its start but one layer's mixing set (hc: I + D, ‖D‖_F = 0.5; mhc: the
+    weights log P, whose Sinkhorn is P, ‖P − I‖_F = 0.5), the table gives the distances set,
+    mhc's start measured by the package's Sinkhorn."""
+    import ddl_dynamics as dd
+    from ddl_dynamics.analysis.html import render_html
+    from ddl_dynamics.analysis.probes import usable_rows
+    from ddl_dynamics.analysis.render import render
+    from ddl_dynamics.analysis.run import load_run
+    from ddl_dynamics.experiment.config import Cell
+
+    trained = {r.model: r for r in dd.build_report(mixing_run).mixing}
+    assert list(trained) == ["hc", "mhc"]
+    assert all(r.seeds == 2 and r.streams == 2 and r.from_start > 0 for r in trained.values())
+    run = load_run(shutil.copytree(mixing_run, tmp_path / "run"))
+    eye, p = torch.eye(2), torch.tensor([[0.75, 0.25], [0.25, 0.75]])
+    set_to = {"hc": eye + torch.diag(torch.tensor([0.3, -0.4])), "mhc": p.log()}
+    for row in usable_rows(run):
+        if row.model in set_to:
+            _, fresh = Cell.from_dict(row.config).build()
+            if row.seed == 0:
+                with torch.no_grad():
+                    fresh.layers[1].connection.static_alpha[:, 1:] = set_to[row.model]
+            torch.save(fresh.state_dict(), run.folder.model_path(row.key))
+    report = dd.build_report(run.run_dir)
+    start = torch.linalg.matrix_norm(log_domain_sinkhorn_knopps(eye) - eye).item()
+    moved = torch.linalg.matrix_norm(p - log_domain_sinkhorn_knopps(eye)).item()
+    layers = 2 * 3  # seeds × depth
+    want = {"hc": (0.5 / layers, 0.5, 0.5 / layers, 0.5, 0.0),
+            "mhc": ((5 * start + 0.5) / layers, start, moved / layers, moved, start)}
+    assert start == pytest.approx(0.5379, abs=1e-4) and moved > 0.01
+    for r in report.mixing:
+        got = (r.from_identity, r.from_identity_max, r.from_start, r.from_start_max, r.start)
+        assert got == pytest.approx(want[r.model], abs=1e-5), r.model
+    markdown = render(report, "md")
+    assert "## Stream mixing of the trained Hyper-Connections stacks" in markdown
+    assert "| overwrite | hc | 2 | 2 | 0.0833 | 0.5 | 0.0833 | 0.5 | 0 |" in markdown
+    assert "Stream mixing of the trained Hyper-Connections stacks</h2>" in render_html(report)

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from ddl_dynamics.analysis.publish import load_study
 from ddl_dynamics.analysis.render import render_json
 from ddl_dynamics.analysis.report import build_report
-from ddl_dynamics.analysis.results import CELLS, load_results
+from ddl_dynamics.analysis.results import CELLS, RECORD, load_results
 from ddl_dynamics.analysis.run import load_run
 from ddl_dynamics.analysis.study import study_report
+from ddl_dynamics.analysis.study_page import study_page
 from ddl_dynamics.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +70,25 @@ def test_the_shipped_cells_judge_as_the_run_folder(which, tiny_study, tuned_run,
     assert (study / "report.json").read_text() == render_json(own) + "\n"
 
 
+def test_a_study_keeps_its_stream_mixing_and_an_older_record_has_none(mixing_run, tmp_path):
+    """How far the trained hc and mhc moved their mixing is measured from the weights, so the
+    study keeps it in record.json and its page shows it; a record written before it was
+    kept loads, with no table."""
+    assert main(["publish", str(mixing_run), "--results", str(tmp_path)]) == 0
+    study = tmp_path / "mixing"
+    record = json.loads((study / RECORD).read_text())
+    assert [(r["task"], r["model"]) for r in record["mixing"]] == [("overwrite", "hc"),
+                                                                   ("overwrite", "mhc")]
+    assert study_report(study).mixing == build_report(load_run(mixing_run)).mixing
+    page = study_page(load_study(study), [])
+    assert "## Stream mixing of the trained Hyper-Connections stacks" in page
+    assert "| overwrite | mhc | 2 | 2 |" in page
+    del record["mixing"]
+    (study / RECORD).write_text(json.dumps(record))
+    assert study_report(study).mixing == []
+    assert "Stream mixing" not in study_page(load_study(study), [])
+
+
 def _docs_tree(tmp_path: Path, results: Path) -> dict[str, bytes]:
     assert main(["docs", "--results", str(results), "--out", str(tmp_path)]) == 0
     paths = [tmp_path / "README.md", *sorted((tmp_path / "docs").rglob("*")),
@@ -119,6 +140,8 @@ def _damage_cells(study: Path, column: str, value: str) -> None:
     ("record", {"run_dir": "runs/tiny"}), ("record", "[]"),
     ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": 3, "regimes": []}),
     ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": "", "regimes": [{}]}),
+    ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": "", "regimes": [],
+                "mixing": [{"task": "overwrite"}]}),
 ])
 def test_damaged_shipped_cells_are_one_clear_message(tiny_study, tmp_path, capsys, where,
                                                     damage):

@@ -90,6 +90,7 @@ def test_the_built_in_families_declare_their_traits():
         "ddl", "ddl-decoupled", "ddl-product", "ddl-transformer", "ddl-write",
         "ddl-write-product", "ddl-write-transformer"}
     assert {n for n, c in traits.items() if c.solves_ode} == {"node", "anode"}
+    assert {n for n, c in traits.items() if c.mixes_streams} == {"hc", "mhc"}
     assert {n for n, c in traits.items() if c.kind == "sequence"} == {
         "transformer", "ddl-transformer", "ddl-write-transformer"}
 
@@ -114,3 +115,21 @@ def test_check_model_refuses_a_family_that_erases_without_a_probe():
 
     with pytest.raises(ValueError, match="erases = True needs probes = True"):
         dd.check_model(Unprobed(in_dim=2, out_dim=1, depth=2))
+
+
+def test_check_model_refuses_a_stream_mixer_without_a_matrix_per_layer():
+    class Unmixed(dd.DepthModel):
+        mixes_streams = True
+
+        def __init__(self, **common):
+            super().__init__(**common)
+            self.layers = self.per_layer(lambda: self.branch(self.state_dim, self.state_dim))
+
+        def step(self, i, state, u_i):
+            return state + self.layer(i)(state)
+
+        def stream_mixing(self):
+            return torch.eye(2).expand(self.depth - 1, 2, 2)
+
+    with pytest.raises(ValueError, match=r"mixes_streams = True needs stream_mixing\(\)"):
+        dd.check_model(Unmixed(in_dim=2, out_dim=1, depth=2))

@@ -312,7 +312,7 @@ def outside(report: Mapping[str, Any]) -> str:
     if not tuned(report):
         return "untuned: every row at one fixed rate"
     if not report.get("shipped"):
-        return "published before studies shipped their cells: labels of the rules of its day"
+        return "published without its cells: labels by the rules of its day"
     return ""
 
 

@@ -21,6 +21,7 @@ from .report_text import (
     COMPARISON_NOTE,
     CROSSOVER_NOTE,
     EXPECTATION_NOTE,
+    MIXING_NOTE,
     REGIME_NOTE,
     TABLE_NOTE,
     UNTUNED_NOTE,
@@ -30,6 +31,7 @@ from .report_text import (
     flag_notes,
     lead_text,
     matrix_cells,
+    mixing_cells,
     regime_cells,
     summary_lines,
     table_cells,
@@ -240,6 +242,10 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
         parts.append(_section(sections, "Gate regimes used by the trained Delta stacks"))
         parts.append(f"<p>{_code(REGIME_NOTE)}</p>")
         parts.append(_table(*regime_cells(report)))
+    if report.mixing:
+        parts.append(_section(sections, "Stream mixing of the trained Hyper-Connections stacks"))
+        parts.append(f"<p>{_code(MIXING_NOTE)}</p>")
+        parts.append(_table(*mixing_cells(report.mixing)))
     figures = [path for path in figures if path not in matrix + crossover]
     if figures:
         parts.append(_section(sections, "Figures"))

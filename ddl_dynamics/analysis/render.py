@@ -16,6 +16,7 @@ from .report_text import (
     COMPARISON_NOTE,
     CROSSOVER_NOTE,
     EXPECTATION_NOTE,
+    MIXING_NOTE,
     REGIME_NOTE,
     TABLE_NOTE,
     UNTUNED_NOTE,
@@ -26,6 +27,7 @@ from .report_text import (
     flag_notes,
     lead_text,
     matrix_cells,
+    mixing_cells,
     regime_cells,
     summary_lines,
     table_cells,
@@ -91,6 +93,9 @@ def render_markdown(report: Report) -> str:
         lines += ["## Gate regimes used by the trained Delta stacks (test split)", "",
                   REGIME_NOTE, ""]
         lines += [*_md_table(*regime_cells(report)), ""]
+    if report.mixing:
+        lines += ["## Stream mixing of the trained Hyper-Connections stacks", "",
+                  MIXING_NOTE, "", *_md_table(*mixing_cells(report.mixing)), ""]
     return "\n".join(lines)
 
 

@@ -14,7 +14,9 @@
   seeds run, the per-seed test values beside their mean ± 95% CI, the chosen value, params
   and their ratio to the baseline's, and the ODE reconstruction flag; every failed seed and
   every earlier attempt listed;
-- **regimes**: the gate regimes the trained Delta stacks use.
+- **regimes**: the gate regimes the trained Delta stacks use;
+- **mixing**: how far the trained stream-mixing stacks moved their mixing matrices
+  (`mixing`).
 
 The cell text of its tables lives in `report_text`, the renderers in `render`.
 """
@@ -39,6 +41,7 @@ from ..models.operator import REGIMES
 from .comparisons import Comparison, Request, judge
 from .crossover import Crossover, crossovers
 from .expectations import Verdict, expectation_requests, judge_expectations
+from .mixing import MixingRow, mixing_rows
 from .probes import erases, load_probes, probe_run, usable_rows
 from .regimes import regime_fractions
 from .run import Row, Run, in_tasks, load_run
@@ -136,8 +139,8 @@ class RegimeRow:
 @dataclass(frozen=True)
 class Report:
     """A run's report, in reading order: comparisons, expectations, crossovers (where a
-    task's knob is swept), tables, regimes. ``tests`` is the size of the family of p-values
-    Holm adjusts over."""
+    task's knob is swept), tables, regimes, stream mixing. ``tests`` is the size of the
+    family of p-values Holm adjusts over."""
 
     name: str
     run_dir: str
@@ -154,6 +157,8 @@ class Report:
     progress: str = ""
     #: What kind of run it is: the experiment file's ``description``.
     description: str = ""
+    #: How far the trained stream-mixing stacks moved their mixing matrices.
+    mixing: list[MixingRow] = field(default_factory=list)
 
     @property
     def statuses(self) -> Counter[str]:
@@ -178,7 +183,7 @@ def status_text(counts: dict[str, int]) -> str:
 
 def build_report(run: Run | RunFolder | str | Path) -> Report:
     """Aggregate a run folder (open, or a path), or a run read once: comparisons,
-    expectations, crossovers, tables, regimes."""
+    expectations, crossovers, tables, regimes, stream mixing."""
     run = run if isinstance(run, Run) else load_run(run)
     requests = _requests(run)
     pending = expectation_requests(run)
@@ -194,7 +199,7 @@ def build_report(run: Run | RunFolder | str | Path) -> Report:
                   [_table(run, task) for task in run.tasks],
                   _regimes(run), crossovers(run, comparisons, judged.values()), len(drawn),
                   sum(len(row.cells) for row in run.rows.values()),
-                  _unfinished(run), _description(run))
+                  _unfinished(run), _description(run), mixing_rows(run))
 
 
 def _description(run: Run) -> str:

@@ -5,7 +5,8 @@ that say how to read them, and the summary in words."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..models.operator import REGIMES
 from .comparisons import Comparison
@@ -14,7 +15,17 @@ from .labels import FAILS, INCONCLUSIVE, entry
 from .report import Problem, Report, TaskTable, status_text
 from .stats import ALPHA, PAIRED_T, POWER, SIGN_FLIP, T_MIN_PAIRS, Estimate, Paired
 from .verdicts import MIN_PAIRS, SIZE_TOLERANCE
-from .wording import counts, counts_text, difference, failures, sentence, undetected
+from .wording import (
+    DESCRIPTIVE,
+    as_record,
+    counts,
+    counts_text,
+    difference,
+    failures,
+    number,
+    sentence,
+    undetected,
+)
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -263,6 +274,28 @@ def regime_cells(report: Report) -> tuple[list[str], list[list[str]]]:
                      " / ".join(r.stated) or "(control)",
                      "—" if share is None else f"{share:.0%}"])
     return head, rows
+
+
+#: What the stream-mixing audit measures, said once for every renderer.
+MIXING_NOTE = (
+    f"{DESCRIPTIVE}. For every layer of every seed, the static stream-mixing matrix H of the "
+    "trained weights (`hc`: the weights; `mhc`: their Sinkhorn projection, doubly "
+    "stochastic): its Frobenius distance to the identity I (0: no stream is mixed into "
+    "another) and to the same cell's H at initialisation, H_init (0: training "
+    "left it where it started), mean and max over layers and seeds. H_init is I for `hc` but "
+    "not for `mhc`: Sinkhorn reads the identity weights as logits and mixes from the start "
+    "(e/(e+n−1) on the diagonal, 1/(e+n−1) elsewhere, for n streams). The state-dependent "
+    "term the stacks add to H at every step is not included.")
+
+
+def mixing_cells(rows: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per task × stream-mixing stack (a `MixingRow`, or its JSON dict): how far its
+    mixing matrices moved from the identity and from their start."""
+    head = ["task", "model", "streams", "seeds", "‖H − I‖ mean", "‖H − I‖ max",
+            "‖H − H_init‖ mean", "‖H − H_init‖ max", "‖H_init − I‖"]
+    keys = ("from_identity", "from_identity_max", "from_start", "from_start_max", "start")
+    return head, [[r["task"], r["model"], str(r["streams"]), str(r["seeds"]),
+                   *(number(r[k], 3) for k in keys)] for r in map(as_record, rows)]
 
 
 

@@ -2,8 +2,9 @@
 
 ``results/<study>/`` ships its cells (``cells.csv``, `write_cells`) and what
 only the run could compute beside them (``record.json``: the experiment record, how far the
-run got, and the gate regimes its probes of the trained weights measured). Every read of the
-study (`study_report`) builds the report from those files by today's rules;
+run got, the gate regimes its probes of the trained weights measured and how far those
+weights moved their stream mixing). Every read of the study (`study_report`) builds the
+report from those files by today's rules;
 ``report.json`` is that report rendered, a cache that ``ddl-dyn docs`` rewrites
 (`refresh_report`) and that a reader can open without the package.
 """
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 
 from ..experiment.folder import write_atomically
+from .mixing import MixingRow
 from .render import render_json
 from .report import RegimeRow, Report, build_report
 from .results import CELLS, RECORD, published_run, write_cells
@@ -27,14 +29,16 @@ REPORT = "report.json"
 
 def write_study_data(run: Run, report: Report, out: str | Path) -> None:
     """Write ``cells.csv`` and ``record.json`` of ``run`` (read from its run folder) into
-    ``out``; ``report`` is the run's own report, whose probed gate regimes are kept."""
+    ``out``; ``report`` is the run's own report, whose probed gate regimes and stream mixing
+    are kept."""
     if run.folder is None:
         raise ValueError("a study's cells are written from a run folder")
     out = Path(out)
     write_cells(run.folder, run, out / CELLS)
     record = {"run_dir": report.run_dir, "experiment": run.experiment,
               "progress": report.progress,
-              "regimes": [dataclasses.asdict(r) for r in report.regimes]}
+              "regimes": [dataclasses.asdict(r) for r in report.regimes],
+              "mixing": [dataclasses.asdict(r) for r in report.mixing]}
     (out / RECORD).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
 
@@ -47,19 +51,22 @@ def shipped(folder: str | Path) -> bool:
 def study_report(folder: str | Path) -> Report:
     """The report of a published study, judged now from its ``cells.csv`` by the rules of
     this version; named after its folder. A damaged ``record.json`` raises
-    `DamagedError` naming the file and the field."""
+    `DamagedError` naming the file and the field; one written before the stream mixing was
+    kept has none."""
     folder = Path(folder)
     path = folder / RECORD
     try:
         record = json.loads(path.read_text())
         regimes = [RegimeRow(**{**r, "stated": tuple(r["stated"])}) for r in record["regimes"]]
+        mixing = [MixingRow(**r) for r in record.get("mixing", [])]
         progress = record["progress"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DamagedError(f"{path}: damaged ({type(err).__name__}: {err})") from None
     if not isinstance(progress, str):
         raise DamagedError(f"{path}: damaged: progress: expected text, got {progress!r}")
     report = build_report(published_run(folder))
-    return dataclasses.replace(report, name=folder.name, regimes=regimes, progress=progress)
+    return dataclasses.replace(report, name=folder.name, regimes=regimes, progress=progress,
+                               mixing=mixing)
 
 
 def refresh_report(folder: str | Path) -> bool:

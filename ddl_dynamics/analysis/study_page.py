@@ -1,7 +1,7 @@
 """A published study's page, in Markdown, from its ``report.json`` alone: its answer first
 (`answer`), what it asks and finds in the words its labels allow, every comparison, the
-crossover over its knob, the rows, the gate regimes, its figures, what changed against
-earlier runs and how to rerun it."""
+crossover over its knob, the rows, the gate regimes, the stream mixing, its figures, what
+changed against earlier runs and how to rerun it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..models.operator import REGIMES
 from .answer import answer, answering
 from .finding import findings, question_lines, summary
 from .html import CAPTIONS
-from .report_text import REGIME_NOTE
+from .report_text import MIXING_NOTE, REGIME_NOTE, mixing_cells
 from .verdicts import INCONCLUSIVE
 from .wording import DESCRIPTIVE, difference, number, sentence, where
 
@@ -180,6 +180,9 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
                           [[r["task"], r["model"], *(f"{r['fractions'][g]:.0%}" for g in REGIMES),
                             r["dominant"], " / ".join(r["stated"]) or "(control)"]
                            for r in report["regimes"]]), ""]
+    if report.get("mixing"):
+        lines += ["## Stream mixing of the trained Hyper-Connections stacks", "", MIXING_NOTE,
+                  "", *markdown_table(*mixing_cells(report["mixing"])), ""]
     if figures:
         lines += ["## Figures", ""]
         for f in figures:

@@ -83,6 +83,10 @@ class Model(nn.Module):
     #: projection, reflection) apply, and the report tabulates and audits them. Needs
     #: `probes`.
     erases: ClassVar[bool] = False
+    #: Whether it mixes several residual streams by learned matrices (Hyper-Connections) and
+    #: has ``stream_mixing()``, each layer's static mixing matrix ``(depth, n, n)``: the
+    #: report audits how far training moved it from the identity and from its start.
+    mixes_streams: ClassVar[bool] = False
     #: The members whose batches a folded ensemble of this model concatenates, member by
     #: member (set by `fold`); read by a model whose ops mix the rows of one member.
     members: int = 1
@@ -397,8 +401,8 @@ def check_model(model: DepthModel, batch: int = 4, seed: int = 0) -> None:
 
 def _check_traits(model: DepthModel, x: Tensor, u: Tensor | None) -> None:
     """What a vector model's traits promise holds on ``x`` and ``u``: its kind is vector, a
-    model that erases is probed, a probe gives each sample its gates, an ODE counts its
-    evaluations."""
+    model that erases is probed, a probe gives each sample its gates, a stream mixer gives
+    each layer a square mixing matrix, an ODE counts its evaluations."""
     name, found = type(model).__name__, cast(Any, model)
     if model.kind != "vector":
         raise ValueError(f"{name}: a DepthModel runs vector tasks: kind 'vector', not "
@@ -411,6 +415,12 @@ def _check_traits(model: DepthModel, x: Tensor, u: Tensor | None) -> None:
         if beta.shape[0] != x.shape[0] or not torch.isfinite(beta).all():
             raise ValueError(f"{name}: its probe's gates {tuple(beta.shape)} are not finite "
                              f"values for each of the {x.shape[0]} samples")
+    if model.mixes_streams:
+        mixing = found.stream_mixing()
+        if (mixing.dim() != 3 or mixing.shape[0] != model.depth
+                or mixing.shape[1] != mixing.shape[2] or not torch.isfinite(mixing).all()):
+            raise ValueError(f"{name}: mixes_streams = True needs stream_mixing(), finite "
+                             f"(depth={model.depth}, n, n), got {tuple(mixing.shape)}")
     if model.solves_ode:
         found.reset_nfe()
         if len(found.nfe_forward) != model.members:
