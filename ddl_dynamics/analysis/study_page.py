@@ -163,15 +163,19 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
                           [[v["task"], v["claim"], v["verdict"], v.get("note") or ""]
                            for v in report["expectations"]]), ""]
     lines += ["## Rows per task", "",
-              f"{DESCRIPTIVE}: each row's test metric, mean ± 95% CI over its finished seeds.",
-              ""]
+              f"{DESCRIPTIVE}: each row's test metric, mean ± 95% CI over its finished seeds; "
+              "its parameters and its forward FLOPs per sample of matmuls, convolutions and "
+              "attention as torch's counter counts them (elementwise work, the Delta "
+              "update's included, is not counted).", ""]
     for t in sorted(report.get("tables", []), key=lambda t: natural(t["task"])):
         arrow = "↑" if t.get("higher_is_better") else "↓"
         lines += [f"### {t['task']} ({t['metric']} {arrow})", "",
-                  *markdown_table(["model", "seeds finished", "chosen", "test", "params"],
+                  *markdown_table(["model", "seeds finished", "chosen", "test", "params",
+                                   "FLOPs/sample"],
                           [[r["model"], f"{sum(r['statuses'].get(s, 0) for s in ('ok',))}"
                             f"/{sum(r['statuses'].values())}", r.get("chosen") or "—",
-                            _estimate(r.get("test")), number(r.get("params"), 6)]
+                            _estimate(r.get("test")), number(r.get("params"), 6),
+                            number(r.get("flops"), 3)]
                            for r in t["rows"]]), ""]
     if report.get("regimes"):
         lines += ["## Gate regimes used by the trained Delta stacks", "",
