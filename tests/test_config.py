@@ -419,7 +419,8 @@ def test_a_list_typed_field_takes_a_list_as_one_value_and_a_list_of_lists_sweeps
 
 EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.toml"))
 #: Files whose parameter matching builds hundreds of Transformers: loaded in the slow run.
-HEAVY = {"transformer-depth.toml", "transformer-gpu.toml", "full.toml", "peers.toml"}
+HEAVY = {"transformer-depth.toml", "transformer-gpu.toml", "full.toml", "peers-erase.toml",
+         "peers-rotation.toml", "peers-streams.toml"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.name in HEAVY

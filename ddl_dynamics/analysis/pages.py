@@ -114,7 +114,7 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     judged = [r for r in reports if in_finding(r)]
     studies_text = "study" if len(judged) == 1 else "studies"
     found, left = findings(judged)
-    lead, *items = summary(found, left)
+    lead, *items = summary(found, left, limit=2)  # the front page names two per question
     ships = "the cells it ships" if len(judged) == 1 else "the cells they ship"
     lines = [f"**The finding**, over {len(judged)} tuned {studies_text} judged from {ships} "
              "by today's rules: " + lead, "", *items, "", "By question:", "",
