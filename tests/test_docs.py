@@ -202,3 +202,14 @@ def test_the_task_attribute_table_says_what_every_attribute_means():
     for name in ("depth", "loss_name", "metric_name", "ood_splits", "expectations",
                  "check_split(split)", "split_steps(split)"):
         assert name in said and said[name].strip(" |") not in ("", "—"), name
+
+
+def test_a_long_table_on_a_study_page_is_folded_and_a_short_one_is_not():
+    from ddl_dynamics.analysis.study_page import FOLD_ROWS, folded_table
+
+    rows = [[str(i), "x"] for i in range(FOLD_ROWS + 1)]
+    long, short = folded_table("Every row", ["a", "b"], rows), folded_table("Some", ["a", "b"],
+                                                                             rows[:-1])
+    assert long[0] == f'<details markdown="1"><summary>Every row: {FOLD_ROWS + 1} rows</summary>'
+    assert long[-1] == "</details>" and "| 0 | x |" in long
+    assert not any("<details" in line for line in short) and "| 0 | x |" in short

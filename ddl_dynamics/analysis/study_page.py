@@ -67,9 +67,25 @@ def crossover_lines(report: Mapping[str, Any]) -> list[str]:
                   "97.5% of the resamples or more have none; [v, none], the crossover lies at "
                   f"{knob} = v or above, and more than 2.5% of the resamples have none.",
                   "",
-                  *markdown_table(["setting", "model − control", "crossover", "interval",
-                                   *(f"{knob} = {v:g}" for v in values)], rows), ""]
+                  *folded_table(f"{family} over {knob}", ["setting", "model − control",
+                                "crossover", "interval", *(f"{knob} = {v:g}" for v in values)],
+                                rows), ""]
     return lines
+
+
+#: A study page's tables longer than this are folded, so its answer and findings stay in view.
+FOLD_ROWS = 15
+
+
+def folded_table(what: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """`markdown_table`, folded under a summary naming ``what`` and its row count where it
+    has more than `FOLD_ROWS` rows (an HTML ``details`` block, which GitHub and the site
+    both open with a click)."""
+    table = markdown_table(head, rows)
+    if len(rows) <= FOLD_ROWS:
+        return table
+    return [f'<details markdown="1"><summary>{what}: {len(rows)} rows</summary>', "", *table,
+            "", "</details>"]
 
 
 def markdown_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -148,7 +164,8 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
               "Each row against its baseline and every declared comparison, as the study's "
               "report draws them ([reading the report](../reading-the-report.md)): Δ is "
               "model − control, mean ± 95% CI over seeds.", "",
-              *markdown_table(["task", "model", "control", "Δ", "p Holm", "label"], rows), ""]
+              *folded_table("Every comparison", ["task", "model", "control", "Δ", "p Holm",
+                                                    "label"], rows), ""]
     notes = [(c, c["note"]) for c in report["comparisons"] if c.get("note")]
     if notes:
         lines += ["Notes on the comparisons above:", ""]
@@ -159,7 +176,7 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
         lines += ["## Crossover", "", *crossover_lines(report)]
     if report.get("expectations"):
         lines += ["## Expectations", "",
-                  *markdown_table(["task", "claim", "verdict", "note"],
+                  *folded_table("Every expectation", ["task", "claim", "verdict", "note"],
                           [[v["task"], v["claim"], v["verdict"], v.get("note") or ""]
                            for v in report["expectations"]]), ""]
     lines += ["## Rows per task", "",
@@ -180,7 +197,8 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
     if report.get("regimes"):
         lines += ["## Gate regimes used by the trained Delta stacks", "",
                   f"{DESCRIPTIVE}. {REGIME_NOTE}", "",
-                  *markdown_table(["task", "model", *REGIMES, "dominant", "stated"],
+                  *folded_table("Every row's regimes", ["task", "model", *REGIMES,
+                                                         "dominant", "stated"],
                           [[r["task"], r["model"], *(f"{r['fractions'][g]:.0%}" for g in REGIMES),
                             r["dominant"], " / ".join(r["stated"]) or "(control)"]
                            for r in report["regimes"]]), ""]
