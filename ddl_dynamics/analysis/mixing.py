@@ -19,9 +19,7 @@ import torch
 from torch import Tensor
 
 from ..experiment.config import Cell
-from ..experiment.result import RunResult
-from ..models.base import MODELS, family
-from .probes import usable_rows
+from .probes import declares, usable_rows
 from .run import Run
 
 
@@ -48,18 +46,11 @@ def mixing_rows(run: Run) -> list[MixingRow]:
     stored weights (none, in a run made of rows alone)."""
     pairs: dict[tuple[str, str], list[tuple[Tensor, Tensor]]] = defaultdict(list)
     for row in usable_rows(run):
-        if run.folder is not None and mixes_streams(row):
+        if run.folder is not None and declares(row, "mixes_streams"):
             _, trained = run.folder.load_model(row.key)
             _, fresh = Cell.from_dict(row.config).build()
             pairs[row.task, row.model].append((_mixing(trained), _mixing(fresh)))
     return [_pooled(task, model, found) for (task, model), found in sorted(pairs.items())]
-
-
-def mixes_streams(row: RunResult) -> bool:
-    """Whether the cell's model family declares that it `mixes_streams` (a family no longer
-    registered declares nothing)."""
-    name = row.config.get("model")
-    return isinstance(name, str) and name in MODELS and family(name).mixes_streams
 
 
 def _mixing(model: Any) -> Tensor:

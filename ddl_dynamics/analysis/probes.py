@@ -149,6 +149,12 @@ def erases(row: RunResult) -> bool:
     erase term: ``ddl``, ``ddl-transformer``, ``ddl-product`` with one probe row per update,
     ``ddl-decoupled`` whose β is its erase gate, or a family of the user's): only there does β
     set the shortcut's eigenvalue 1 − β, so only there do gate regimes apply (the write-only
-    controls' β merely scales their write). A family no longer registered declares nothing."""
+    controls' β merely scales their write)."""
+    return declares(row, "erases")
+
+
+def declares(row: RunResult, trait: str) -> bool:
+    """Whether the cell's model family declares ``trait`` (one of `Model`'s: ``erases``,
+    ``mixes_streams``, …); a family no longer registered declares nothing."""
     name = row.config.get("model")
-    return isinstance(name, str) and name in MODELS and family(name).erases
+    return isinstance(name, str) and name in MODELS and bool(getattr(family(name), trait))
