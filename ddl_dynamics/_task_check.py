@@ -40,13 +40,7 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> s
     if not isinstance(task, Task):
         raise TaskCheckError(f"check_task takes a Task instance (e.g. MyTask()), not {task!r}")
     name = type(task).__name__
-    unknown = sorted(set(task.regimes) - set(REGIMES))
-    if unknown:
-        raise TaskCheckError(f"{name}.regimes: unknown regime {unknown[0]!r}; regimes: {REGIMES}")
-    fields = [f.name for f in dataclasses.fields(task)]
-    if task.knob not in (None, *fields):
-        raise TaskCheckError(f"{name}.knob {task.knob!r} is not a spec field")
-    _check_floor(task, name)
+    _check_declared(task, name)
     for split in task.splits:
         data = task.sample(n, seed, split)
         if not isinstance(data, TaskData):
@@ -56,65 +50,83 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> s
         if task.kind == "sequence":
             _check_tokens(task, data, f"{name}[{split}]")
         else:
-            if data.inputs.shape != (n, task.in_dim):
-                raise TaskCheckError(
-                    f"{name}[{split}]: inputs {tuple(data.inputs.shape)} != {(n, task.in_dim)}"
-                )
-            steps = data.steps
-            want = (n, task.out_dim) if task.supervise == "final" else (n, steps, task.out_dim)
-            if tuple(data.targets.shape) != want:
-                raise TaskCheckError(
-                    f"{name}[{split}]: targets {tuple(data.targets.shape)} != {want}"
-                    + _supervise_hint(task, data.targets.dim())
-                )
-            if task.control_dim:
-                if data.controls is None:
-                    raise TaskCheckError(f"{name}[{split}]: control_dim>0 but no controls")
-                if tuple(data.controls.shape) != (n, steps, task.control_dim):
-                    raise TaskCheckError(
-                        f"{name}[{split}]: controls {tuple(data.controls.shape)} != "
-                        f"{(n, steps, task.control_dim)}"
-                    )
-            elif data.controls is not None:
-                raise TaskCheckError(f"{name}[{split}]: controls given but control_dim=0")
-            if data.trajectory is not None and data.trajectory.shape[:2] != (n, steps + 1):
-                raise TaskCheckError(
-                    f"{name}[{split}]: trajectory {tuple(data.trajectory.shape)} "
-                    "is not (n, steps+1, ·)"
-                )
-            if data.step_regimes is not None:
-                regimes = data.step_regimes
-                if tuple(regimes.shape) != (n, steps) or regimes.is_floating_point():
-                    raise TaskCheckError(
-                        f"{name}[{split}]: step_regimes must be integers of shape {(n, steps)}"
-                    )
-                if not ((regimes >= -1) & (regimes < len(REGIMES))).all():
-                    raise TaskCheckError(
-                        f"{name}[{split}]: step_regimes must be −1 or an index in REGIMES"
-                    )
-            for label, t in (("inputs", data.inputs), ("targets", data.targets),
-                             ("controls", data.controls)):
-                if t is not None:
-                    if t.dtype != torch.float32:  # the models' dtype: other floats fail
-                        raise TaskCheckError(
-                            f"{name}[{split}]: {label} must be float32, got {t.dtype}"
-                        )
-                    if not torch.isfinite(t).all():
-                        raise TaskCheckError(f"{name}[{split}]: {label} has NaN/Inf")
+            _check_vectors(task, data, f"{name}[{split}]")
         again = task.sample(n, seed, split)
         if not (torch.equal(data.inputs, again.inputs)
                 and torch.equal(data.targets, again.targets)):
             raise TaskCheckError(f"{name}[{split}]: sample is not deterministic in its seed")
-        loss = task.loss(data.targets.clone(), data.targets) if task.loss_name == "mse" else None
-        if loss is not None and loss.item() != 0.0:
-            raise TaskCheckError(f"{name}: loss of a perfect prediction != 0")
-        if task.kind == "sequence":  # sure logits: accuracy 1, or (bits per char) 0
-            perfect = 100 * F.one_hot(data.targets.clamp(min=0), task.out_dim).float()
-            best = 1.0 if task.higher_is_better else 0.0
-            if abs(task.metric(perfect, data.targets) - best) >= 1e-6:
-                raise TaskCheckError(f"{name}: metric of a perfect prediction != {best}")
-        else:
-            task.metric(torch.zeros_like(data.targets), data.targets)
+        _check_scoring(task, data, name)
+    overlaps = _check_held_out(task, name, n_overlap, seed)
+    return (f"{name}: ok ({n} samples of each split: {', '.join(task.splits)}; shapes, "
+            "dtypes, finiteness, determinism, loss and metric; content shared with "
+            f"train: {', '.join(overlaps)})")
+
+
+def _check_declared(task: Task, name: str) -> None:
+    """What the class states: known regimes, a knob that is a spec field, a floor."""
+    unknown = sorted(set(task.regimes) - set(REGIMES))
+    if unknown:
+        raise TaskCheckError(f"{name}.regimes: unknown regime {unknown[0]!r}; regimes: {REGIMES}")
+    fields = [f.name for f in dataclasses.fields(task)]
+    if task.knob not in (None, *fields):
+        raise TaskCheckError(f"{name}.knob {task.knob!r} is not a spec field")
+    _check_floor(task, name)
+
+
+def _check_vectors(task: Task, data: TaskData, where: str) -> None:
+    """A vector task's split: shapes of inputs, targets, controls, trajectory and step
+    regimes, float32 and finite."""
+    n, steps = len(data), data.steps
+    if data.inputs.shape != (n, task.in_dim):
+        raise TaskCheckError(f"{where}: inputs {tuple(data.inputs.shape)} != {(n, task.in_dim)}")
+    want = (n, task.out_dim) if task.supervise == "final" else (n, steps, task.out_dim)
+    if tuple(data.targets.shape) != want:
+        raise TaskCheckError(f"{where}: targets {tuple(data.targets.shape)} != {want}"
+                             + _supervise_hint(task, data.targets.dim()))
+    if task.control_dim:
+        if data.controls is None:
+            raise TaskCheckError(f"{where}: control_dim>0 but no controls")
+        if tuple(data.controls.shape) != (n, steps, task.control_dim):
+            raise TaskCheckError(f"{where}: controls {tuple(data.controls.shape)} != "
+                                 f"{(n, steps, task.control_dim)}")
+    elif data.controls is not None:
+        raise TaskCheckError(f"{where}: controls given but control_dim=0")
+    if data.trajectory is not None and data.trajectory.shape[:2] != (n, steps + 1):
+        raise TaskCheckError(f"{where}: trajectory {tuple(data.trajectory.shape)} "
+                             "is not (n, steps+1, ·)")
+    if data.step_regimes is not None:
+        regimes = data.step_regimes
+        if tuple(regimes.shape) != (n, steps) or regimes.is_floating_point():
+            raise TaskCheckError(f"{where}: step_regimes must be integers of shape {(n, steps)}")
+        if not ((regimes >= -1) & (regimes < len(REGIMES))).all():
+            raise TaskCheckError(f"{where}: step_regimes must be −1 or an index in REGIMES")
+    for label, t in (("inputs", data.inputs), ("targets", data.targets),
+                     ("controls", data.controls)):
+        if t is not None:
+            if t.dtype != torch.float32:  # the models' dtype: other floats fail
+                raise TaskCheckError(f"{where}: {label} must be float32, got {t.dtype}")
+            if not torch.isfinite(t).all():
+                raise TaskCheckError(f"{where}: {label} has NaN/Inf")
+
+
+def _check_scoring(task: Task, data: TaskData, name: str) -> None:
+    """The loss of a perfect prediction is 0, and a sequence task's metric of one is its
+    best; a vector task's metric accepts its targets."""
+    loss = task.loss(data.targets.clone(), data.targets) if task.loss_name == "mse" else None
+    if loss is not None and loss.item() != 0.0:
+        raise TaskCheckError(f"{name}: loss of a perfect prediction != 0")
+    if task.kind == "sequence":  # sure logits: accuracy 1, or (bits per char) 0
+        perfect = 100 * F.one_hot(data.targets.clamp(min=0), task.out_dim).float()
+        best = 1.0 if task.higher_is_better else 0.0
+        if abs(task.metric(perfect, data.targets) - best) >= 1e-6:
+            raise TaskCheckError(f"{name}: metric of a perfect prediction != {best}")
+    else:
+        task.metric(torch.zeros_like(data.targets), data.targets)
+
+
+def _check_held_out(task: Task, name: str, n_overlap: int, seed: int) -> list[str]:
+    """Val and test share at most `MAX_OVERLAP` of their content with train; returns each
+    split's share, for the summary line."""
     overlaps = []
     for split in IN_DISTRIBUTION[1:]:
         overlap = content_overlap(task, split, n_overlap, seed)
@@ -124,9 +136,7 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> s
                 f"{name}: {overlap:.0%} of {split} examples also occur in train (at most "
                 f"{MAX_OVERLAP:.0%} allowed); hold whole inputs out, e.g. with held_out()"
             )
-    return (f"{name}: ok ({n} samples of each split: {', '.join(task.splits)}; shapes, "
-            "dtypes, finiteness, determinism, loss and metric; content shared with "
-            f"train: {', '.join(overlaps)})")
+    return overlaps
 
 
 def _check_floor(task: Task, name: str) -> None:
