@@ -118,10 +118,15 @@ def reproduce_line(name: str) -> str:
 
 def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
     """A study's page: what it is, its findings in words, its tables, figures, reproduce line."""
-    name = report["name"]
+    lines = [*_header(report), *_questions(report), *_findings(report),
+             *_comparisons(report), *_tables(report), *_closing(report, figures)]
+    return "\n".join(lines)
+
+
+def _header(report: Mapping[str, Any]) -> list[str]:
+    """The title, the answer, the description, how it ran, and what it is not."""
     run = report.get("run", {})
-    stated = headlined(report)
-    lines = [f"# Study `{name}`", "", GENERATED, "", answer(report), ""]
+    lines = [f"# Study `{report['name']}`", "", GENERATED, "", answer(report), ""]
     if report.get("description"):
         lines += [report["description"].strip(), ""]
     versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items())
@@ -139,33 +144,49 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
                   ""]
     if run.get("partial"):
         lines += [f"**Published unfinished** (`--allow-partial`): {run['partial']}.", ""]
+    return lines
+
+
+def _questions(report: Mapping[str, Any]) -> list[str]:
+    """Each question of the experiment file with the sentences of its comparisons."""
     asked = report.get("questions") or []
-    if asked:
-        lines += ["## Questions", "",
-                  "What the study asks, in its experiment file's words, each answered by "
-                  "the labels of the comparisons it declares for it and nothing more: a "
-                  "label says which row measured better, not why, so no premise or "
-                  "mechanism a question names is tested by its answer.", ""]
-        for q in asked:
-            answers = answering(report, q)
-            lines += [f"**{q['question'].strip()}**", "",
-                      *(f"- {sentence(c)}" for c in answers or ()), ""]
-            if not answers:
-                lines += ["- Not drawn: the study's report holds no such comparison.", ""]
+    if not asked:
+        return []
+    lines = ["## Questions", "",
+             "What the study asks, in its experiment file's words, each answered by "
+             "the labels of the comparisons it declares for it and nothing more: a "
+             "label says which row measured better, not why, so no premise or "
+             "mechanism a question names is tested by its answer.", ""]
+    for q in asked:
+        answers = answering(report, q)
+        lines += [f"**{q['question'].strip()}**", "",
+                  *(f"- {sentence(c)}" for c in answers or ()), ""]
+        if not answers:
+            lines += ["- Not drawn: the study's report holds no such comparison.", ""]
+    return lines
+
+
+def _findings(report: Mapping[str, Any]) -> list[str]:
+    """The study's findings as the README counts them, and the comparisons it states."""
     found, left = findings([report])
     lead, *items = summary(found, left)
-    lines += ["## Findings", "", lead, "", *items, "", *question_lines(found), "",
-              "The comparisons the study states:", "", *(f"- {sentence(c)}" for c in stated), ""]
+    return ["## Findings", "", lead, "", *items, "", *question_lines(found), "",
+            "The comparisons the study states:", "",
+            *(f"- {sentence(c)}" for c in headlined(report)), ""]
+
+
+def _comparisons(report: Mapping[str, Any]) -> list[str]:
+    """Every comparison in one table, its notes, and the crossovers."""
     rows = [[where(c), c["model"], str(c["control"]),
              difference((c.get("paired") or {}).get("mean"), (c.get("paired") or {}).get("ci")),
              number(c.get("p_adjusted"), 2), _verdict(c)]
             for c in sorted(report["comparisons"], key=lambda c: natural(c["task"]))]
-    lines += ["## Every comparison", "",
-              "Each row against its baseline and every declared comparison, as the study's "
-              "report draws them ([reading the report](../reading-the-report.md)): Δ is "
-              "model − control, mean ± 95% CI over seeds.", "",
-              *folded_table("Every comparison", ["task", "model", "control", "Δ", "p Holm",
-                                                    "label"], rows), ""]
+    lines = ["## Every comparison", "",
+             "Each row against its baseline and every declared comparison, as the study's "
+             "report draws them ([reading the report](../reading-the-report.md)): Δ is "
+             "model − control, mean ± 95% CI over seeds.", "",
+             *folded_table("Every comparison", ["task", "model", "control", "Δ", "p Holm",
+                                                "label"], rows), ""]
     notes = [(c, c["note"]) for c in report["comparisons"] if c.get("note")]
     if notes:
         lines += ["Notes on the comparisons above:", ""]
@@ -174,6 +195,12 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
         lines.append("")
     if report.get("crossovers"):
         lines += ["## Crossover", "", *crossover_lines(report)]
+    return lines
+
+
+def _tables(report: Mapping[str, Any]) -> list[str]:
+    """The expectations, the rows per task, the gate regimes and the stream mixing."""
+    lines = []
     if report.get("expectations"):
         lines += ["## Expectations", "",
                   *folded_table("Every expectation", ["task", "claim", "verdict", "note"],
@@ -205,6 +232,13 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
     if report.get("mixing"):
         lines += ["## Stream mixing of the trained Hyper-Connections stacks", "", MIXING_NOTE,
                   "", *markdown_table(*mixing_cells(report["mixing"])), ""]
+    return lines
+
+
+def _closing(report: Mapping[str, Any], figures: Sequence[str]) -> list[str]:
+    """The figures with their captions, what changed against earlier runs, how to rerun."""
+    lines = []
+    name = report["name"]
     if figures:
         lines += ["## Figures", ""]
         for f in figures:
@@ -213,6 +247,6 @@ def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
     if report.get("changes", "").strip():
         lines += ["## Changes from earlier runs", "", report["changes"].strip(), ""]
     lines += ["## Reproduce", "", "```bash", reproduce_line(name), "```", ""]
-    return "\n".join(lines)
+    return lines
 
 
