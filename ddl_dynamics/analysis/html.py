@@ -184,11 +184,29 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
     """The report as one HTML page: what the run is, a summary (labels, verdict matrix,
     results in words), a table of contents, then the long tables; ``figures`` are PNG files
     to embed, in order."""
+    sections: list[tuple[str, str]] = []  # (anchor, title) of each section, in order
+    matrix = [path for path in figures if path.stem == "verdicts"]
+    crossover = [path for path in figures if path.stem.startswith("crossover")]
+    parts = [*_summary(report, matrix, sections), *_verdicts(report, crossover, sections),
+             *_results(report, sections)]
+    rest = [path for path in figures if path not in matrix + crossover]
+    if rest:
+        parts += [_section(sections, "Figures"), *(_figure(path) for path in rest)]
+    toc = ('<nav class="toc"><b>Contents</b><ol>'
+           + "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t in sections)
+           + "</ol></nav>")
+    body = "\n".join([*_lead(report), toc, *parts])
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>ddl_dynamics — {html.escape(report.name)}</title><style>{_style()}</style>"
+            f"</head><body>\n{body}\n</body></html>\n")
+
+
+def _lead(report: Report) -> list[str]:
+    """The title, the lead sentence, what ran where, and the experiment file."""
     exp = report.experiment
-    sections: list[tuple[str, str]] = []
     versions = exp.get("versions", {})
     machine = exp.get("machine", {})
-    lead = [f"<h1>Experiment <code>{html.escape(report.name)}</code></h1>",
+    return [f"<h1>Experiment <code>{html.escape(report.name)}</code></h1>",
             f'<p class="lead">{html.escape(lead_text(report))}</p>',
             _info([
                 ("run folder", report.run_dir),
@@ -198,37 +216,47 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
                 ("started / ended",
                  f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"),
             ]), _config(exp.get("config") or "")]
+
+
+def _summary(report: Report, matrix: Sequence[Path], sections: list[tuple[str, str]]
+             ) -> list[str]:
+    """The labels counted, the verdict matrix (its figure, else its table), the summary."""
     parts = [_section(sections, "Summary"),
              f"<p>{len(report.comparisons)} comparisons, {report.tests} tests: "
              f"{html.escape(counts_text(counts(report.comparisons)) or 'none')}.</p>"]
     if untuned(report):
         parts.append(f"<p><b>{html.escape(UNTUNED_NOTE)}</b></p>")
-    matrix = [path for path in figures if path.stem == "verdicts"]
     parts += [_figure(path) for path in matrix]
     if not matrix and (cells := matrix_cells(report))[1]:
         parts.append(_table(*cells))
     parts.append("<ul>" + "".join(f"<li>{_code(line)}</li>" for line in summary_lines(report))
                  + "</ul>")
+    return parts
+
+
+def _verdicts(report: Report, crossover: Sequence[Path], sections: list[tuple[str, str]]
+              ) -> list[str]:
+    """The comparisons, the expectations and the crossovers with their figures."""
     head, rows = comparison_cells(report)
-    parts.append(_section(sections, "Verdicts"))
-    parts.append(f"<p>{html.escape(COMPARISON_NOTE)} This report draws {report.tests} "
-                 "tests.</p>")
-    parts.append(_table(head, rows, tag=head.index("verdict")))
+    parts = [_section(sections, "Verdicts"),
+             f"<p>{html.escape(COMPARISON_NOTE)} This report draws {report.tests} tests.</p>",
+             _table(head, rows, tag=head.index("verdict"))]
     if report.expectations:
         head, rows = expectation_cells(report)
-        parts.append(_section(sections, "Expectations against the measured seeds"))
-        parts.append(f"<p>{html.escape(EXPECTATION_NOTE)}</p>")
-        parts.append(_table(head, rows, tag=head.index("verdict")))
-    crossover = [path for path in figures if path.stem.startswith("crossover")]
+        parts += [_section(sections, "Expectations against the measured seeds"),
+                  f"<p>{html.escape(EXPECTATION_NOTE)}</p>",
+                  _table(head, rows, tag=head.index("verdict"))]
     if report.crossovers:
-        parts.append(_section(sections, "Crossover"))
-        parts.append(f"<p>{html.escape(CROSSOVER_NOTE)}</p>")
+        parts += [_section(sections, "Crossover"), f"<p>{html.escape(CROSSOVER_NOTE)}</p>"]
         for title, head, rows in crossover_cells(report):
-            parts.append(f"<h3>{html.escape(title)}</h3>")
-            parts.append(_table(head, rows))
+            parts += [f"<h3>{html.escape(title)}</h3>", _table(head, rows)]
         parts += [_figure(path) for path in crossover]
-    parts.append(_section(sections, "Results per task"))
-    parts.append(f"<p>{html.escape(TABLE_NOTE)}</p>")
+    return parts
+
+
+def _results(report: Report, sections: list[tuple[str, str]]) -> list[str]:
+    """Each task's rows with their flags and problems, the gate regimes, the stream mixing."""
+    parts = [_section(sections, "Results per task"), f"<p>{html.escape(TABLE_NOTE)}</p>"]
     for table in report.tables:
         arrow = "↑" if table.higher_is_better else "↓"
         parts.append(f"<h3>{html.escape(table.task)} — {html.escape(table.metric)} {arrow}</h3>")
@@ -239,24 +267,12 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
                             f"{html.escape(p.message)}</li>" for p in table.problems)
             parts.append(f"<ul>{items}</ul>")
     if report.regimes:
-        parts.append(_section(sections, "Gate regimes used by the trained Delta stacks"))
-        parts.append(f"<p>{_code(REGIME_NOTE)}</p>")
-        parts.append(_table(*regime_cells(report)))
+        parts += [_section(sections, "Gate regimes used by the trained Delta stacks"),
+                  f"<p>{_code(REGIME_NOTE)}</p>", _table(*regime_cells(report))]
     if report.mixing:
-        parts.append(_section(sections, "Stream mixing of the trained Hyper-Connections stacks"))
-        parts.append(f"<p>{_code(MIXING_NOTE)}</p>")
-        parts.append(_table(*mixing_cells(report.mixing)))
-    figures = [path for path in figures if path not in matrix + crossover]
-    if figures:
-        parts.append(_section(sections, "Figures"))
-        parts += [_figure(path) for path in figures]
-    toc = ('<nav class="toc"><b>Contents</b><ol>'
-           + "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t in sections)
-           + "</ol></nav>")
-    body = "\n".join([*lead, toc, *parts])
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>ddl_dynamics — {html.escape(report.name)}</title><style>{_style()}</style>"
-            f"</head><body>\n{body}\n</body></html>\n")
+        parts += [_section(sections, "Stream mixing of the trained Hyper-Connections stacks"),
+                  f"<p>{_code(MIXING_NOTE)}</p>", _table(*mixing_cells(report.mixing))]
+    return parts
 
 
 def _code(text: str) -> str:
