@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import tomllib
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,6 +259,7 @@ def _regimes(run: Run) -> list[RegimeRow]:
 
 
 def _table(run: Run, task: str) -> TaskTable:
+    """One task's rows, baselines first, with what went wrong in them."""
     models = run.task_rows(task)
     every = [c for row in models.values() for c in row.selected]
     described = next(iter(models.values())).described
@@ -269,58 +271,70 @@ def _table(run: Run, task: str) -> TaskTable:
     rows, problems = [], []
     skipped: dict[tuple[str, str], list[str]] = defaultdict(list)
     for model in order:
-        row = models[model]
-        group = row.selected
-        ok = [r for r in group if r.status in COUNTED]
-        params = Estimate.of([r.params for r in group]).mean
         base = models.get(baselines[model] or "")
-        reference = Estimate.of([r.params for r in base.selected] if base else []).mean
-        rows.append(ModelRow(
-            model=model,
-            baseline=baselines[model],
-            statuses=dict(Counter(r.status for r in group)),
-            per_seed={r.seed: (r.metrics.get("test", math.nan) if r.status in COUNTED
-                               else r.status) for r in group},
-            test=Estimate.of([r.metrics.get("test") for r in ok]),
-            val=Estimate.of([r.metrics.get("val") for r in ok]),
-            train=Estimate.of([r.metrics.get("train") for r in ok]),
-            ood={s: Estimate.of([r.metrics.get("ood", {}).get(s) for r in ok]) for s in splits},
-            extra={e: Estimate.of([_extras(r).get(e) for r in ok]) for e in extras},
-            params=params,
-            params_ratio=params / reference if params and reference else None,
-            flops=Estimate.of([r.flops for r in ok]).mean,
-            nfe_forward=Estimate.of([r.nfe_forward for r in ok]).mean,
-            nfe_backward=Estimate.of([r.nfe_backward for r in ok]).mean,
-            wall_time=Estimate.of([r.wall_time for r in group]).mean,
-            flagged=flagged(ok),
-            chosen=row.chosen_text(),
-            retries=len(row.attempts),
-            older=row.older,
-        ))
-        for r in group:
-            if r.status not in COUNTED:
-                problems.append(Problem(model, r.seed, r.status, r.message))
+        rows.append(_model_row(models[model], model, baselines[model], base, splits, extras))
+        problems += _problems(models[model], model)
+        for r in models[model].selected:
             for split, reason in r.metrics.get("skipped", {}).items():
                 if model not in skipped[split, reason]:
                     skipped[split, reason].append(model)
-        problems += [Problem(model, a.seed, f"{a.status}, then retried",
-                             f"{_attempt_at(row, a)}{a.message or 'no message'} "
-                             f"(attempt of {a.created_at})") for a in row.attempts]
-        if row.ensembles:
-            problems.append(Problem(model, None, "seeds trained in different ensembles",
-                                    f"in {len(row.ensembles)} ensembles of "
-                                    f"{', '.join(map(str, row.ensembles))} cells (a resumed "
-                                    "run, or --seeds or --no-vectorize between runs): their "
-                                    "last bits differ by the float rounding of folding"))
-        if row.older:
-            problems.append(Problem(model, None, "older config left out",
-                                    f"{row.older} cell(s) of an earlier version of this row's "
-                                    "config are in the store but not in this report"))
     problems += [Problem(", ".join(labels), None, f"{split} not run", reason)
                  for (split, reason), labels in skipped.items()]
     return TaskTable(task, described.get("metric", "metric"),
                      bool(described.get("higher_is_better", False)), splits, extras, rows,
                      problems)
+
+
+def _model_row(row: Row, model: str, baseline: str | None, base: Row | None,
+               splits: Sequence[str], extras: Sequence[str]) -> ModelRow:
+    """A row's figures over its shown cells: counts, estimates, size against its baseline's."""
+    group = row.selected
+    ok = [r for r in group if r.status in COUNTED]
+    params = Estimate.of([r.params for r in group]).mean
+    reference = Estimate.of([r.params for r in base.selected] if base else []).mean
+    return ModelRow(
+        model=model,
+        baseline=baseline,
+        statuses=dict(Counter(r.status for r in group)),
+        per_seed={r.seed: (r.metrics.get("test", math.nan) if r.status in COUNTED
+                           else r.status) for r in group},
+        test=Estimate.of([r.metrics.get("test") for r in ok]),
+        val=Estimate.of([r.metrics.get("val") for r in ok]),
+        train=Estimate.of([r.metrics.get("train") for r in ok]),
+        ood={s: Estimate.of([r.metrics.get("ood", {}).get(s) for r in ok]) for s in splits},
+        extra={e: Estimate.of([_extras(r).get(e) for r in ok]) for e in extras},
+        params=params,
+        params_ratio=params / reference if params and reference else None,
+        flops=Estimate.of([r.flops for r in ok]).mean,
+        nfe_forward=Estimate.of([r.nfe_forward for r in ok]).mean,
+        nfe_backward=Estimate.of([r.nfe_backward for r in ok]).mean,
+        wall_time=Estimate.of([r.wall_time for r in group]).mean,
+        flagged=flagged(ok),
+        chosen=row.chosen_text(),
+        retries=len(row.attempts),
+        older=row.older,
+    )
+
+
+def _problems(row: Row, model: str) -> list[Problem]:
+    """What went wrong in a row: cells that did not count, earlier attempts, seeds from
+    different ensembles, an older config left out."""
+    problems = [Problem(model, r.seed, r.status, r.message)
+                for r in row.selected if r.status not in COUNTED]
+    problems += [Problem(model, a.seed, f"{a.status}, then retried",
+                         f"{_attempt_at(row, a)}{a.message or 'no message'} "
+                         f"(attempt of {a.created_at})") for a in row.attempts]
+    if row.ensembles:
+        problems.append(Problem(model, None, "seeds trained in different ensembles",
+                                f"in {len(row.ensembles)} ensembles of "
+                                f"{', '.join(map(str, row.ensembles))} cells (a resumed "
+                                "run, or --seeds or --no-vectorize between runs): their "
+                                "last bits differ by the float rounding of folding"))
+    if row.older:
+        problems.append(Problem(model, None, "older config left out",
+                                f"{row.older} cell(s) of an earlier version of this row's "
+                                "config are in the store but not in this report"))
+    return problems
 
 
 def _attempt_at(row: Row, attempt: RunResult) -> str:
