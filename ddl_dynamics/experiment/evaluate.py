@@ -78,16 +78,7 @@ def final_metrics(
     metrics["test"] = score("test", test)
     if ode:
         metrics["nfe_test"] = float(solver.nfe_forward[0])  # the model alone: one member
-        metrics["reconstruction_tolerance"] = solver.reconstruction_tolerance
-        try:
-            with solver_cap(), torch.no_grad():
-                error = float(solver.reconstruction_error(test.inputs, test.controls))
-        except Capped as cap:
-            error = None
-            metrics["capped"]["reconstruction"] = str(cap)
-        metrics["reconstruction_error"] = error
-        metrics["reconstruction_flag"] = (None if error is None
-                                          else not error <= solver.reconstruction_tolerance)
+        _reconstruction(solver, test, metrics)
     depth = getattr(model, "depth", None)
     for split in task.ood_splits:
         split_data = to_device(task.sample(cfg.n_test, seed, split), test.inputs.device)
@@ -98,6 +89,21 @@ def final_metrics(
             metrics["skipped"][split] = (f"an untied model of depth {depth} cannot run "
                                          f"{split_data.steps} steps")
     return metrics, "; ".join(notes)
+
+
+def _reconstruction(solver: NeuralODE, test: TaskData, metrics: dict[str, Any]) -> None:
+    """The ODE's reconstruction check 0 → T → 0 on the test inputs, into ``metrics``: its
+    error, tolerance and flag (None, and the cap kept, where the solver hit its cap)."""
+    metrics["reconstruction_tolerance"] = solver.reconstruction_tolerance
+    try:
+        with solver_cap(), torch.no_grad():
+            error = float(solver.reconstruction_error(test.inputs, test.controls))
+    except Capped as cap:
+        error = None
+        metrics["capped"]["reconstruction"] = str(cap)
+    metrics["reconstruction_error"] = error
+    metrics["reconstruction_flag"] = (None if error is None
+                                      else not error <= solver.reconstruction_tolerance)
 
 
 @torch.no_grad()
