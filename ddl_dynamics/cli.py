@@ -14,6 +14,7 @@ A subcommand's modules (torch, matplotlib) are imported only when it runs, or wh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -22,12 +23,14 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from . import __version__
 from .usage import bad_usage, save_traceback
 
 Command = Callable[[argparse.Namespace], int]
+#: The exit status after a Ctrl-C (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
 
 
 def _tasks(args: argparse.Namespace) -> int:
@@ -400,6 +403,19 @@ def _parser(argv: Sequence[str] = (), every: bool = False) -> argparse.ArgumentP
     return parser
 
 
+def script() -> NoReturn:
+    """The ``ddl-dyn`` command: exit with `main`'s status. After a Ctrl-C, at once, its
+    output flushed: the interpreter's teardown takes seconds of CPU with torch loaded (far
+    longer on a busy machine), a wait for a run that has already stopped."""
+    code = main()
+    if code == INTERRUPTED:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to keep
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser(argv)
@@ -419,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ddl-dyn: interrupted; finished cells are stored, rerun to resume",
               file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except Exception as err:
         if bad_usage(err):
             print(f"ddl-dyn: error: {_one_line(err)}", file=sys.stderr)
@@ -448,4 +464,4 @@ def _show_warning(message: Warning | str, category: type[Warning], *args: Any,
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script()

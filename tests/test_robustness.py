@@ -414,24 +414,12 @@ def test_a_killed_runs_claims_do_not_split_an_ensemble_on_resume(tmp_path, unint
 # --- Ctrl-C with workers -------------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="open bug: in a fresh clone's CI run a Ctrl-C soon after the workers "
-                   "start was seen to hang past 10 s (and once past 2 minutes); it passes "
-                   "warm on an idle machine", strict=False)
 def test_ctrl_c_to_the_process_group_with_workers_prints_one_line(tmp_path):
     exp = experiment(tmp_path, 'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
                                '[[tasks]]\nname = "parity"\n[[tasks]]\nname = "depth-recall"\n'
                                '[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n',
                      base=TINY.replace("steps = 4", "steps = 20000"))
     rng = random.Random(0)
-    # A first run to its end warms up: on a fresh checkout a Ctrl-C during the very first
-    # start of the workers (bytecode being compiled) was seen to hang past 2 minutes, an open
-    # bug; the 20 trials after the warm-up are timed.
-    (tmp_path / "warm").mkdir()
-    warm = experiment(tmp_path / "warm", 'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
-                                         '[[models]]\nname = "ddl"\n')
-    subprocess.run([sys.executable, "-m", "ddl_dynamics.cli", "run", str(warm), "--jobs", "2",
-                    "--run-dir", str(tmp_path / "warm-run")], check=True, capture_output=True,
-                   timeout=300)
     for trial in range(20):
         run = tmp_path / f"run{trial}"
         child = subprocess.Popen(
@@ -443,7 +431,9 @@ def test_ctrl_c_to_the_process_group_with_workers_prints_one_line(tmp_path):
             time.sleep(0.1)
         time.sleep(rng.uniform(0, 2))
         os.killpg(child.pid, signal.SIGINT)
-        try:  # within a few seconds: once took 11-27 s, waiting on the worker server's start
+        try:  # the run and its worker server end at once, not after their interpreters'
+            # teardown (seconds with torch loaded, past 10 s on a busy machine), which held
+            # stderr open
             _, err = child.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)

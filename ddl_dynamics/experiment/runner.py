@@ -10,7 +10,7 @@ run keeps every finished group and a rerun trains the rest in the same groups, t
 bits. A group whose worker process dies is recorded as ``"failed"``; the others go on. The
 slowest groups (ODE models) start first. Pool workers exit when the process that started
 them dies, so a killed run leaves no process, and ignore Ctrl-C, which ends the run's
-process alone: it stops the pool at once.
+process alone: it kills the pool's workers and the server that forks them at once.
 
 Several runs of one experiment (processes, or machines sharing the run folder) split its
 cells: a run claims each group in the store before training it
@@ -299,7 +299,11 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
     is recorded as failed.
     """
     suspects = deque[list[Cell]]()
-    context = _context()
+    try:
+        context = _context()
+    except KeyboardInterrupt:
+        _stop_server()
+        raise
     while True:
         alone = bool(suspects)
         running: dict[Future[list[Trained]], list[Cell]] = {}
@@ -335,6 +339,7 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
                         finished(trained)
             except KeyboardInterrupt:  # workers ignore it: end them rather than wait
                 _stop(pool)
+                _stop_server()
                 raise
             except BrokenProcessPool:
                 for future, group in running.items():
@@ -371,6 +376,17 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         with contextlib.suppress(OSError, ValueError):
             process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _stop_server() -> None:
+    """Kill the server that forks the workers, if one runs: it ignores Ctrl-C and ends with
+    this process, but only after its preload and then its interpreter's teardown (seconds of
+    CPU with torch loaded, a minute on a cold and busy machine), holding the run's stderr open
+    all that while. It is not reaped: multiprocessing starts a new one when next needed."""
+    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _context() -> multiprocessing.context.BaseContext:
