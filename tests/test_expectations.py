@@ -172,6 +172,30 @@ def test_a_family_name_means_its_plain_entry_sizes_aside():
     assert v.verdict == INSUFFICIENT and "several entries match the model ddl: ddl, ddl-2" in v.note
 
 
+def test_rows_at_the_floor_up_to_their_test_splits_sampling_spread_leave_a_claim_open():
+    """transformer-depth-long, var-chain hops 3 on 512 test queries: seeds at the 0.625
+    shortcut score 0.58-0.65 (its binomial spread is ±0.021), more than the 0.01 margin, and
+    read "equivalent", so the claim read contradicted. A seed within 3 binomial standard
+    deviations of the floor sits at it."""
+    from ddl_dynamics._task import make_task
+
+    ddl = [0.6006, 0.6016, 0.6035, 0.6123, 0.6201, 0.624, 0.626, 0.6396]
+    base = [0.5967, 0.6045, 0.6064, 0.6094, 0.626, 0.6279, 0.6289, 0.6387]
+    rows = cells("ddl-transformer", ddl) + cells("transformer", base)
+    for r in rows:
+        r.config.update(task="var-chain", spec={"hops": 3})
+        r.config["train"]["n_test"] = 512
+    task = make_task("var-chain", hops=3)
+    claim_ = next(e for e in task.expectations if e.control.family == "transformer")
+    v = judge("var-chain[hops=3]", claim_, rows, higher_is_better=True)
+    assert v.comparison.label == "both at floor" and v.verdict == INSUFFICIENT
+    # on 20,000 queries the spread is ±0.0034: 0.64 is above the band (0.6353)
+    for r in rows:
+        r.config["train"]["n_test"] = 20_000
+    v = judge("var-chain[hops=3]", claim_, rows, higher_is_better=True)
+    assert v.comparison.label != "both at floor"
+
+
 def test_a_wider_compute_matched_baseline_beside_the_plain_one_leaves_the_claim_its_control():
     """charlm: `transformer` and `transformer-w40` (the same family, wider to match the Delta
     rows' FLOPs) both matched "transformer", and the claim read insufficient evidence. The

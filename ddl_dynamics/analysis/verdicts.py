@@ -26,8 +26,9 @@ expectation. It reads, in this order:
    finished, **fails k/n** where a side failed, else **inconclusive**. **both solved**:
    both rows at the metric's best value (`METRIC_BEST`) on every seed, a ceiling that says
    the task cannot tell them apart; **both at floor**: both rows at or below the task's
-   chance or shortcut level (`Task.floor`, within the task's margin there) on every seed,
-   neither doing the task: no test either.
+   chance or shortcut level (`Task.floor`) on every seed, within the task's margin there
+   or, for an accuracy, within the sampling spread of a model that scores the floor on the
+   test split (`comparisons.floor_band`), neither doing the task: no test either.
 6. Within a report every other drawn p-value is Holm-adjusted (`holm`), the
    equivalence p-values as a family of their own; a mirrored pair (a vs b, b vs a) is one
    test, and a test whose floor cannot reach its Holm level does not count in the family
