@@ -148,6 +148,9 @@ def test_every_plot_command_writes_images(tiny_run, kind, capsys):
 
 
 def test_probes_are_cached_and_plotting_never_retrains(tiny_run):
+    from ddl_dynamics.analysis.probes import probe_run
+
+    probe_run(tiny_run, progress=False)  # whichever plots ran before in this process
     probes = sorted((tiny_run / "probes").glob("*.npz"))
     assert len(probes) == 32  # 4 tasks × 4 models × 2 seeds
     stamps = [p.stat().st_mtime_ns for p in probes]

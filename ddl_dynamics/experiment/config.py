@@ -23,7 +23,7 @@ from typing import Any, Literal
 import torch
 
 from .._registry import did_you_mean
-from .._task import Task, list_tasks, make_task
+from .._task import TASKS, Task, list_tasks, make_task
 from ..models.base import Model, make_model
 
 #: Model arguments a task fixes; an experiment may not set them.
@@ -191,6 +191,10 @@ class ModelEntry:
     #: The label of the row this one is compared with (None: the file's default).
     baseline: str | None = None
     tune: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def runs(self, task: str) -> bool:
+        """Whether this entry runs on the task entry labelled ``task``."""
+        return not self.tasks or task in self.tasks
 
 
 @dataclass(frozen=True)
@@ -409,3 +413,28 @@ def check_finite(config: Any) -> None:
         value = getattr(config, f.name)
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{f.name} must be a finite number, got {value}")
+
+
+def task_metrics(tasks: Sequence[TaskEntry]) -> dict[str, list[str]]:
+    """The metrics of registered task entries, each with the labels that report it."""
+    found: dict[str, list[str]] = {}
+    for t in tasks:
+        if t.name in TASKS:
+            metric = typing.cast("type[Task]", TASKS.get(t.name)).metric_name
+            found.setdefault(metric, []).append(t.label)
+    return found
+
+
+def too_deep(value: Any, levels: int, where: str = "") -> str | None:
+    """The key path at which ``value`` nests more than ``levels`` tables or lists deep,
+    or None (deeper data would exhaust Python's recursion when copied or hashed)."""
+    if not isinstance(value, Mapping | list):
+        return None
+    if levels == 0:
+        return where or "(top level)"
+    items = value.items() if isinstance(value, Mapping) else enumerate(value)
+    for key, item in items:
+        here = f"{where}[{key}]" if isinstance(value, list) else f"{where}.{key}".lstrip(".")
+        if (found := too_deep(item, levels - 1, here)) is not None:
+            return found
+    return None

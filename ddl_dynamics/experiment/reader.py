@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from .._registry import did_you_mean
-from .._task import TASKS, Metric, Task, list_tasks
+from .._task import TASKS, Metric, list_tasks
 from ..models.base import MODELS, list_models
 from .cells import check_experiment, model_options, named_entries, references
 from .config import (
@@ -53,6 +53,8 @@ from .config import (
     check_name,
     check_seeds,
     coerce,
+    task_metrics,
+    too_deep,
     unknown_key,
 )
 from .grid import check_tune, contradictions, spelled, swept_values
@@ -96,7 +98,7 @@ def load_experiment(path: str | Path, options: RunOptions | None = None) -> Expe
 def parse_experiment(data: Mapping[str, Any], source: str = "<dict>",
                      text: str = "") -> ExperimentConfig:
     """Parse and fully validate an experiment given as the TOML's dict."""
-    deep = _too_deep(data, MAX_NESTING)
+    deep = too_deep(data, MAX_NESTING)
     if deep is not None:
         raise ConfigError(source, deep, f"nested more than {MAX_NESTING} tables or lists deep")
     config = _Parser(source).experiment(data, text)
@@ -415,8 +417,8 @@ class _Parser:
             raise self.fail(where, f"{model!r} is compared with itself; name another control")
         split = self.string(data, "split", where, "test")
         named = self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks)
-        spanned = _metrics([t for t in tasks if (not named or t.label in named)
-                            and all(_runs(models, label, t.label) for label in (model, control))])
+        spanned = task_metrics([t for t in tasks if (not named or t.label in named) and all(
+            m.runs(t.label) for m in models if m.label in (model, control))])
         requires = self.requires(data.get("requires"), f"{where}.requires", spanned)
         if split != "test" and requires is None:
             raise self.fail(where, f"a comparison on split {split!r} must state `requires`, the "
@@ -433,9 +435,8 @@ class _Parser:
         table = value if isinstance(value, dict) else dict.fromkeys(spanned or [""], value)
         if not isinstance(value, dict) and len(spanned) > 1:
             tasks = "; ".join(f"{m} on {', '.join(labels)}" for m, labels in spanned.items())
-            raise self.fail(where, f"one threshold for tasks whose metrics differ ({tasks}); "
-                            "give one per metric, e.g. requires = { accuracy = 0.99, "
-                            "mse = 0.01 }")
+            raise self.fail(where, f"one threshold for tasks whose metrics differ ({tasks}); give "
+                            "one per metric, e.g. requires = { accuracy = 0.99, mse = 0.01 }")
         for metric, number in table.items():
             at = f"{where}.{metric}" if isinstance(value, dict) else where
             if isinstance(value, dict) and metric not in get_args(Metric):
@@ -497,33 +498,3 @@ class _Parser:
             return coerce(value, default, hint)
         except ValueError as err:
             raise self.fail(where, str(err)) from None
-
-
-def _runs(models: Sequence[ModelEntry], label: str, task: str) -> bool:
-    """Whether the model entry ``label`` runs on task entry ``task``."""
-    return any(m.label == label and (not m.tasks or task in m.tasks) for m in models)
-
-
-def _metrics(tasks: Sequence[TaskEntry]) -> dict[str, list[str]]:
-    """The metrics of registered task entries, each with the labels that report it."""
-    found: dict[str, list[str]] = {}
-    for t in tasks:
-        if t.name in TASKS:
-            metric = typing.cast("type[Task]", TASKS.get(t.name)).metric_name
-            found.setdefault(metric, []).append(t.label)
-    return found
-
-
-def _too_deep(value: Any, levels: int, where: str = "") -> str | None:
-    """The key path at which ``value`` nests more than ``levels`` tables or lists deep,
-    or None (deeper data would exhaust Python's recursion when copied or hashed)."""
-    if not isinstance(value, Mapping | list):
-        return None
-    if levels == 0:
-        return where or "(top level)"
-    items = value.items() if isinstance(value, Mapping) else enumerate(value)
-    for key, item in items:
-        here = f"{where}[{key}]" if isinstance(value, list) else f"{where}.{key}".lstrip(".")
-        if (found := _too_deep(item, levels - 1, here)) is not None:
-            return found
-    return None
