@@ -3,6 +3,7 @@ labels alone and in the words each label allows."""
 
 from pathlib import Path
 
+import pytest
 from test_finding import comparison, report
 
 from ddl_dynamics.analysis import wording
@@ -31,6 +32,7 @@ def _study(*comparisons, questions=(), shipped=True):
     return {**report(*comparisons), "questions": list(questions), "shipped": shipped}
 
 
+@pytest.mark.slow  # every shipped study judged again: in the slow run, which CI runs
 def test_every_published_page_opens_with_its_generated_answer():
     for folder in studies(ROOT / "results"):
         page = (ROOT / "docs" / "studies" / f"{folder.name}.md").read_text()
@@ -107,6 +109,7 @@ def test_a_study_without_its_cells_says_whose_rules_its_labels_follow():
     assert answer(_study()).splitlines()[1] == "The study draws no comparison of two rows."
 
 
+@pytest.mark.slow  # every shipped study judged again: in the slow run, which CI runs
 def test_each_published_question_is_answered_by_its_own_labels():
     says = {WIN: "`{m}` beats `{c}` on", LOSS: "`{m}` does worse than `{c}` on",
             INCONCLUSIVE: "no difference detected between `{m}` and `{c}` on",

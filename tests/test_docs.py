@@ -33,6 +33,7 @@ def _tree(root: Path) -> dict[str, bytes]:
     return found
 
 
+@pytest.mark.slow  # every shipped study judged again: in the slow run, which CI runs
 def test_docs_leave_a_clean_checkout_unchanged(tmp_path):
     for name in DOC_PATHS:
         source = ROOT / name

@@ -182,6 +182,7 @@ def test_the_crossover_follows_hops_at_each_width_apart(width_run):
     assert ax.get_legend().get_texts()[0].get_text() == "ddl-dv1 − transformer: hops* = 2"
 
 
+@pytest.mark.slow  # the depth study's cells drawn whole: in the slow run, which CI runs
 def test_the_depth_study_draws_three_width_panels_and_a_crossover_per_width():
     """``experiments/transformer-depth.toml``, its cells given made-up metrics (nothing
     trained): the panels and the crossovers its figures draw."""
