@@ -14,11 +14,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from .._task import IGNORE_INDEX, Task, make_task
-from ..models.operator import REGIMES, regime_index
+from ..models.operator import REGIMES
 from .probes import load_probes
+from .regimes import regime_fractions
 from .run import Run
 from .stats import Estimate
 
@@ -53,8 +53,7 @@ def seed_shares(beta: np.ndarray, queries: np.ndarray, regime: str) -> np.ndarra
         beta: ``(n · T, sublayers)`` a probe's gates, token by token.
         queries: ``(n, T)`` the scored tokens.
     """
-    index = regime_index(torch.as_tensor(beta)).numpy()[queries.reshape(-1)]
-    return (index == REGIMES.index(regime)).mean(axis=0)
+    return regime_fractions(beta[queries.reshape(-1)])[:, REGIMES.index(regime)]
 
 
 def query_gates(run: Run) -> list[QueryGates]:
