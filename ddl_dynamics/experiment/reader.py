@@ -1,25 +1,22 @@
 """Experiment files: TOML → a checked `ExperimentConfig`.
 
-Everything is checked when the file is loaded, before anything trains: unknown keys,
-names and options, wrong types, non-finite numbers, seeds outside 0 ≤ seed < 2⁶³ or given
-twice, a name or label that cannot name a file (`check_name`), baselines
-that name each other in a circle, sizes and budgets beyond any sane run
-(`check_limit`), values that a task or model constructor rejects, and tasks
-that fail `check_task` are each a `ConfigError` naming the file, the key
-path and the closest valid name (see `cells` for how options resolve,
-``match_params`` and ``baseline``), and every one a file has is raised at once, in one
-error; a byte-order mark and nesting deeper than `MAX_NESTING` fail alone.
+Everything is checked when the file is loaded, before anything trains: unknown keys, names
+and options, wrong types, non-finite numbers, seeds outside 0 ≤ seed < 2⁶³ or given twice, a
+name or label that cannot name a file (`check_name`), baselines that name each other in a
+circle, sizes and budgets beyond any sane run (`check_limit`), values that a task or model
+constructor rejects, and tasks that fail `check_task` are each a `ConfigError` naming the
+file, the key path and the closest valid name (see `cells` for how options resolve), and
+every one a file has is raised at once; a byte-order mark and nesting deeper than
+`MAX_NESTING` fail alone.
 
-A task entry *sweeps* a spec field by giving a list of values::
-
-    spec = { event = ["overwrite", "reflect"], p = [0, 0.5, 1] }
-
-expands into one task entry per combination (the first field outermost), each value checked
-like a single one, labelled ``switched[event=overwrite,p=0]`` and so on: the entry's label,
-then every swept field and its value as written. A field whose values are themselves lists
-(a ``list`` or ``tuple`` type) takes a list as one value; only a list of lists sweeps it.
-The entry's own label still names the whole sweep wherever task labels are given (a model
-entry's ``tasks``, an override's ``tasks``, ``only``), and each expanded label one entry.
+A task entry *sweeps* a spec field by giving a list of values,
+``spec = { event = ["overwrite", "reflect"], p = [0, 0.5, 1] }``: one task entry per
+combination (the first field outermost), each value checked like a single one, labelled
+``switched[event=overwrite,p=0]`` and so on: the entry's label, then every swept field and
+its value as written. A field whose values are themselves lists (a ``list`` or ``tuple``
+type) takes a list as one value; only a list of lists sweeps it. The entry's own label still
+names the whole sweep wherever task labels are given (a model entry's ``tasks``, an
+override's ``tasks``, ``only``), and each expanded label one entry.
 """
 
 from __future__ import annotations
@@ -135,8 +132,7 @@ class _Parser:
         return value
 
     def name(self, value: str, where: str, check: Callable[[str], str] = check_label) -> str:
-        """``value`` if it can name files (``check``: `check_label` or
-        `check_name`), else fail."""
+        """``value`` if it can name files (``check``: `check_label` or `check_name`)."""
         try:
             return check(value)
         except ValueError as err:
@@ -170,13 +166,7 @@ class _Parser:
                            "models", tasks)
         if len(self.errors) > before:
             self.unsure.add("models")
-        for section, entries in (("tasks", tasks), ("models", models)):
-            labels = [e.label for e in entries]
-            for i, label in enumerate(labels):
-                if label in labels[:i]:
-                    self.errors.append(self.fail(
-                        f"{section}.label",
-                        f"duplicate label {label!r}; give each entry its own label"))
+        self.unique_labels(tasks, models)
         # where a model entry failed, its options are unknown: the names go unchecked
         option_names = (None if "models" in self.unsure
                         else {o for m in models for o in model_options(m.name)})
@@ -211,6 +201,16 @@ class _Parser:
         if self.errors:
             raise ConfigError.of(self.errors)
         return config
+
+    def unique_labels(self, tasks: Sequence[TaskEntry], models: Sequence[ModelEntry]) -> None:
+        """A label names one entry: a repeated one is an error (its results would merge)."""
+        for section, entries in (("tasks", tasks), ("models", models)):
+            labels = [e.label for e in entries]
+            for i, label in enumerate(labels):
+                if label in labels[:i]:
+                    self.errors.append(self.fail(
+                        f"{section}.label",
+                        f"duplicate label {label!r}; give each entry its own label"))
 
     def collect(self, check: Callable[..., Any], *args: Any) -> Any:
         """``check(*args)``, or None with its `ConfigError` kept for the end."""

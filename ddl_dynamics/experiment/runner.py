@@ -1,21 +1,20 @@
 """The runner: expand an experiment into cells, skip finished ones, train the rest.
 
-Cells that differ only in their seed train together, as one ensemble
-(`run_cells`), unless ``vectorize`` is off. Groups
-run in this process (``jobs=1``), in a local pool of spawned processes, or as Ray tasks.
-Workers return what they trained (rows and weights) and the run's own process alone
-writes the run folder, one group at a time as it finishes (its rows in one transaction,
-each with ``metrics["ensemble_id"]``, the same for the cells trained together), so a killed
-run keeps every finished group and a rerun trains the rest in the same groups, to the same
-bits. A group whose worker process dies is recorded as ``"failed"``; the others go on. The
-slowest groups (ODE models) start first. Pool workers exit when the process that started
-them dies, so a killed run leaves no process, and ignore Ctrl-C, which ends the run's
-process alone: it kills the pool's workers and the server that forks them at once.
+Cells that differ only in their seed train together, as one ensemble (`run_cells`), unless
+``vectorize`` is off. Groups run in this process (``jobs=1``), in a local pool of spawned
+processes, or as Ray tasks. Workers return what they trained (rows and weights) and the
+run's own process alone writes the run folder, one group at a time as it finishes (its rows
+in one transaction, each with ``metrics["ensemble_id"]``, the same for the cells trained
+together), so a killed run keeps every finished group and a rerun trains the rest in the
+same groups, to the same bits. A group whose worker process dies is recorded as
+``"failed"``; the others go on. The slowest groups (ODE models) start first. Pool workers
+exit when the process that started them dies, so a killed run leaves no process, and ignore
+Ctrl-C, which ends the run's process alone: it kills the pool's workers and the server that
+forks them at once.
 
 Several runs of one experiment (processes, or machines sharing the run folder) split its
-cells: a run claims each group in the store before training it
-(`CellQueue`), and returns when every selected cell is finished, by it or
-by the others.
+cells: a run claims each group in the store before training it (`CellQueue`), and returns
+when every selected cell is finished, by it or by the others.
 """
 
 from __future__ import annotations
@@ -124,6 +123,30 @@ def run_experiment(
             default a local Ray instance is started.
     """
     start = time.perf_counter()
+    _check_backend(backend, jobs, address)
+    for task_file in task_files:  # before the experiment names their tasks
+        load_task_file(task_file)
+    config = (config_or_path if isinstance(config_or_path, ExperimentConfig)
+              else load_experiment(config_or_path))
+    cells = expand_cells(config, seeds=seeds, device=device, only=only)
+    _check_devices(cells, backend, address)
+    run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
+    folder = RunFolder.open(run_dir, "w")  # the one store of this run: all goes through it
+    kept = folder.keep_task_files(task_files)
+    workers = _Workers([str((run_dir / record["copy"]).resolve()) for record in kept], jobs,
+                       backend, address, retry_failed, vectorize, progress)
+    text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
+    _warn_beside(folder.store, config.name, cells, run_dir)
+    run_id = folder.store.start_run(config.name, text, kept, [cell.key for cell in cells])
+    cells, (ran, skipped, others) = workers.rounds(folder, run_id, cells, config)
+    statuses = {row.key: row.status for row in folder.store.rows()}
+    counts = Counter(statuses.get(cell.key, "failed") for cell in cells)
+    return SuiteSummary(config.name, run_dir, {s: counts[s] for s in STATUSES if counts[s]},
+                        ran, skipped, time.perf_counter() - start, others)
+
+
+def _check_backend(backend: str, jobs: int, address: str | None) -> None:
+    """Refuse a run's options before anything is read or written."""
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend {backend!r}; use 'local' or 'ray'")
     if not 1 <= jobs <= MAX_JOBS:
@@ -133,70 +156,75 @@ def run_experiment(
                          "backend 'ray'")
     if backend == "ray":
         _import_ray()
-    for task_file in task_files:  # before the experiment names their tasks
-        load_task_file(task_file)
-    config = (config_or_path if isinstance(config_or_path, ExperimentConfig)
-              else load_experiment(config_or_path))
-    cells = expand_cells(config, seeds=seeds, device=device, only=only)
+
+
+def _check_devices(cells: Sequence[Cell], backend: str, address: str | None) -> None:
+    """Refuse cells on ``cuda`` where the backend has no GPU to give them."""
     if any(c.train.device.startswith("cuda") for c in cells):
         if backend == "ray" and not _ray(address).cluster_resources().get("GPU"):
             raise ValueError("cells ask for device 'cuda' but the Ray cluster has no GPU")
         if backend == "local" and not torch.cuda.is_available():
             raise ValueError("cells ask for device 'cuda' but CUDA is not available here")
-    run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
-    folder = RunFolder.open(run_dir, "w")  # the one store of this run: all goes through it
-    store = folder.store
-    kept = folder.keep_task_files(task_files)
-    copies = [str((run_dir / record["copy"]).resolve()) for record in kept]
-    text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
-    _warn_beside(store, config.name, cells, run_dir)
-    run_id = store.start_run(config.name, text, kept, [cell.key for cell in cells])
-    todo, ran, skipped, others = cells, 0, 0, 0
-    while todo:  # the selected cells, then each round of grid extensions they call for
-        queue = _train(folder, todo, copies, jobs, backend, address, retry_failed, vectorize,
-                       progress, config.name if todo is cells else f"{config.name} (grid "
-                       "extension)")
-        ran, skipped, others = ran + queue.taken, skipped + queue.skipped, others + queue.others
-        todo = extensions(cells, {row.key: row for row in store.rows()}, config.extend)
-        store.add_cells(run_id, [cell.key for cell in todo])
-        cells = [*cells, *todo]
-    store.finish_run(run_id)
-    statuses = {row.key: row.status for row in store.rows()}
-    counts = Counter(statuses.get(cell.key, "failed") for cell in cells)
-    return SuiteSummary(config.name, run_dir, {s: counts[s] for s in STATUSES if counts[s]},
-                        ran, skipped, time.perf_counter() - start, others)
 
 
-def _train(folder: RunFolder, cells: Sequence[Cell], copies: Sequence[str], jobs: int,
-           backend: str, address: str | None, retry_failed: bool, vectorize: bool,
-           progress: bool, desc: str) -> CellQueue:
-    """Train the unfinished ``cells`` (see `run_experiment`) and return their queue, which
-    counts what it trained and skipped."""
-    store = folder.store
-    with (CellQueue(store, cells, ("ok",) if retry_failed else FINISHED, vectorize) as queue,
-          Progress(queue.size, desc, progress, jobs) as bar):
+@dataclass(frozen=True)
+class _Workers:
+    """Where and how a run's groups train (`run_experiment`); ``copies``: its task files."""
 
-        def finished(group: Sequence[Trained]) -> None:
-            """Store a group's weights, then its rows in one transaction: a run stopped
-            meanwhile keeps all of the group or none, and a resume trains it whole again."""
-            ensemble = cell_key(sorted(t.result.key for t in group))
-            for trained in group:
-                trained.result.metrics["vectorize"] = vectorize  # the keys do not say it
-                if "ensemble" in trained.result.metrics:  # it trained: with which cells
-                    trained.result.metrics["ensemble_id"] = ensemble
-            folder.save(group)
-            last = group[-1].result
-            bar.finished(len(group), f"{last.task}/{last.model}: {last.status}")
+    copies: Sequence[str]
+    jobs: int
+    backend: str
+    address: str | None
+    retry_failed: bool
+    vectorize: bool
+    progress: bool
 
-        if backend == "ray":
-            _run_ray(queue, copies, address, finished)
-        elif jobs == 1:
-            with torch_threads(1):
-                while group := queue.take(block=True):
-                    finished(run_cells(group))
-        else:
-            _run_pool(queue, copies, jobs, finished)
-    return queue
+    def rounds(self, folder: RunFolder, run_id: int, cells: list[Cell],
+               config: ExperimentConfig) -> tuple[list[Cell], tuple[int, int, int]]:
+        """Train the selected cells, then each round of grid extensions they call for:
+        every cell of the run, and how many were trained, skipped and taken by others."""
+        todo, ran, skipped, others = cells, 0, 0, 0
+        while todo:
+            queue = self.train(folder, todo, config.name if todo is cells
+                               else f"{config.name} (grid extension)")
+            ran, skipped, others = (ran + queue.taken, skipped + queue.skipped,
+                                    others + queue.others)
+            todo = extensions(cells, {row.key: row for row in folder.store.rows()},
+                              config.extend)
+            folder.store.add_cells(run_id, [cell.key for cell in todo])
+            cells = [*cells, *todo]
+        folder.store.finish_run(run_id)
+        return cells, (ran, skipped, others)
+
+    def train(self, folder: RunFolder, cells: Sequence[Cell], desc: str) -> CellQueue:
+        """Train the unfinished ``cells``; their queue counts what it trained and skipped."""
+        vectorize = self.vectorize
+        kept = ("ok",) if self.retry_failed else FINISHED
+        with (CellQueue(folder.store, cells, kept, vectorize) as queue,
+              Progress(queue.size, desc, self.progress, self.jobs) as bar):
+
+            def finished(group: Sequence[Trained]) -> None:
+                """Store a group's weights, then its rows in one transaction: a run stopped
+                meanwhile keeps all of the group or none, and a resume trains it whole
+                again."""
+                ensemble = cell_key(sorted(t.result.key for t in group))
+                for trained in group:
+                    trained.result.metrics["vectorize"] = vectorize  # the keys do not say it
+                    if "ensemble" in trained.result.metrics:  # it trained: with which cells
+                        trained.result.metrics["ensemble_id"] = ensemble
+                folder.save(group)
+                last = group[-1].result
+                bar.finished(len(group), f"{last.task}/{last.model}: {last.status}")
+
+            if self.backend == "ray":
+                _run_ray(queue, self.copies, self.address, finished)
+            elif self.jobs == 1:
+                with torch_threads(1):
+                    while group := queue.take(block=True):
+                        finished(run_cells(group))
+            else:
+                _run_pool(queue, self.copies, self.jobs, finished)
+        return queue
 
 
 def plan(config: ExperimentConfig, run_dir: str | Path | None = None,

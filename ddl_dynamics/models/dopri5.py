@@ -14,6 +14,7 @@ to float rounding.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -162,16 +163,33 @@ def dopri5(field: Field, y0: Tensor, times: Tensor, *, members: int = 1, rtol: f
             start, width = np.where(accept, t, start), np.where(accept, dt, width)
             t = np.where(accept, t + dt, t)
             dt = np.where(active, next_step(dt, ratio), dt)
-        if (t == target).all():
-            state = y
-        elif stages is None:  # a member short of the target, yet none took a step
-            raise RuntimeError("every member failed before its first accepted step")
-        else:
-            state = _dense_output(origin, stages, start, width, target)
-        if failed.any():
-            state = state.masked_fill(torch.from_numpy(failed).to(y.device)[:, None], np.nan)
-        out.append(state.view(shape))
+        last = _Step(origin, stages, start, width)
+        out.append(_state_at(target, y, t, last, failed).view(shape))
     return torch.stack(out), evaluations
+
+
+class _Step(NamedTuple):
+    """Each member's last accepted step: its start state, stages, start time and size."""
+
+    origin: Tensor
+    stages: Tensor | None
+    start: np.ndarray
+    width: np.ndarray
+
+
+def _state_at(target: float, y: Tensor, t: np.ndarray, last: _Step,
+              failed: np.ndarray) -> Tensor:
+    """Each member's state at ``target``: its state where its last step ended there, else
+    that step's dense output; NaN from where a member failed."""
+    if (t == target).all():
+        state = y
+    elif last.stages is None:  # a member short of the target, yet none took a step
+        raise RuntimeError("every member failed before its first accepted step")
+    else:
+        state = _dense_output(last.origin, last.stages, last.start, last.width, target)
+    if failed.any():
+        state = state.masked_fill(torch.from_numpy(failed).to(y.device)[:, None], np.nan)
+    return state
 
 
 def _dense_output(origin: Tensor, stages: Tensor, start: np.ndarray, width: np.ndarray,
