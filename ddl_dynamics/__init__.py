@@ -1,12 +1,14 @@
 """ddl_dynamics: where does the Delta operator beat additive residual stacks and neural ODEs?
 
 The public API, in one screen, by group (`API`). The implementation is in wings
-whose imports run one way, ``analysis`` and ``bench`` → ``experiment`` → task interface →
-``models`` → registry:
+whose imports run one way, ``publish`` → ``analysis`` and ``bench`` → ``experiment`` → task
+interface → ``models`` → registry:
 
 - ``models/``: the Delta operator and the depth-model families;
 - ``experiment/``: experiment files, the trainer, the runner and the run folder;
-- ``analysis/``: report, expectations, probes, regime analysis, figures and HTML;
+- ``analysis/``: reading a run: probes, the judged report, figures, and its renderings to
+  Markdown, CSV, JSON and HTML;
+- ``publish/``: published studies (``results/``) and the documentation pages made from them;
 - ``bench/``: the benchmarks behind ``ddl-dyn bench``.
 
 Names load on first use, so ``import ddl_dynamics`` (and ``ddl-dyn --help``) imports
@@ -51,15 +53,15 @@ API: dict[str, dict[str, tuple[str, ...]]] = {
         ".analysis.results": ("load_results",),
         ".experiment.folder": ("RunFolder",),
         ".experiment.result": ("RunResult",),
-        ".analysis.report": ("build_report",),
-        ".analysis.html": ("write_html_report",),
+        ".analysis.report.build": ("build_report",),
+        ".analysis.render.html": ("write_html_report",),
         ".analysis.figures": ("make_figures",),
     },
 }
 _HOME = {name: module for group in API.values() for module, names in group.items()
          for name in names}
 #: The subpackages, reachable as attributes (``ddl_dynamics.experiment.store``) once imported.
-_SUBPACKAGES = ("analysis", "bench", "experiment", "models", "tasks")
+_SUBPACKAGES = ("analysis", "bench", "experiment", "models", "publish", "tasks")
 
 __all__ = sorted(_HOME)
 

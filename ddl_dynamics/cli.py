@@ -101,7 +101,7 @@ def _seeds(text: str | None) -> list[int] | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .analysis.render import write_report
+    from .analysis.render.formats import write_report
     from .experiment.folder import load_task_file
     from .experiment.options import RunOptions, parse_only, parse_seeds
     from .experiment.reader import load_experiment
@@ -155,9 +155,9 @@ def _load_task_files(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .analysis.html import write_html_report
-    from .analysis.render import render
-    from .analysis.report import build_report
+    from .analysis.render.formats import render
+    from .analysis.render.html import write_html_report
+    from .analysis.report.build import build_report
     from .experiment.folder import RunFolder
 
     _load_task_files(args)
@@ -240,7 +240,7 @@ def _bench_parser(bench: argparse.ArgumentParser) -> None:
 
 
 def _report_parser(report: argparse.ArgumentParser) -> None:
-    from .analysis.render import RENDERERS
+    from .analysis.render.formats import RENDERERS
 
     report.add_argument("run_dir", help="the run folder, e.g. runs/quick")
     report.add_argument("--format", choices=[*sorted(RENDERERS), "html"], default="md",
@@ -342,7 +342,7 @@ def _completion(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from .analysis.publish import publish
+    from .publish.publish import publish
 
     out = publish(args.run_dir, args.results, args.name, args.command, args.allow_partial)
     print(f"published: {out}")
@@ -350,7 +350,7 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _docs(args: argparse.Namespace) -> int:
-    from .analysis.pages import write_docs
+    from .publish.pages import write_docs
 
     written, removed = write_docs(args.results, args.out)
     for path in written:
@@ -361,7 +361,7 @@ def _docs(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .analysis.reproduce import check
+    from .publish.reproduce import check
 
     comparison = check(args.run, args.reference)
     print("\n".join(comparison.lines()))

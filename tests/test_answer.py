@@ -6,11 +6,7 @@ from pathlib import Path
 import pytest
 from test_finding import comparison, report
 
-from ddl_dynamics.analysis import wording
-from ddl_dynamics.analysis.answer import OPENING, answer, answering
-from ddl_dynamics.analysis.publish import load_study, studies
-from ddl_dynamics.analysis.study_page import GENERATED, study_page
-from ddl_dynamics.analysis.verdicts import (
+from ddl_dynamics.analysis.judge.verdicts import (
     AT_FLOOR,
     BOTH_SOLVED,
     EQUIVALENT,
@@ -19,6 +15,10 @@ from ddl_dynamics.analysis.verdicts import (
     UNMATCHED_SIZE,
     WIN,
 )
+from ddl_dynamics.analysis.report import wording
+from ddl_dynamics.publish.answer import OPENING, answer, answering
+from ddl_dynamics.publish.publish import load_study, studies
+from ddl_dynamics.publish.study_page import GENERATED, study_page
 
 ROOT = Path(__file__).resolve().parents[1]
 

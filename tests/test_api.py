@@ -31,7 +31,7 @@ def test_the_public_api_is_small_versioned_and_keeps_internals_in_their_modules(
     for internal in ("generated_update", "split_generators", "regime_index",
                      "parameter_count", "Comparison", "DeltaProbe"):
         assert not hasattr(dd, internal), internal
-    from ddl_dynamics.analysis.comparisons import Comparison
+    from ddl_dynamics.analysis.judge.comparisons import Comparison
     assert dd.ComparisonSpec is not Comparison  # one class of each name
 
 

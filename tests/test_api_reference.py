@@ -51,6 +51,6 @@ def test_the_built_api_page_shows_signatures_and_no_sphinx_roles(tmp_path):
         assert role not in text, role
     entries = set(re.findall(r'id="(ddl_dynamics\.[\w.]+)"', page))
     assert "ddl_dynamics.experiment.train.train" in entries
-    for internal in ("analysis.wording.number", "analysis.wording.as_record",
+    for internal in ("analysis.report.wording.number", "analysis.report.wording.as_record",
                      "experiment.step.member_losses"):
         assert f"ddl_dynamics.{internal}" not in entries, internal

@@ -72,8 +72,8 @@ def test_a_shrunk_rerun_says_how_its_config_differs_and_compares_what_both_ran(
 
 
 def test_the_only_restriction_is_spelled_as_the_option_is():
-    from ddl_dynamics.analysis.reproduce import config_changes
     from ddl_dynamics.experiment.options import RunOptions, recorded
+    from ddl_dynamics.publish.reproduce import config_changes
 
     text = 'name = "x"\nseeds = [0, 1]\n'
     only = {"task": ["switched[event=reflect,p=0]"], "model": ["ddl", "hc"]}

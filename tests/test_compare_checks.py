@@ -7,8 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-from ddl_dynamics.analysis.reproduce import Check
 from ddl_dynamics.cli import main
+from ddl_dynamics.publish.reproduce import Check
 
 
 def _published(tiny_study: Path, results: Path) -> Path:

@@ -8,13 +8,14 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.comparisons import Comparison
-from ddl_dynamics.analysis.crossover import Setting, crossover_point, gate_use, star_interval
+from ddl_dynamics.analysis.events import gate_use
+from ddl_dynamics.analysis.judge.comparisons import Comparison
+from ddl_dynamics.analysis.judge.crossover import Setting, crossover_point, star_interval
+from ddl_dynamics.analysis.judge.stats import Paired
 from ddl_dynamics.analysis.plots.sweeps import crossover
 from ddl_dynamics.analysis.probes import probe_model
-from ddl_dynamics.analysis.render import render
+from ddl_dynamics.analysis.render.formats import render
 from ddl_dynamics.analysis.run import load_run, run_of
-from ddl_dynamics.analysis.stats import Paired
 
 P = (0.0, 0.1, 0.5, 1.0)
 #: Eleven seeds of every model at every knob value.

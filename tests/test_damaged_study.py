@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ddl_dynamics.analysis import pages
 from ddl_dynamics.cli import main
+from ddl_dynamics.publish import pages
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What a field is damaged into: removed, or a value of another type or out of range.

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from ddl_dynamics.analysis import wording
-from ddl_dynamics.analysis.pages import config_block, task_block
-from ddl_dynamics.analysis.study_page import crossover_lines, natural, reproduce_line
-from ddl_dynamics.analysis.verdicts import INCONCLUSIVE, LABELS
+from ddl_dynamics.analysis.judge.verdicts import INCONCLUSIVE, LABELS
+from ddl_dynamics.analysis.report import wording
 from ddl_dynamics.cli import main
 from ddl_dynamics.experiment.config import TrainConfig
+from ddl_dynamics.publish.pages import config_block, task_block
+from ddl_dynamics.publish.study_page import crossover_lines, natural, reproduce_line
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What ``ddl-dyn docs`` reads and writes, copied for a regeneration.
@@ -206,7 +206,7 @@ def test_the_task_attribute_table_says_what_every_attribute_means():
 
 
 def test_a_long_table_on_a_study_page_is_folded_and_a_short_one_is_not():
-    from ddl_dynamics.analysis.study_page import FOLD_ROWS, folded_table
+    from ddl_dynamics.publish.study_page import FOLD_ROWS, folded_table
 
     rows = [[str(i), "x"] for i in range(FOLD_ROWS + 1)]
     long, short = folded_table("Every row", ["a", "b"], rows), folded_table("Some", ["a", "b"],

@@ -3,10 +3,10 @@
 import pytest
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.comparisons import judge as judge_all
-from ddl_dynamics.analysis.expectations import judge_expectations, match, request_for
+from ddl_dynamics.analysis.judge.comparisons import judge as judge_all
+from ddl_dynamics.analysis.judge.expectations import judge_expectations, match, request_for
+from ddl_dynamics.analysis.judge.verdicts import CONFIRMED, CONTRADICTED, INSUFFICIENT
 from ddl_dynamics.analysis.run import run_of
-from ddl_dynamics.analysis.verdicts import CONFIRMED, CONTRADICTED, INSUFFICIENT
 from ddl_dynamics.models.base import list_models, model_options
 
 DEFAULTS = {

@@ -16,6 +16,7 @@ from matplotlib.colors import to_rgb
 
 import ddl_dynamics as dd
 from ddl_dynamics.analysis.figures import FIGURE_KINDS, make_figures
+from ddl_dynamics.analysis.judge.regimes import contraction, depth_determinant, regime_fractions
 from ddl_dynamics.analysis.plots.depth import phase_portraits
 from ddl_dynamics.analysis.plots.gates import (
     beta_histograms,
@@ -28,8 +29,7 @@ from ddl_dynamics.analysis.plots.summary import MARK_COLORS, comparison, verdict
 from ddl_dynamics.analysis.plots.sweeps import hop_gates
 from ddl_dynamics.analysis.plots.training import nfe_curves, training_curves
 from ddl_dynamics.analysis.probes import probe_model
-from ddl_dynamics.analysis.regimes import contraction, depth_determinant, regime_fractions
-from ddl_dynamics.analysis.render import render
+from ddl_dynamics.analysis.render.formats import render
 from ddl_dynamics.analysis.run import load_run
 from ddl_dynamics.cli import main
 from ddl_dynamics.models.operator import gate_logit

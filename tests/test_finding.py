@@ -6,10 +6,7 @@ from collections import Counter
 import pytest
 from PIL import Image
 
-from ddl_dynamics.analysis import finding, wording
-from ddl_dynamics.analysis.pages import headline_figure, readme_block
-from ddl_dynamics.analysis.study_page import study_page
-from ddl_dynamics.analysis.verdicts import (
+from ddl_dynamics.analysis.judge.verdicts import (
     AT_FLOOR,
     BOTH_SOLVED,
     EQUIVALENT,
@@ -17,6 +14,10 @@ from ddl_dynamics.analysis.verdicts import (
     LOSS,
     WIN,
 )
+from ddl_dynamics.analysis.report import wording
+from ddl_dynamics.publish import finding
+from ddl_dynamics.publish.pages import headline_figure, readme_block
+from ddl_dynamics.publish.study_page import study_page
 
 
 def comparison(task, model, control, label, model_values=(1.0, 2.0, 3.0),

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.html import write_html_report
-from ddl_dynamics.analysis.render import render
-from ddl_dynamics.analysis.report import build_report
+from ddl_dynamics.analysis.render.formats import render
+from ddl_dynamics.analysis.render.html import write_html_report
+from ddl_dynamics.analysis.report.build import build_report
 from ddl_dynamics.experiment import store as store_module
 from ddl_dynamics.experiment.folder import RunFolder
 from ddl_dynamics.experiment.train import run_cells

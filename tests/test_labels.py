@@ -7,10 +7,9 @@ import pytest
 from matplotlib.colors import to_rgb
 from test_verdict_rules import BASE8, BETTER8, cell, report, row
 
-from ddl_dynamics.analysis import comparisons
-from ddl_dynamics.analysis.crossover import crossover_point
-from ddl_dynamics.analysis.html import render_html
-from ddl_dynamics.analysis.labels import (
+from ddl_dynamics.analysis.judge import comparisons
+from ddl_dynamics.analysis.judge.crossover import crossover_point
+from ddl_dynamics.analysis.judge.labels import (
     BETTER,
     INCONCLUSIVE,
     LABELS,
@@ -21,12 +20,13 @@ from ddl_dynamics.analysis.labels import (
     Label,
     entry,
 )
+from ddl_dynamics.analysis.judge.verdicts import CONFIRMED, CONTRADICTED, claim_verdict
 from ddl_dynamics.analysis.plots.summary import verdict_matrix
-from ddl_dynamics.analysis.render import render, render_json
-from ddl_dynamics.analysis.report_text import comparison_cells
-from ddl_dynamics.analysis.study_page import study_page
-from ddl_dynamics.analysis.verdicts import CONFIRMED, CONTRADICTED, claim_verdict
-from ddl_dynamics.analysis.wording import sentence, undetected
+from ddl_dynamics.analysis.render.formats import render, render_json
+from ddl_dynamics.analysis.render.html import render_html
+from ddl_dynamics.analysis.report.text import comparison_cells
+from ddl_dynamics.analysis.report.wording import sentence, undetected
+from ddl_dynamics.publish.study_page import study_page
 
 #: A throw-away label: a win by more than a quarter of the metric's range.
 CLEAR = Label("clear win", "a win by more than 0.25", "clearly beats, with the difference",

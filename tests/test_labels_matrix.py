@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from test_finding import comparison, report
 
-from ddl_dynamics.analysis.matrix import PAGE, labels_page
-from ddl_dynamics.analysis.pages import write_docs
-from ddl_dynamics.analysis.verdicts import BOTH_SOLVED, INCONCLUSIVE, WIN
+from ddl_dynamics.analysis.judge.verdicts import BOTH_SOLVED, INCONCLUSIVE, WIN
+from ddl_dynamics.publish.matrix import PAGE, labels_page
+from ddl_dynamics.publish.pages import write_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = [{"task": "parity", "rows": [{"model": "ddl", "chosen": "lr=0.01"}]}]
@@ -50,7 +50,7 @@ def test_the_page_is_in_the_nav_and_linked_from_both_indexes():
 
 
 def test_a_study_named_as_a_generated_page_is_refused(tiny_study, tmp_path):
-    from ddl_dynamics.analysis.publish import publish
+    from ddl_dynamics.publish.publish import publish
 
     publish(tiny_study, tmp_path / "results", "labels")
     with pytest.raises(ValueError, match="a study named 'labels' would overwrite"):

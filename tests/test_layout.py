@@ -1,7 +1,8 @@
-"""The library's wings import one way: cli → analysis → experiment → built-in tasks → task
-interface → models → option checks → registry, and no two sibling modules import each other.
-The contracts live in pyproject.toml (``[tool.importlinter]``); import-linter checks them, lazy
-imports inside functions included. And a module holds one idea: none is longer than
+"""The library's wings import one way: cli → publish → analysis → experiment → built-in tasks →
+task interface → models → option checks → registry; inside analysis, render → figures → plots →
+report → the probe audits → judge → what reads a run; and no two sibling modules import each
+other. The contracts live in pyproject.toml (``[tool.importlinter]``); import-linter checks
+them, lazy imports inside functions included. And a module holds one idea: none is longer than
 :data:`MAX_LINES`."""
 
 from pathlib import Path

@@ -342,7 +342,7 @@ def test_gate_use_reads_every_update_of_a_product_layer(tmp_path):
     """Planted ddl-product probes, two updates per layer: at each reflect event one of the
     layer's two gates reflects, elsewhere both sit at the identity."""
     import ddl_dynamics as dd
-    from ddl_dynamics.analysis.crossover import gate_use
+    from ddl_dynamics.analysis.events import gate_use
     from ddl_dynamics.analysis.run import load_run
 
     folder = dd.RunFolder.open(tmp_path, "w")
@@ -427,9 +427,9 @@ def test_the_report_says_how_far_the_stream_mixing_moved(mixing_run, tmp_path):
     weights log P, whose Sinkhorn is P, ‖P − I‖_F = 0.5), the table gives the distances set,
     mhc's start measured by the package's Sinkhorn."""
     import ddl_dynamics as dd
-    from ddl_dynamics.analysis.html import render_html
     from ddl_dynamics.analysis.probes import usable_rows
-    from ddl_dynamics.analysis.render import render
+    from ddl_dynamics.analysis.render.formats import render
+    from ddl_dynamics.analysis.render.html import render_html
     from ddl_dynamics.analysis.run import load_run
     from ddl_dynamics.experiment.config import Cell
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ddl_dynamics.analysis.publish import studies
 from ddl_dynamics.cli import main
+from ddl_dynamics.publish.publish import studies
 
 
 def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.render import render
-from ddl_dynamics.analysis.stats import holm, mean_ci
+from ddl_dynamics.analysis.judge.stats import holm, mean_ci
+from ddl_dynamics.analysis.render.formats import render
 
 
 def row(model, seed, test, status="ok", task="parity", message="", long=None, params=100,
@@ -366,7 +366,7 @@ def test_a_report_without_any_grid_says_its_verdicts_rest_on_fixed_rates(run_dir
 
 
 def test_reports_lead_with_the_run_and_a_summary(tiny_study):
-    from ddl_dynamics.analysis.html import render_html
+    from ddl_dynamics.analysis.render.html import render_html
 
     report = dd.build_report(tiny_study)
     md = render(report, "md").splitlines()
@@ -382,7 +382,7 @@ def test_reports_lead_with_the_run_and_a_summary(tiny_study):
 def test_the_html_report_keeps_p_values_whole_and_opens_with_the_file_it_ran(tmp_path):
     """p-values once broke inside their digits ("0.2 / 50") and the experiment file ran off
     the page at the report's end."""
-    from ddl_dynamics.analysis.html import render_html
+    from ddl_dynamics.analysis.render.html import render_html
 
     store = dd.RunFolder.open(tmp_path, "w").store
     text = 'name = "demo"\ndescription = "' + "a long line " * 40 + '"\n'

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from ddl_dynamics.analysis.publish import load_study
-from ddl_dynamics.analysis.render import render_json
-from ddl_dynamics.analysis.report import build_report
+from ddl_dynamics.analysis.render.formats import render_json
+from ddl_dynamics.analysis.report.build import build_report
 from ddl_dynamics.analysis.results import CELLS, RECORD, load_results
 from ddl_dynamics.analysis.run import load_run
-from ddl_dynamics.analysis.study import study_report
-from ddl_dynamics.analysis.study_page import study_page
 from ddl_dynamics.cli import main
+from ddl_dynamics.publish.publish import load_study
+from ddl_dynamics.publish.study import study_report
+from ddl_dynamics.publish.study_page import study_page
 
 ROOT = Path(__file__).resolve().parents[1]
 

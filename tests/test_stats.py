@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from ddl_dynamics.analysis.stats import (
+from ddl_dynamics.analysis.judge.stats import (
     ALPHA,
     PAIRED_T,
     SIGN_FLIP,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.verdicts import seed_values
+from ddl_dynamics.analysis.judge.verdicts import seed_values
 from ddl_dynamics.experiment.config import COUNTED, FINISHED
 from ddl_dynamics.experiment.memory import PEAK_MEMORY_MEASURES
 from ddl_dynamics.experiment.train import run_cells

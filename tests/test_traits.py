@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.report import build_report
+from ddl_dynamics.analysis.report.build import build_report
 from ddl_dynamics.cli import main
 from ddl_dynamics.experiment import folder as run_folder
 from ddl_dynamics.models.base import MODELS, Model, family, register_model

@@ -9,11 +9,8 @@ import pytest
 from scipy import stats
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.comparisons import Request, judge
-from ddl_dynamics.analysis.render import render
-from ddl_dynamics.analysis.report_text import comparison_cells
-from ddl_dynamics.analysis.run import run_of
-from ddl_dynamics.analysis.stats import (
+from ddl_dynamics.analysis.judge.comparisons import Request, judge
+from ddl_dynamics.analysis.judge.stats import (
     ALPHA,
     PAIRED_T,
     SIGN_FLIP,
@@ -21,7 +18,10 @@ from ddl_dynamics.analysis.stats import (
     detectable_difference,
     holm,
 )
-from ddl_dynamics.analysis.verdicts import claim_verdict, seed_values
+from ddl_dynamics.analysis.judge.verdicts import claim_verdict, seed_values
+from ddl_dynamics.analysis.render.formats import render
+from ddl_dynamics.analysis.report.text import comparison_cells
+from ddl_dynamics.analysis.run import run_of
 
 BASE8 = [0.50, 0.55, 0.52, 0.48, 0.51, 0.53, 0.49, 0.56]
 BETTER8 = [v + 0.3 + 0.01 * (-1) ** s for s, v in enumerate(BASE8)]

@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 
 import ddl_dynamics as dd
-from ddl_dynamics.analysis.crossover import curve
 from ddl_dynamics.analysis.figures import NothingToDraw, width_figures
-from ddl_dynamics.analysis.plots.sweeps import crossover, width_sweep
-from ddl_dynamics.analysis.report import build_report
-from ddl_dynamics.analysis.run import load_run, run_of
-from ddl_dynamics.analysis.stats import Estimate
-from ddl_dynamics.analysis.width import (
+from ddl_dynamics.analysis.judge.crossover import curve
+from ddl_dynamics.analysis.judge.stats import Estimate
+from ddl_dynamics.analysis.judge.width import (
     SOLVED,
     WidthPanel,
     WidthPoint,
     smallest_solving,
     width_panels,
 )
+from ddl_dynamics.analysis.plots.sweeps import crossover, width_sweep
+from ddl_dynamics.analysis.report.build import build_report
+from ddl_dynamics.analysis.run import load_run, run_of
 from ddl_dynamics.cli import main
 from ddl_dynamics.experiment.cells import expand_cells
 from ddl_dynamics.experiment.folder import RunFolder

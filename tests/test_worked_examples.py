@@ -9,7 +9,7 @@ import pytest
 
 from ddl_dynamics import build_report, list_models, list_tasks
 from ddl_dynamics._task import TASKS
-from ddl_dynamics.analysis.verdicts import BOTH_SOLVED, EQUIVALENT, INCONCLUSIVE, LOSS, WIN
+from ddl_dynamics.analysis.judge.verdicts import BOTH_SOLVED, EQUIVALENT, INCONCLUSIVE, LOSS, WIN
 from ddl_dynamics.cli import main
 from ddl_dynamics.experiment import folder as run_folder
 from ddl_dynamics.models.base import MODELS

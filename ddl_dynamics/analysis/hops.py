@@ -24,9 +24,9 @@ import torch
 from .._task import Task, make_task
 from ..experiment.result import RunResult
 from ..models.operator import REGIMES, regime_index
+from .judge.stats import Estimate
 from .probes import erases, load_probes
 from .run import Run
-from .stats import Estimate
 
 #: The regime a hop that replaces the referent a token holds should use.
 HOP_REGIME = "projection"

@@ -17,10 +17,10 @@ import numpy as np
 
 from .._task import IGNORE_INDEX, Task, make_task
 from ..models.operator import REGIMES
+from .judge.regimes import regime_fractions
+from .judge.stats import Estimate
 from .probes import load_probes
-from .regimes import regime_fractions
 from .run import Run
-from .stats import Estimate
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from ..labels import MARK_COLORS as MARK_COLORS  # the verdict colours, for the headline
-from ..labels import TABLE, entry
+from ..judge.labels import MARK_COLORS as MARK_COLORS  # the verdict colours, for the headline
+from ..judge.labels import TABLE, entry
 from .style import METRIC_RANGE, clipped_error, log_axis, model_colors, panel_grid, styled
 
 

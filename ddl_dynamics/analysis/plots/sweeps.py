@@ -4,13 +4,15 @@ gates on a multi-hop task, and each row's test metric against the model width.""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ...models.operator import REGIME_BOUNDS
-from ..crossover import star_text
-from ..width import SOLVED, WidthPanel, smallest_solving
+from ..judge.crossover import star_text
+from ..judge.width import SOLVED, WidthPanel, smallest_solving
 from .style import (
     METRIC_RANGE,
     PALETTE,
@@ -23,6 +25,9 @@ from .style import (
 
 #: One knob value's point of a curve: (knob value, mean, 95% CI half-width; 0 for none).
 Curve = tuple[Sequence[float], Sequence[float], Sequence[float]]
+#: The legend below a sweep's panel.
+_LEGEND: dict[str, Any] = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16),
+                           "ncol": 2}
 
 
 def _knob_axis(ax, values: Sequence[float], knob: str) -> None:
@@ -63,45 +68,56 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
     models = {n: n.split(" − ")[0] for n in names}
     stacks = {m for g in gates.values() for m, _ in g}
     colors = colors or row_colors([*models.values(), *stacks])
-    styles = {n: ("o-", "s--", "^:", "D-.")[[k for k in names if models[k] == models[n]]
-                                            .index(n) % 4] for n in names}
-    better = "above" if higher_is_better else "below"
-    legend = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncol": 2}
+    looks = {n: (colors[models[n]], ("o-", "s--", "^:", "D-.")[
+        [k for k in names if models[k] == models[n]].index(n) % 4]) for n in names}
     for row, setting in zip(axes, settings, strict=True):
-        left, curves = row[0], differences[setting]
-        for name, ((values, mean, half), star) in curves.items():
-            color = colors[models[name]]
-            left.errorbar(values, mean, yerr=half, fmt=styles[name], ms=4, lw=1.2, capsize=3,
-                          color=color, label=f"{name}: {star_text(star, knob)}")
-            if star is not None:
-                left.axvline(star, color=color, lw=0.9, ls=":")
-        left.axhline(0.0, color="black", lw=0.8)
-        _knob_axis(left, [v for (vs, _, _), _ in curves.values() for v in vs], knob)
-        left.set(title=f"{setting}: model − control ({better} 0: model better)",
-                 ylabel=f"Δ test {metric} (mean, 95% CI)")
-        left.legend(**legend)
-        if columns == 1:
-            continue
-        right = row[1]
-        if not gates.get(setting):
-            right.set_visible(False)
-            continue
-        for (model, regime), pair in gates[setting].items():
-            for (values, mean, half), style, where in zip(
-                    pair, ("o-", "s--"), ("at its events", "elsewhere"), strict=True):
-                if len(values):
-                    right.errorbar(values, mean, yerr=clipped_error(mean, half, 0.0, 1.0),
-                                   fmt=style, ms=3.5, lw=1.1, capsize=2, color=colors[model],
-                                   label=f"{model}: {regime} {where}")
-        _knob_axis(right, [v for pair in gates[setting].values() for c in pair for v in c[0]],
-                   knob)
-        right.set(title=f"{setting}: do the gates follow the events?", ylim=(-0.02, 1.02),
-                  ylabel="share of gates in the event's regime")
-        right.legend(**legend)
+        _differences(row[0], setting, differences[setting], looks, knob, metric,
+                     higher_is_better)
+        if columns == 2:
+            _gate_use(row[1], setting, gates.get(setting, {}), knob, colors)
     fig.suptitle(f"paired over seeds, mean and 95% CI; {knob}*: the smallest {knob} from which "
                  "on the model wins (Holm-adjusted p < 0.05) at every larger value", fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.985))
     return fig
+
+
+def _differences(ax: Axes, setting: str, curves: Mapping[str, tuple[Curve, float | None]],
+                 looks: Mapping[str, tuple[str, str]], knob: str, metric: str,
+                 higher_is_better: bool) -> None:
+    """One setting's paired differences against the knob (``looks``: curve → its colour and
+    style), each curve's crossover in its legend and dotted where it lies."""
+    for name, ((values, mean, half), star) in curves.items():
+        color, style = looks[name]
+        ax.errorbar(values, mean, yerr=half, fmt=style, ms=4, lw=1.2, capsize=3, color=color,
+                    label=f"{name}: {star_text(star, knob)}")
+        if star is not None:
+            ax.axvline(star, color=color, lw=0.9, ls=":")
+    ax.axhline(0.0, color="black", lw=0.8)
+    _knob_axis(ax, [v for (vs, _, _), _ in curves.values() for v in vs], knob)
+    better = "above" if higher_is_better else "below"
+    ax.set(title=f"{setting}: model − control ({better} 0: model better)",
+           ylabel=f"Δ test {metric} (mean, 95% CI)")
+    ax.legend(**_LEGEND)
+
+
+def _gate_use(ax: Axes, setting: str, gates: Mapping[tuple[str, str], tuple[Curve, Curve]],
+              knob: str, colors: Mapping[str, str]) -> None:
+    """One setting's gate use against the knob, at each event and elsewhere, the shares'
+    intervals clipped to [0, 1]; the panel hidden where no gates were probed."""
+    if not gates:
+        ax.set_visible(False)
+        return
+    for (model, regime), pair in gates.items():
+        for (values, mean, half), style, where in zip(
+                pair, ("o-", "s--"), ("at its events", "elsewhere"), strict=True):
+            if len(values):
+                ax.errorbar(values, mean, yerr=clipped_error(mean, half, 0.0, 1.0), fmt=style,
+                            ms=3.5, lw=1.1, capsize=2, color=colors[model],
+                            label=f"{model}: {regime} {where}")
+    _knob_axis(ax, [v for pair in gates.values() for c in pair for v in c[0]], knob)
+    ax.set(title=f"{setting}: do the gates follow the events?", ylim=(-0.02, 1.02),
+           ylabel="share of gates in the event's regime")
+    ax.legend(**_LEGEND)
 
 
 @styled
@@ -124,7 +140,6 @@ def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, S
     styles = {"projecting where it hops": ("o-", PALETTE[2]),
               "projecting elsewhere": ("s--", PALETTE[7]),
               "hops its attention looked at": ("^:", PALETTE[0])}
-    legend = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncol": 2}
     for (left, right), (setting, (curves, profile)) in zip(axes, settings.items(), strict=True):
         for name, (values, mean, half) in curves.items():
             if len(values):
@@ -134,7 +149,7 @@ def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, S
         _knob_axis(left, [v for values, _, _ in curves.values() for v in values], knob)
         left.set(title=f"{model} on {setting}: query tokens",
                  ylabel="share (mean, 95% CI over seeds)", ylim=(-0.02, 1.02))
-        left.legend(**legend)
+        left.legend(**_LEGEND)
         low, high = REGIME_BOUNDS[1], REGIME_BOUNDS[2]
         right.axhspan(low, high, color=REGIME_COLORS["projection"], alpha=0.15,
                       label="projection")
@@ -147,7 +162,7 @@ def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, S
         right.set(title=f"{model} on {setting}: mean gate of every sublayer at query "
                         "tokens", ylabel="β",
                   ylim=(0, 2))
-        right.legend(**legend)
+        right.legend(**_LEGEND)
     fig.tight_layout()
     return fig
 

@@ -1,0 +1,371 @@
+"""The documentation's generated parts, from the published results and the code alone.
+
+``ddl-dyn docs`` (`write_docs`) reads ``results/<study>/`` (`publish`), never a run
+folder, and writes:
+
+- the README's headline, between ``<!-- results:start -->`` and ``<!-- results:end -->``: the
+  finding over the tuned studies in three to five sentences (`finding`: each distinct
+  test once, by question, the Delta row first), the headline figure, a line per study;
+- ``docs/headline.png``: every finding by question, its difference in units of its task's
+  margin with the margin drawn, coloured by its label, at most 1,600 px tall
+  (`figures.draw_headline`);
+- ``docs/studies/<study>.md`` and ``docs/studies/index.md``: per study its answer to its
+  questions (`answer`), its comparisons as sentences (`wording`) and tables, the rows per
+  task (descriptive), the expectations, its figures (copied beside the page) and the line
+  that reproduces it; each in the site's nav (``mkdocs.yml``, between its
+  ``# studies:start`` and ``# studies:end`` lines);
+- ``docs/studies/labels.md``: the labels across the studies the finding reads, a table per
+  question (`matrix`);
+- the generated blocks of ``docs/running-experiments.md`` (every training key with its
+  default and its check, probed from `TrainConfig`, and the
+  entry keys from the config dataclasses) and of ``docs/reading-the-report.md`` (the labels,
+  what they mean and the words a text may use for them).
+
+Every number in these files comes from ``results/``; a test regenerates them into a copy and
+diffs. A figure is rewritten only when the data it draws changes (its PNG carries a digest
+of them), so that regenerating on another machine leaves the checkout unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import typing
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from operator import methodcaller
+from pathlib import Path
+from typing import Any
+
+from .._task import Task, TaskData, held_out
+from ..analysis.figures import draw_headline
+from ..analysis.judge.verdicts import LABELS
+from ..analysis.report.wording import MEANINGS, counts_text
+from ..experiment.config import (
+    MAX_EXAMPLES,
+    MAX_STEPS,
+    NO_LIMITS,
+    ComparisonSpec,
+    ModelEntry,
+    Override,
+    TaskEntry,
+    TrainConfig,
+    check_name,
+)
+from ..experiment.folder import write_atomically
+from ..experiment.grid import TUNABLE
+from .finding import (
+    WITHIN_MARGIN,
+    findings,
+    in_finding,
+    outside,
+    points,
+    question_lines,
+    study_findings,
+    summary,
+)
+from .matrix import PAGE as LABELS_PAGE
+from .matrix import labels_page
+from .publish import FIGURES, load_study, studies
+from .study import refresh_report, shipped
+from .study_page import GENERATED, markdown_table, study_page
+
+#: The headline's colour for a significant difference within the margin (Okabe–Ito's
+#: reddish purple; the labels' own are those of the verdict matrix).
+WITHIN_MARGIN_COLOR = "#CC79A7"
+#: Where the headline figure goes, relative to the repository root.
+HEADLINE = Path("docs") / "headline.png"
+#: The list, in ``docs/studies/``, of the files there that ``docs`` generated: only those
+#: it ever removes (hidden, so the site leaves it out).
+MANIFEST = ".generated"
+MANIFEST_HEAD = "# written by `ddl-dyn docs`: the files here it generated, which it may remove"
+
+
+def block(text: str, name: str, body: str) -> str:
+    """``text`` with the block between ``<!-- name:start -->`` and ``<!-- name:end -->``
+    replaced by ``body``; a file without the markers raises ValueError."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no {start} … {end} block to regenerate")
+    return pattern.sub(lambda _: f"{start}\n{GENERATED}\n\n{body.strip()}\n\n{end}", text,
+                       count=1)
+
+
+def nav_block(text: str, names: Sequence[str]) -> str:
+    """``mkdocs.yml`` with one nav entry per study between its ``# studies:start`` and
+    ``# studies:end`` comment lines (indented as the start line is)."""
+    found = re.search(r"^( *)# studies:start.*\n(?:.*\n)*?( *)# studies:end", text, re.M)
+    if not found:
+        raise ValueError("mkdocs.yml: no '# studies:start' … '# studies:end' lines")
+    indent = found.group(1)
+    entries = "".join(f"{indent}- studies/{name}.md\n" for name in names)
+    first = found.group(0).splitlines()[0]
+    return text[:found.start()] + f"{first}\n{entries}{indent}# studies:end" + text[found.end():]
+
+
+# --- the README's headline
+
+def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
+    """The finding over the tuned studies (`finding`: each distinct test once, by
+    question, the Delta row first), the headline figure and one line per study."""
+    judged = [r for r in reports if in_finding(r)]
+    studies_text = "study" if len(judged) == 1 else "studies"
+    found, left = findings(judged)
+    lead, *items = summary(found, left, limit=2)  # the front page names two per question
+    ships = "the cells it ships" if len(judged) == 1 else "the cells they ship"
+    lines = [f"**The finding**, over {len(judged)} tuned {studies_text} judged from {ships} "
+             "by today's rules: " + lead, "", *items, "", "By question:", "",
+             *question_lines(found), "",
+             f"![Every finding by question: difference in margins, label]({HEADLINE})", "",
+             "Every finding of the tuned studies by the question it answers, one line per "
+             "pair of rows (the Delta row first), a dot per task (a crossover: per knob "
+             "value): the paired mean difference in units of the task's equivalence margin "
+             "(where it states none, of the test's detectable difference), right where the "
+             "first row is better; the shaded band is the margin, the colour the label.", "",
+             "Per study (distinct findings):", ""]
+    lines += [f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
+              f"{counts_text(counts_of(r)) or 'no finding'}"
+              + (f" ({why}; not part of the finding)." if (why := outside(r)) else ".")
+              for r in reports]
+    return "\n".join(lines)
+
+
+def counts_of(report: Mapping[str, Any]) -> Counter[str]:
+    """How many of a study's distinct findings carry each label."""
+    return Counter(f.label for f in study_findings(report)[0])
+
+
+# --- the headline figure
+
+def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """Every finding by question, each a difference in margins and a label per task
+    (`points`), drawn by `draw_headline` (left unchanged where the data it draws have not)."""
+    panels: dict[str, dict[str, list[tuple[float, str]]]] = {}
+    for f in findings(reports)[0]:
+        if drawn := points(f):
+            panels.setdefault(f.question, {}).setdefault(f"{f.first} − {f.second}",
+                                                         []).extend(drawn)
+    return draw_headline(panels, path, {WITHIN_MARGIN: WITHIN_MARGIN_COLOR})
+
+
+# --- the study pages
+
+def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
+    lines = ["# Studies", "", GENERATED, "",
+             "Every study whose results ship in `results/`, with the labels of its distinct "
+             "findings (each test once, a crossover once); the [labels across studies]"
+             f"({LABELS_PAGE}) set the findings of those the README's finding reads side by "
+             "side.", ""]
+    lines += [f"- [`{r['name']}`]({r['name']}.md): {counts_text(counts_of(r)) or 'no finding'}."
+              for r in reports]
+    return "\n".join(lines) + "\n"
+
+
+# --- generated reference blocks
+
+def _probe_check(name: str) -> str:
+    """What `TrainConfig` rejects for field ``name``, found by trying values."""
+    default = TrainConfig.__dataclass_fields__[name].default
+    kind = type(default) if default is not None else int
+    tries: list[Any] = ["?"] if kind is str else ([] if kind is bool else
+                                                  [0, -1, MAX_EXAMPLES + 1, MAX_STEPS + 1])
+    found = []
+    for value in tries:
+        try:
+            TrainConfig(**{name: value})
+        except ValueError as err:
+            text = re.sub(r",? got .*$", "", str(err)).replace(f"{name} ", "", 1)
+            text = re.sub(r"^= \S+ is beyond any sane run \(at most ([\d,]+)\).*$",
+                          r"more than \1", text)
+            if text not in found:
+                found.append(text)
+    return "; ".join(found) or "—"
+
+
+def _type(tp: Any) -> str:
+    text = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
+    return text.replace("typing.", "").replace("tuple[str, ...]", "list of labels")
+
+
+def config_block() -> str:
+    """Every training key with its default, whether a grid may tune it, and its check; then
+    the keys of each entry table, from the dataclasses themselves."""
+    hints = typing.get_type_hints(TrainConfig)
+    rows = [[f"`{f.name}`", _type(hints[f.name]).replace("NoneType", "None"),
+             f"`{f.default!r}`", "yes" if f.name in TUNABLE else "no", _probe_check(f.name)]
+            for f in dataclasses.fields(TrainConfig)]
+    lines = ["### Training keys (`[defaults.train]`, and `train` of any entry)", "",
+             " ".join((TrainConfig.__doc__ or "").split()), "",
+             *markdown_table(["key", "type", "default", "tunable", "rejected when"], rows), "",
+             f"Bounds beyond any sane run are lifted by setting `{NO_LIMITS}=1`.", ""]
+    entries = (("`[[tasks]]`", TaskEntry, ("sweep",)), ("`[[models]]`", ModelEntry, ("options",)),
+               ("`[[overrides]]`", Override, ()), ("`[[comparisons]]`", ComparisonSpec, ()))
+    for title, cls, internal in entries:
+        rows = []
+        for f in dataclasses.fields(cls):
+            if f.name in internal:
+                continue
+            if f.name == "label":
+                default = "its `name`"
+            elif f.default is not dataclasses.MISSING:
+                default = f"`{f.default!r}`"
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f"`{f.default_factory()!r}`"
+            else:
+                default = "required"
+            rows.append([f"`{f.name}`", default])
+        doc = cls.__doc__ or ""
+        lines += [f"### {title}", "",
+                  *([" ".join(doc.split()), ""] if doc and not doc.startswith(cls.__name__ + "(")
+                    else []),
+                  *markdown_table(["key", "default"], rows), ""]
+    lines.append("Any other key of a `[[models]]` entry is an option of its model family "
+                 "(`ddl-dyn models`; unknown options are rejected with the valid ones).")
+    return "\n".join(lines)
+
+
+class _Bare(Task):
+    """A task that states nothing of its own: what a task inherits from `Task`."""
+
+    @property
+    def in_dim(self) -> int:
+        return 0
+
+    @property
+    def out_dim(self) -> int:
+        return 0
+
+    def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
+        raise NotImplementedError("a stand-in that reads Task's defaults; it samples nothing")
+
+
+def task_block() -> str:
+    """One table of what a task states: every attribute of `Task` with its
+    default and its comment in the source, then the fields of a sampled split."""
+    source = inspect.getsource(Task).splitlines()
+    rows, comment = [], []
+    for line in source:
+        text = line.strip()
+        if text.startswith("#:"):
+            comment.append(text[2:].strip())
+            continue
+        found = re.match(r"(\w+): (ClassVar\[(.*)\]|\w+) = (.*)$", text)
+        if found and line.startswith("    ") and not line.startswith("     "):
+            kind = found.group(3) or found.group(2)
+            rows.append([f"`{found.group(1)}`", f"`{kind}`", f"`{found.group(4)}`",
+                         " ".join(comment) or "—"])
+        if not text.startswith("#:"):
+            comment = []
+    rows += [[f"`{name}`", "property", "required", "input / output width"]
+             for name in ("in_dim", "out_dim")]
+    rows.append(["`control_dim`", "property", f"`{_Bare().control_dim}`",
+                 "width of the per-step controls (`TaskData.controls`); 0: none"])
+    for call, method in (("sample(n, seed, split)", Task.sample),
+                         ("check_split(split)", Task.check_split),
+                         ("split_steps(split)", Task.split_steps)):
+        given = "required" if getattr(method, "__isabstractmethod__", False) else "provided"
+        rows.append([f"`{call}`", "method", given, " ".join((method.__doc__ or "").split())])
+    data = (TaskData.__doc__ or "").split("Attributes:")[-1]
+    fields = re.findall(r"^\s+(\w+): (.*?)(?=^\s+\w+: |\Z)", data, re.S | re.M)
+    held = " ".join((held_out.__doc__ or "").split()).split(". ")[0]
+    return "\n".join([*markdown_table(["attribute", "type", "default", "what it states"], rows), "",
+                      "A split is a `TaskData`:", "",
+                      *markdown_table(["field", "what it holds"],
+                              [[f"`{n}`", " ".join(d.split())] for n, d in fields]), "",
+                      f"`held_out(...)`: {held}."])
+
+
+def labels_block() -> str:
+    """The rule book's glossary: every label, what it means, the words a text may use."""
+    rows = [[f"**{label}**", *MEANINGS.get(label, ("see the rule book", "its name"))]
+            for label in LABELS]
+    return "\n".join(markdown_table(["label", "what it means", "the words a text may use"], rows))
+
+
+# --- writing everything
+
+def _write(path: Path, data: str | bytes, written: list[Path]) -> None:
+    """Write ``data`` where it differs from the file's (so an unchanged file keeps its
+    time), through a temporary renamed over it: a run killed meanwhile leaves the old file
+    or the new one, never half of one."""
+    content = data.encode() if isinstance(data, str) else data
+    if not path.is_file() or path.read_bytes() != content:
+        write_atomically(path, methodcaller("write", content))
+    written.append(path)
+
+
+def write_docs(results: str | Path = "results",
+               out: str | Path = ".") -> tuple[list[Path], list[Path]]:
+    """Regenerate every generated page, block and figure under ``out`` from ``results``, the
+    README last; returns the files written and those removed: the pages and figures of
+    ``docs/studies/`` an earlier run generated (its `MANIFEST`) and this one does not
+    (a file put there by hand stays)."""
+    out = Path(out)
+    for folder in studies(results):
+        if shipped(folder):  # its report.json as today's rules judge its cells
+            refresh_report(folder)
+    reports = [load_study(folder) for folder in studies(results)]
+    if not reports:
+        raise ValueError(f"{results}: no published study (ddl-dyn publish RUN_DIR first)")
+    for r in reports:
+        r.setdefault("description", "")
+    written: list[Path] = []
+    pages = out / "docs" / "studies"
+    figures = {folder.name: sorted(p.name for p in (folder / FIGURES).glob("*.png"))
+               for folder in studies(results)}
+    taken = {"index", LABELS_PAGE.removesuffix(".md")} & {r["name"] for r in reports}
+    if taken:
+        raise ValueError(f"{results}: a study named {sorted(taken)[0]!r} would overwrite the "
+                         "docs' page of that name: publish it under another --name")
+    generated = {"index.md", LABELS_PAGE, *(f"{r['name']}.md" for r in reports),
+                 *(f"{name}/{f}" for name, found in figures.items() for f in found)}
+    before = set(_read_manifest(pages))
+    _write(pages / MANIFEST, _manifest(before | generated), [])  # a kill leaves both listed
+    for folder, r in zip(studies(results), reports, strict=True):
+        for f in figures[folder.name]:
+            _write(pages / r["name"] / f, (folder / FIGURES / f).read_bytes(), written)
+        _write(pages / f"{r['name']}.md", study_page(r, figures[folder.name]), written)
+    _write(pages / "index.md", index_page(reports), written)
+    _write(pages / LABELS_PAGE, labels_page(reports), written)
+    nav = out / "mkdocs.yml"
+    _write(nav, nav_block(nav.read_text(), [r["name"] for r in reports]), written)
+    for page, name, body in (("running-experiments.md", "config", config_block()),
+                             ("reading-the-report.md", "labels", labels_block()),
+                             ("adding-a-task.md", "task", task_block())):
+        path = out / "docs" / page
+        _write(path, block(path.read_text(), name, body), written)
+    written.append(headline_figure([r for r in reports if in_finding(r)], out / HEADLINE))
+    removed = [pages / stale for stale in sorted(before - generated)
+               if (pages / stale).is_file()]
+    for path in removed:
+        path.unlink()
+        if path.parent != pages and not any(path.parent.iterdir()):
+            path.parent.rmdir()
+    _write(pages / MANIFEST, _manifest(generated), [])
+    readme = out / "README.md"
+    _write(readme, block(readme.read_text(), "results", readme_block(reports)), written)
+    return written, removed
+
+
+def _read_manifest(pages: Path) -> list[str]:
+    """The files of ``docs/studies/`` the last run generated (none where it kept no list);
+    a line that is not a page or a study's figure there raises ValueError."""
+    path = pages / MANIFEST
+    files = path.read_text().splitlines()[1:] if path.is_file() else []
+    for i, line in enumerate(files, start=2):
+        parts = line.split("/")
+        try:
+            if len(parts) > 2:
+                raise ValueError("more than a study's folder and a file")
+            for part in parts:
+                check_name(part, "a file docs generated")
+        except ValueError as err:
+            raise ValueError(f"{path}: line {i}: {line!r} is not a page or figure of "
+                             f"{pages} ({err}); correct or remove the line") from None
+    return files
+
+
+def _manifest(files: set[str]) -> str:
+    return MANIFEST_HEAD + "\n" + "".join(f"{f}\n" for f in sorted(files))
