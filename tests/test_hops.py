@@ -29,6 +29,20 @@ def test_seed_audit_counts_gates_where_attention_reads_a_hop():
     np.testing.assert_allclose(audit["profile"], [1.0, 0.3, 0.9, 0.95])
 
 
+def test_seed_audit_reads_each_update_of_a_product_block_at_its_sublayer():
+    """As above with two updates per sublayer (a Householder product): each of the hopping
+    attention sublayer's updates counts as hopping, the MLP's do not."""
+    hops = np.full((1, 4, 2), -1)
+    hops[:, 3] = [1, 0]
+    looks = np.zeros((1, 4, 2, 1), dtype=int)
+    looks[0, 3, :, 0] = [1, 3]  # block 0 reads hop 1, block 1 looks at itself
+    beta = np.full((1, 4, 8), 0.1)
+    beta[0, 3] = [1.0, 0.2, 1.0, 1.0, 0.1, 0.1, 0.1, 1.0]  # updates of att, MLP, att, MLP
+    audit = seed_audit(hops, looks, beta)
+    assert audit["at_hops"] == pytest.approx(1 / 2)  # block 0's attention: 1.0 and 0.2
+    assert audit["elsewhere"] == pytest.approx(3 / 6)  # 1.0, 1.0 (MLP 0) and 1.0 (MLP 1)
+
+
 TINY = """
 name = "hops"
 seeds = [0, 1]

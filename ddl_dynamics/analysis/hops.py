@@ -57,12 +57,15 @@ def seed_audit(hops: np.ndarray, looks: np.ndarray, beta: np.ndarray) -> dict[st
     Args:
         hops: ``(n, T, hops)`` the positions each query reads, −1 at other tokens.
         looks: ``(n, T, depth, heads)`` the key position each head weighs most.
-        beta: ``(n, T, 2 · depth)`` gates, sublayers attention, MLP, attention, …
+        beta: ``(n, T, 2 · depth · n_h)`` gates, sublayers attention, MLP, attention, …,
+            each sublayer's n_h updates in turn (n_h = 1 but in a Householder-product block).
     """
     queries = hops[..., 0] >= 0  # (n, T)
     seen = (looks[..., None] == hops[:, :, None, None, :]) & (hops[:, :, None, None, :] >= 0)
-    hopping = np.zeros(beta.shape, dtype=bool)
-    hopping[..., 0::2] = seen.any(axis=(-1, -2))  # (n, T, depth): some head looks at a hop
+    n, length, depth = looks.shape[:3]
+    hopping = np.zeros((n, length, depth, 2, beta.shape[-1] // (2 * depth)), dtype=bool)
+    hopping[..., 0, :] = seen.any(axis=(-1, -2))[..., None]  # a head looks at a hop
+    hopping = hopping.reshape(beta.shape)
     projecting = regime_index(torch.as_tensor(beta)).numpy() == REGIMES.index(HOP_REGIME)
     at, other = hopping[queries], ~hopping[queries]
     return {

@@ -24,7 +24,7 @@ import torch
 
 from .._registry import did_you_mean
 from .._task import TASKS, Task, list_tasks, make_task
-from ..models.base import Model, make_model
+from ..models.base import Model, family, make_model
 
 #: Model arguments a task fixes; an experiment may not set them.
 TASK_DIMS = ("in_dim", "out_dim", "control_dim")
@@ -269,12 +269,15 @@ class Cell:
     tune: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The cell as its row stores it; ``compile`` only where set, so that an eager
-        cell keeps the key it had before the field existed."""
+        """The cell as its row stores it; ``compile`` only where set, and a model option
+        added later only where it differs from the family's former behaviour
+        (`Model.late_options`), so that a cell keeps the key it had before the field existed."""
         train = dataclasses.asdict(self.train)
         if not train["compile"]:
             del train["compile"]
-        return {**dataclasses.asdict(self), "train": train}
+        late = family(self.model).late_options
+        config = {k: v for k, v in self.config.items() if k not in late or v != late[k]}
+        return {**dataclasses.asdict(self), "config": config, "train": train}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Cell:

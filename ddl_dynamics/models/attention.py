@@ -94,16 +94,17 @@ def head_size(width: int, heads: int, head_dim: int | None) -> int:
 
 
 class Attention(nn.Module):
-    """Multi-head causal self-attention with RoPE: ``(B, T, d) → (B, T, d)``. With
-    ``qk_norm``, each head's queries and keys pass an RMSNorm with a learned gain (shared by
-    the heads) after RoPE, as in the authors' released attention."""
+    """Multi-head causal self-attention with RoPE: ``(B, T, d) → (B, T, outputs)`` (default
+    ``outputs = d``; a Householder-product block reads one direction per update from a wider
+    output projection). With ``qk_norm``, each head's queries and keys pass an RMSNorm with a
+    learned gain (shared by the heads) after RoPE, as in the authors' released attention."""
 
     def __init__(self, width: int, heads: int, head_dim: int, rope_base: float,
-                 qk_norm: bool, eps: float | None) -> None:
+                 qk_norm: bool, eps: float | None, outputs: int | None = None) -> None:
         super().__init__()
         self.heads, self.head_dim, self.rope_base = heads, head_dim, rope_base
         self.qkv = nn.Linear(width, 3 * heads * head_dim, bias=False)
-        self.out = nn.Linear(heads * head_dim, width, bias=False)
+        self.out = nn.Linear(heads * head_dim, width if outputs is None else outputs, bias=False)
         self.q_norm = nn.RMSNorm(head_dim, eps=eps) if qk_norm else None
         self.k_norm = nn.RMSNorm(head_dim, eps=eps) if qk_norm else None
 

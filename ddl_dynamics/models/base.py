@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, cast
 
 import torch
@@ -87,6 +87,10 @@ class Model(nn.Module):
     #: has ``stream_mixing()``, each layer's static mixing matrix ``(depth, n, n)``: the
     #: report audits how far training moved it from the identity and from its start.
     mixes_streams: ClassVar[bool] = False
+    #: Options the family gained after studies stored its cells, each with the value that
+    #: reproduces the family as it was: a cell's key leaves the option out at that value
+    #: (`Cell.to_dict`), so that the stored cells keep their keys and a rerun resumes them.
+    late_options: ClassVar[Mapping[str, Any]] = {}
     #: The members whose batches a folded ensemble of this model concatenates, member by
     #: member (set by `fold`); read by a model whose ops mix the rows of one member.
     members: int = 1

@@ -9,6 +9,10 @@ only in how each sublayer's output ``h`` is written into the residual state of i
     ddl-transformer          X ← X + β k (vᵀ − kᵀX)         k = h / sqrt(‖h‖² + ε²)
     ddl-write-transformer    X ← X + β k vᵀ                  the same, without the erase term
 
+With ``product`` n_h > 1 a Delta sublayer takes n_h such updates in turn, each with its own
+``k_h, v_h, β_h`` from the same sublayer pass (a Householder product: at β = 2 two reflections
+make a rotation, or a 3-cycle of items).
+
 The state of a token is ``X ∈ R^{d×d_v}``, held channels first, ``(B, T, d_v, d)``: each value
 channel a contiguous d-vector, so that the passes over the state (expansion, compression,
 residual updates) run along d rather than along the few channels of a coordinate (inductor's
@@ -36,7 +40,8 @@ Three options reproduce the released block where this file's defaults differ: ``
 starting as the channel mean).
 
 The attention is `ddl_dynamics.models.attention`'s, the expansion and compressors of the
-state `ddl_dynamics.models.expanded_state`'s. Every parameter sits in a layer that `ensemble`
+state `ddl_dynamics.models.expanded_state`'s, the Delta generators and update
+`ddl_dynamics.models.transformer_delta`'s. Every parameter sits in a layer that `ensemble`
 can fold (``nn.Linear``, ``nn.Embedding``, ``nn.RMSNorm`` and the leaves of
 `ddl_dynamics.models.transformer_leaves`, which registers their twins), so a row's seeds
 train as one ensemble.
@@ -44,11 +49,11 @@ train as one ensemble.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import NamedTuple, cast
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -65,24 +70,20 @@ from .expanded_state import (
     compressor_layer,
     expansion_layer,
 )
-from .operator import delta_update, gate, gate_logit, normalize_direction, write_update
-from .transformer_leaves import FloatLinear, Relaid, Scale
-
-VALUE_MAPS = ("sigmoid", "linear", "constant")
-VALUE_INPUTS = ("stream", "context")
-GENERATORS = ("k-map", "v-map")
-
-Update = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+from .operator import delta_update, normalize_direction, write_update
+from .transformer_delta import DeltaResidual, Generators
+from .transformer_leaves import Relaid, Scale
 
 
 class _SwiGLU(nn.Module):
-    """``W_out (silu(W_gate c) ⊙ W_up c)``: ``(B, T, d) → (B, T, d)`` through ``hidden``."""
+    """``W_out (silu(W_gate c) ⊙ W_up c)``: ``(B, T, d) → (B, T, outputs)`` (default d)
+    through ``hidden``."""
 
-    def __init__(self, width: int, hidden: int) -> None:
+    def __init__(self, width: int, hidden: int, outputs: int | None = None) -> None:
         super().__init__()
         self.gate = nn.Linear(width, hidden, bias=False)
         self.up = nn.Linear(width, hidden, bias=False)
-        self.out = nn.Linear(hidden, width, bias=False)
+        self.out = nn.Linear(hidden, width if outputs is None else outputs, bias=False)
 
     def forward(self, c: Tensor) -> Tensor:
         return self.out(F.silu(self.gate(c)) * self.up(c))
@@ -108,92 +109,6 @@ class _AddResidual(Relaid):
 
     def relay(self, saved: Tensor) -> Tensor:
         return saved.unsqueeze(-1)
-
-
-@dataclass(frozen=True)
-class Generators:
-    """How a Delta sublayer makes its direction ``k̃``, target ``v`` and gate ``β``.
-
-    Attributes:
-        generator: ``"k-map"``: ``k̃ = h``, the sublayer output, and ``v`` from a light map
-            of the stream (the authors' released layout); ``"v-map"``: ``v`` from the sublayer
-            output ``h`` and ``k̃ = Linear(c)`` from a light branch on the context.
-        beta_init: β of a token whose gate input is 0, in (0, beta_max).
-        beta_hidden: 0 for ``β = β_max σ(Linear(c))``; else the width of the two-layer gate
-            ``β_max σ(Linear(tanh(Linear(c))))``.
-        value: ``"sigmoid"``: ``v = value_scale · σ(Linear(·))``; ``"linear"``: ``Linear(·)``;
-            ``"constant"`` (k-Map only): ``v = value_scale / 2``, what the sigmoid map gives
-            with zero weights.
-        value_scale: see ``value``.
-        value_input: k-Map only: ``"stream"`` reads v from the residual stream ``x_in`` (the
-            authors' code), ``"context"`` from ``c = RMSNorm(x_in)`` (the paper's
-            ``v = W_v c``).
-        beta_max: the gate's ceiling, in (0, 2]: 2 lets a sublayer reflect (β > 1, the
-            transition ``I − βkkᵀ`` has eigenvalue ``1 − β < 0`` along k), 1 does not.
-    """
-
-    generator: str = "k-map"
-    beta_init: float = 1.0
-    beta_hidden: int = 0
-    value: str = "sigmoid"
-    value_scale: float = 4.0
-    value_input: str = "stream"
-    beta_max: float = 2.0
-
-    def __post_init__(self) -> None:
-        check_choice("generator", self.generator, GENERATORS)
-        if not 0.0 < self.beta_max <= 2.0:
-            raise ValueError(f"beta_max must lie in (0, 2], got {self.beta_max!r}")
-        gate_logit(self.beta_init, self.beta_max)  # raises unless 0 < beta_init < beta_max
-        check_int("beta_hidden", self.beta_hidden, 0)
-        check_choice("value", self.value, VALUE_MAPS)
-        check_choice("value_input", self.value_input, VALUE_INPUTS)
-        if not math.isfinite(self.value_scale) or self.value_scale <= 0:
-            raise ValueError(f"value_scale must be positive, got {self.value_scale!r}")
-        if self.generator == "v-map" and (self.value == "constant"
-                                          or self.value_input != "stream"):
-            raise ValueError("v-map reads v from the sublayer output: value = 'constant' and "
-                             "value_input apply to the k-map layout only")
-
-
-class _DeltaResidual(nn.Module):
-    """``update(X, k, v, β)`` with ``k = k̃ / sqrt(‖k̃‖² + ε²)`` and ``k̃``, ``v``, ``β`` as
-    `Generators` lays them out."""
-
-    def __init__(self, update: Update, width: int, value_channels: int, spec: Generators) -> None:
-        super().__init__()
-        self.update, self.spec = update, spec
-        if spec.beta_hidden:
-            self.gate = nn.Sequential(FloatLinear(width, spec.beta_hidden, bias=False),
-                                      nn.Tanh(), FloatLinear(spec.beta_hidden, 1))
-        else:
-            self.gate = nn.Sequential(FloatLinear(width, 1))
-        with torch.no_grad():
-            cast(FloatLinear, self.gate[-1]).bias.fill_(gate_logit(spec.beta_init, spec.beta_max))
-        self.value = None if spec.value == "constant" else nn.Linear(width, value_channels)
-        self.direction = nn.Linear(width, width, bias=False) if spec.generator == "v-map" else None
-        self.value_channels = value_channels
-
-    def generators(self, x_in: Tensor, c: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Direction ``k̃`` ``(B, T, d)``, target ``v`` ``(B, T, d_v)`` and gate ``β``
-        ``(B, T)``, the gate in at least float32."""
-        beta = gate(self.gate(c).squeeze(-1), self.spec.beta_max)
-        if self.direction is not None:  # v-map
-            if self.value is None:
-                raise ValueError("v-map reads v from the sublayer output: not a constant value")
-            k_raw, v = self.direction(c), self.value(h)
-        elif self.value is None:
-            k_raw, v = h, c.new_full((*c.shape[:-1], self.value_channels),
-                                     self.spec.value_scale / 2)
-        else:
-            k_raw, v = h, self.value(x_in if self.spec.value_input == "stream" else c)
-        if self.spec.value == "sigmoid":
-            v = self.spec.value_scale * torch.sigmoid(v)
-        return k_raw, v, beta
-
-    def forward(self, X: Tensor, x_in: Tensor, c: Tensor, h: Tensor) -> Tensor:
-        k_raw, v, beta = self.generators(x_in, c, h)  # β stays wide: the operator never rounds it
-        return self.update(X.mT, normalize_direction(k_raw), v, beta).mT  # on (B, T, d, d_v)
 
 
 class Sublayer(NamedTuple):
@@ -306,12 +221,13 @@ class Transformer(Model):
             raise ValueError(f"norm_eps must be positive, got {norm_eps!r}")
         compress = functools.partial(compressor_layer, compressor, width, d_v, kernel_size,
                                      compressor_init)  # one per block, and the readout's
+        outputs = self.sublayer_outputs()
         self.embed = nn.Embedding(in_dim, width)
         self.expand = expansion_layer(expansion, width, d_v, kernel_size)
         self.blocks = nn.ModuleList(
             _Block(compress(),
-                   (Attention(width, heads, head_dim, rope_base, qk_norm, norm_eps),
-                    _SwiGLU(width, self.hidden)),
+                   (Attention(width, heads, head_dim, rope_base, qk_norm, norm_eps, outputs),
+                    _SwiGLU(width, self.hidden, outputs)),
                    (self.residual(), self.residual()), width, norm_eps)
             for _ in range(depth)
         )
@@ -330,6 +246,10 @@ class Transformer(Model):
     def residual(self) -> nn.Module:
         """A fresh residual update for one sublayer; the Delta families override it."""
         return _AddResidual(self.value_channels)
+
+    def sublayer_outputs(self) -> int:
+        """The width of a sublayer's output ``h``: d, the width of the state it enters."""
+        return self.width
 
     def _init_weights(self) -> None:
         """As the authors' code: embedding and head N(0, 0.02²); other matrices N(0, 0.25/d),
@@ -390,34 +310,58 @@ class Transformer(Model):
 class _DeltaTransformer(Transformer):
     """Shared body of ``ddl-transformer`` and ``ddl-write-transformer``: they differ only in
     `erases` (the update `delta_update`, or `write_update`). Options are those of
-    `Transformer` and `Generators`."""
+    `Transformer` and `Generators` (``product``: n_h updates per sublayer)."""
 
     probes = True
+    #: One update per sublayer: the block as it was before the option.
+    late_options: ClassVar[Mapping[str, Any]] = {"product": 1}
 
     def __init__(self, *, generator: str = "k-map", beta_init: float = 1.0, beta_hidden: int = 0,
                  value: str = "sigmoid", value_scale: float = 4.0, value_input: str = "stream",
-                 beta_max: float = 2.0, **common: object) -> None:
+                 beta_max: float = 2.0, product: int = 1, **common: object) -> None:
         # set before the base builds the blocks: residual() reads it
         self.spec = Generators(generator, float(beta_init), beta_hidden, value,
-                               float(value_scale), value_input, float(beta_max))
+                               float(value_scale), value_input, float(beta_max), product)
         super().__init__(**common)  # type: ignore[arg-type]
+
+    @property
+    def product(self) -> int:
+        """n_h, the delta updates per sublayer."""
+        return self.spec.product
 
     def residual(self) -> nn.Module:
         update = delta_update if self.erases else write_update
-        return _DeltaResidual(update, self.width, self.value_channels, self.spec)
+        return DeltaResidual(update, self.width, self.value_channels, self.spec)
+
+    def sublayer_outputs(self) -> int:
+        """k-Map reads each update's ``k̃`` from the sublayer output: n_h·d wide."""
+        return self.width * (self.product if self.spec.generator == "k-map" else 1)
 
     @torch.no_grad()
     def probe(self, tokens: Tensor) -> DeltaProbe:
-        """What every Delta sublayer did to every token, as a `DeltaProbe` whose
-        arrays are ``(B, T, S, ·)`` for ``S = 2 · depth`` sublayers (attention, MLP, attention,
-        …): gate β, ‖k̃‖, direction k, target v, and the readout ``kᵀX`` before the update with
-        the discrepancies ``e = kᵀX − v`` before and after it."""
+        """What every Delta update did to every token, as a `DeltaProbe` whose
+        arrays are ``(B, T, S, ·)`` for ``S = 2 · depth · n_h`` rows (attention, MLP, attention,
+        …; with n_h > 1 each sublayer's updates in turn, ``update`` saying which, as
+        ``ddl-product``'s probe does): gate β, ‖k̃‖, direction k, target v, and the readout
+        ``kᵀX`` before the update with the discrepancies ``e = kᵀX − v`` before and after it."""
         layers = []
         for p in self.passes(tokens):
-            k_raw, v, beta = cast(_DeltaResidual, p.residual).generators(p.x_in, p.c, p.h)
-            k = normalize_direction(k_raw).to(p.before.dtype)
-            layers.append((beta, k_raw, k, v, p.before.mT, p.after.mT))
-        return DeltaProbe.of_layers(layers, dim=2)
+            residual = cast(DeltaResidual, p.residual)
+            k_raw, v, beta = residual.generators(p.x_in, p.c, p.h)
+            k = normalize_direction(k_raw)
+            if self.product == 1:  # the sublayer's own output: one update
+                layers.append((beta, k_raw, k.to(p.before.dtype), v, p.before.mT, p.after.mT))
+                continue
+            X = p.before.mT
+            for k_raw_h, k_h, v_h, beta_h in residual.each_update(k_raw, k, v, beta):
+                after = residual.update(X, k_h, v_h, beta_h)
+                layers.append((beta_h, k_raw_h, k_h.to(X.dtype), v_h, X, after))
+                X = after
+        probe = DeltaProbe.of_layers(layers, dim=2)
+        if self.product == 1:
+            return probe
+        return dataclasses.replace(probe, update=torch.arange(self.product).repeat(
+            2 * self.depth))
 
 
 @register_model("ddl-transformer")
