@@ -3,8 +3,9 @@ task interface → models → option checks → registry; inside analysis, rende
 report → the probe audits → judge → what reads a run; and no two sibling modules import each
 other. The contracts live in pyproject.toml (``[tool.importlinter]``); import-linter checks
 them, lazy imports inside functions included. And a module holds one idea: none is longer than
-:data:`MAX_LINES`."""
+:data:`MAX_LINES`; a function does one thing: none is longer than :data:`MAX_FUNCTION_LINES`."""
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ PACKAGE = ROOT / "ddl_dynamics"
 
 #: The most lines a module of the package may have; past it, it holds several ideas.
 MAX_LINES = 500
+#: The most lines a function (or method) may span, its docstring included.
+MAX_FUNCTION_LINES = 60
 
 
 def test_import_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,3 +30,15 @@ def test_no_module_of_the_package_exceeds_the_line_limit() -> None:
                for path in sorted(PACKAGE.rglob("*.py"))}
     over = [f"{name} ({n} lines)" for name, n in lengths.items() if n > MAX_LINES]
     assert not over, f"over {MAX_LINES} lines, split by idea: {', '.join(over)}"
+
+
+def test_no_function_of_the_package_exceeds_the_line_limit() -> None:
+    over = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    over.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} "
+                                f"{node.name} ({lines} lines)")
+    assert not over, f"over {MAX_FUNCTION_LINES} lines, split by step: {', '.join(over)}"
