@@ -28,22 +28,49 @@ from ._registry import BUILTINS as _BUILTINS
 #: The public names, by group: ``module → names`` (modules relative to this package).
 API: dict[str, dict[str, tuple[str, ...]]] = {
     "the Delta operator": {
-        ".models.operator": ("REGIMES", "delta_update", "gate", "normalize_direction",
-                             "write_update"),
+        ".models.operator": (
+            "REGIMES",
+            "delta_update",
+            "gate",
+            "normalize_direction",
+            "write_update",
+        ),
     },
     "tasks": {
-        "._task": ("IGNORE_INDEX", "Expectation", "SequenceTask", "Subject", "Task", "TaskData",
-                   "held_out", "list_tasks", "make_task", "register_task", "split_generator"),
+        "._task": (
+            "IGNORE_INDEX",
+            "Expectation",
+            "SequenceTask",
+            "Subject",
+            "Task",
+            "TaskData",
+            "held_out",
+            "list_tasks",
+            "make_task",
+            "register_task",
+            "split_generator",
+        ),
         "._task_check": ("check_task",),
     },
     "depth models": {
-        ".models.base": ("DepthModel", "check_model", "list_models", "make_model",
-                         "register_model"),
+        ".models.base": (
+            "DepthModel",
+            "check_model",
+            "list_models",
+            "make_model",
+            "register_model",
+        ),
         ".models.params": ("count_parameters",),
     },
     "experiments and training": {
-        ".experiment.config": ("ComparisonSpec", "ConfigError", "ExperimentConfig", "ModelEntry",
-                               "TaskEntry", "TrainConfig"),
+        ".experiment.config": (
+            "ComparisonSpec",
+            "ConfigError",
+            "ExperimentConfig",
+            "ModelEntry",
+            "TaskEntry",
+            "TrainConfig",
+        ),
         ".experiment.reader": ("load_experiment", "parse_experiment"),
         ".experiment.cells": ("expand_cells",),
         ".experiment.runner": ("run_experiment",),
@@ -58,8 +85,9 @@ API: dict[str, dict[str, tuple[str, ...]]] = {
         ".analysis.figures": ("make_figures",),
     },
 }
-_HOME = {name: module for group in API.values() for module, names in group.items()
-         for name in names}
+_HOME = {
+    name: module for group in API.values() for module, names in group.items() for name in names
+}
 #: The subpackages, reachable as attributes (``ddl_dynamics.experiment.store``) once imported.
 _SUBPACKAGES = ("analysis", "bench", "experiment", "models", "publish", "tasks")
 

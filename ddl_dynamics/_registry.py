@@ -107,8 +107,9 @@ def _entries(doc: str) -> dict[str, str]:
         start = re.match(r"    (\w+(?:, \w+)*): (.*)", line)
         if start:
             text = start[2]
-            for names, said in re.findall(r"(?:^|(?<=\. ))(\w+(?:, \w+)*): (.*?)(?=\. \w+: |$)",
-                                          f"{start[1]}: {text}"):
+            for names, said in re.findall(
+                r"(?:^|(?<=\. ))(\w+(?:, \w+)*): (.*?)(?=\. \w+: |$)", f"{start[1]}: {text}"
+            ):
                 for name in names.split(", "):
                     entries[name] = said.strip()
                 current = names.split(", ")[-1]
@@ -123,10 +124,10 @@ def _clauses(text: str) -> list[str]:
     clauses, depth, start = [], 0, 0
     literal = False
     for i, char in enumerate(text):
-        literal ^= text[i:i + 2] == "``" and text[i - 1:i] != "`"
+        literal ^= text[i : i + 2] == "``" and text[i - 1 : i] != "`"
         depth += 0 if literal else {"(": 1, ")": -1}.get(char, 0)
-        if depth <= 0 and char in ".;" and text[i + 1:i + 2] in (" ", ""):
-            clauses.append(text[start:i + 1].strip())
+        if depth <= 0 and char in ".;" and text[i + 1 : i + 2] in (" ", ""):
+            clauses.append(text[start : i + 1].strip())
             start = i + 1
     clauses.append(text[start:].strip())
     return [c for c in clauses if c]

@@ -127,8 +127,10 @@ class Expectation:
         if self.relation not in ("better", "worse"):
             raise ValueError(f"relation must be 'better' or 'worse', got {self.relation!r}")
         if self.split != "test" and self.requires is None:
-            raise ValueError(f"a claim on split {self.split!r} must state `requires`, the test "
-                             "metric the model has to reach in distribution first")
+            raise ValueError(
+                f"a claim on split {self.split!r} must state `requires`, the test "
+                "metric the model has to reach in distribution first"
+            )
 
 
 def split_generator(seed: int, split: str) -> torch.Generator:
@@ -173,8 +175,10 @@ def held_out(draw: Callable[[int], Tensor], n: int, split: str, rounds: int = 10
         found += len(mine)
         if found >= n:
             return torch.cat(kept)[:n]
-    raise ValueError(f"found {found} of {n} {split} examples in {rounds} rounds of draws: the "
-                     "input space is too small to hold out a share for every split")
+    raise ValueError(
+        f"found {found} of {n} {split} examples in {rounds} rounds of draws: the "
+        "input space is too small to hold out a share for every split"
+    )
 
 
 def content_overlap(task: Task, split: str, n: int = 256, seed: int = 0) -> float:
@@ -291,8 +295,7 @@ class Task(ABC):
 
     def loss(self, pred: Tensor, target: Tensor) -> Tensor:
         if self.loss_name == "ce":  # logits (..., classes) against class ids (...)
-            return F.cross_entropy(pred.flatten(0, -2), target.flatten(),
-                                   ignore_index=IGNORE_INDEX)
+            return F.cross_entropy(pred.flatten(0, -2), target.flatten(), ignore_index=IGNORE_INDEX)
         if self.loss_name == "bce":
             return F.binary_cross_entropy_with_logits(pred, target)
         return F.mse_loss(pred, target)
@@ -304,8 +307,9 @@ class Task(ABC):
         if type(self).loss is not Task.loss:
             return torch.stack([self.loss(p, t) for p, t in zip(preds, targets, strict=True)])
         if self.loss_name == "ce":  # the mean over each member's scored positions
-            each = F.cross_entropy(preds.flatten(0, -2), targets.flatten(),
-                                   ignore_index=IGNORE_INDEX, reduction="none")
+            each = F.cross_entropy(
+                preds.flatten(0, -2), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+            )
             scored = (targets != IGNORE_INDEX).flatten(1).sum(1)
             return each.view(len(preds), -1).sum(1) / scored
         if self.loss_name == "bce":

@@ -52,14 +52,17 @@ def check_task(task: Task, n: int = 8, seed: int = 0, n_overlap: int = 256) -> s
         else:
             _check_vectors(task, data, f"{name}[{split}]")
         again = task.sample(n, seed, split)
-        if not (torch.equal(data.inputs, again.inputs)
-                and torch.equal(data.targets, again.targets)):
+        if not (
+            torch.equal(data.inputs, again.inputs) and torch.equal(data.targets, again.targets)
+        ):
             raise TaskCheckError(f"{name}[{split}]: sample is not deterministic in its seed")
         _check_scoring(task, data, name)
     overlaps = _check_held_out(task, name, n_overlap, seed)
-    return (f"{name}: ok ({n} samples of each split: {', '.join(task.splits)}; shapes, "
-            "dtypes, finiteness, determinism, loss and metric; content shared with "
-            f"train: {', '.join(overlaps)})")
+    return (
+        f"{name}: ok ({n} samples of each split: {', '.join(task.splits)}; shapes, "
+        "dtypes, finiteness, determinism, loss and metric; content shared with "
+        f"train: {', '.join(overlaps)})"
+    )
 
 
 def _check_declared(task: Task, name: str) -> None:
@@ -81,27 +84,34 @@ def _check_vectors(task: Task, data: TaskData, where: str) -> None:
         raise TaskCheckError(f"{where}: inputs {tuple(data.inputs.shape)} != {(n, task.in_dim)}")
     want = (n, task.out_dim) if task.supervise == "final" else (n, steps, task.out_dim)
     if tuple(data.targets.shape) != want:
-        raise TaskCheckError(f"{where}: targets {tuple(data.targets.shape)} != {want}"
-                             + _supervise_hint(task, data.targets.dim()))
+        raise TaskCheckError(
+            f"{where}: targets {tuple(data.targets.shape)} != {want}"
+            + _supervise_hint(task, data.targets.dim())
+        )
     if task.control_dim:
         if data.controls is None:
             raise TaskCheckError(f"{where}: control_dim>0 but no controls")
         if tuple(data.controls.shape) != (n, steps, task.control_dim):
-            raise TaskCheckError(f"{where}: controls {tuple(data.controls.shape)} != "
-                                 f"{(n, steps, task.control_dim)}")
+            raise TaskCheckError(
+                f"{where}: controls {tuple(data.controls.shape)} != {(n, steps, task.control_dim)}"
+            )
     elif data.controls is not None:
         raise TaskCheckError(f"{where}: controls given but control_dim=0")
     if data.trajectory is not None and data.trajectory.shape[:2] != (n, steps + 1):
-        raise TaskCheckError(f"{where}: trajectory {tuple(data.trajectory.shape)} "
-                             "is not (n, steps+1, ·)")
+        raise TaskCheckError(
+            f"{where}: trajectory {tuple(data.trajectory.shape)} is not (n, steps+1, ·)"
+        )
     if data.step_regimes is not None:
         regimes = data.step_regimes
         if tuple(regimes.shape) != (n, steps) or regimes.is_floating_point():
             raise TaskCheckError(f"{where}: step_regimes must be integers of shape {(n, steps)}")
         if not ((regimes >= -1) & (regimes < len(REGIMES))).all():
             raise TaskCheckError(f"{where}: step_regimes must be −1 or an index in REGIMES")
-    for label, t in (("inputs", data.inputs), ("targets", data.targets),
-                     ("controls", data.controls)):
+    for label, t in (
+        ("inputs", data.inputs),
+        ("targets", data.targets),
+        ("controls", data.controls),
+    ):
         if t is not None:
             if t.dtype != torch.float32:  # the models' dtype: other floats fail
                 raise TaskCheckError(f"{where}: {label} must be float32, got {t.dtype}")
@@ -155,8 +165,10 @@ def _check_tokens(task: Task, data: TaskData, where: str) -> None:
     """The split of a sequence task: int64 tokens and targets ``(n, T)`` in range, and at
     least one scored position in every sequence."""
     shape = (len(data), data.steps)
-    for label, t, size in (("inputs", data.inputs, task.in_dim),
-                           ("targets", data.targets, task.out_dim)):
+    for label, t, size in (
+        ("inputs", data.inputs, task.in_dim),
+        ("targets", data.targets, task.out_dim),
+    ):
         if t.dtype != torch.int64:
             raise TaskCheckError(f"{where}: {label} must be int64 tokens, got {t.dtype}")
         if tuple(t.shape) != shape:
@@ -177,5 +189,7 @@ def _supervise_hint(task: Task, dims: int) -> str:
     if other is None or other == task.supervise:
         return ""
     per = "every depth step" if other == "trajectory" else "the final state only"
-    return (f"; the targets supervise {per}: set supervise = {other!r} on "
-            f"{type(task).__name__} (a class attribute)")
+    return (
+        f"; the targets supervise {per}: set supervise = {other!r} on "
+        f"{type(task).__name__} (a class attribute)"
+    )

@@ -44,14 +44,18 @@ def _tasks(args: argparse.Namespace) -> int:
         return 0
     cls, task = TASKS.get(args.name), make_task(args.name)
     print(f"{args.name}: {_plain(first_paragraph(cls))}")
-    print(f"kind {task.kind}; metric {task.metric_name} "
-          f"({'higher' if task.higher_is_better else 'lower'} is better); "
-          f"splits {', '.join(task.splits)}" + (f"; knob {task.knob}" if task.knob else ""))
+    print(
+        f"kind {task.kind}; metric {task.metric_name} "
+        f"({'higher' if task.higher_is_better else 'lower'} is better); "
+        f"splits {', '.join(task.splits)}" + (f"; knob {task.knob}" if task.knob else "")
+    )
     if task.regime:
         print(f"probes: {task.regime}")
-    _print_options("spec fields (an experiment file sets them in its [[tasks]] entry's spec)",
-                   [(f.name, f.type, getattr(task, f.name)) for f in dataclasses.fields(task)],
-                   cls)
+    _print_options(
+        "spec fields (an experiment file sets them in its [[tasks]] entry's spec)",
+        [(f.name, f.type, getattr(task, f.name)) for f in dataclasses.fields(task)],
+        cls,
+    )
     return 0
 
 
@@ -67,9 +71,11 @@ def _models(args: argparse.Namespace) -> int:
     factory = MODELS.get(args.name)
     print(f"{args.name}: {_plain(first_paragraph(factory))}")
     options = model_options(args.name)
-    _print_options("options (an experiment file sets them in its [[models]] entry)",
-                   [(name, hint, default) for name, (default, hint) in options.items()],
-                   factory)
+    _print_options(
+        "options (an experiment file sets them in its [[models]] entry)",
+        [(name, hint, default) for name, (default, hint) in options.items()],
+        factory,
+    )
     return 0
 
 
@@ -107,8 +113,11 @@ def _run(args: argparse.Namespace) -> int:
     from .experiment.reader import load_experiment
     from .experiment.runner import plan, run_experiment
 
-    options = RunOptions(tuple(args.set), None if args.seeds is None else parse_seeds(args.seeds),
-                         {} if args.only is None else parse_only(args.only))
+    options = RunOptions(
+        tuple(args.set),
+        None if args.seeds is None else parse_seeds(args.seeds),
+        {} if args.only is None else parse_only(args.only),
+    )
     for task_file in args.task_file:  # before the experiment names their tasks
         load_task_file(task_file)
     config = load_experiment(args.experiment, options)
@@ -116,15 +125,24 @@ def _run(args: argparse.Namespace) -> int:
         print("\n".join(plan(config, args.run_dir, args.device, options.only, args.vectorize)))
         return 0
     summary = run_experiment(
-        config, run_dir=args.run_dir, jobs=args.jobs, device=args.device,
-        only=options.only or None, backend=args.backend, task_files=args.task_file,
-        retry_failed=args.retry == "failed", vectorize=args.vectorize, address=args.address,
+        config,
+        run_dir=args.run_dir,
+        jobs=args.jobs,
+        device=args.device,
+        only=options.only or None,
+        backend=args.backend,
+        task_files=args.task_file,
+        retry_failed=args.retry == "failed",
+        vectorize=args.vectorize,
+        address=args.address,
     )
     report = write_report(summary.run_dir)
     counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items())
     others = f", {summary.others} by other runs" if summary.others else ""
-    print(f"{summary.name}: {counts} ({summary.ran} trained, {summary.skipped} already done"
-          f"{others}) in {summary.wall_time:.1f} s")
+    print(
+        f"{summary.name}: {counts} ({summary.ran} trained, {summary.skipped} already done"
+        f"{others}) in {summary.wall_time:.1f} s"
+    )
     print(f"report: {report}")
     return 0 if summary.ok else 1
 
@@ -136,9 +154,13 @@ def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected at least 1 timed repeat, got {args.repeats}")
     path = bench_output(args.run_dir, args.output)
-    results = run_bench(args.parts.split(","), args.experiment,
-                        parse_only(args.only) if args.only else None, _seeds(args.seeds),
-                        args.repeats)
+    results = run_bench(
+        args.parts.split(","),
+        args.experiment,
+        parse_only(args.only) if args.only else None,
+        _seeds(args.seeds),
+        args.repeats,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
     print(f"\nbench: {path}")
@@ -174,67 +196,108 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _tasks_parser(tasks: argparse.ArgumentParser) -> None:
-    tasks.add_argument("name", nargs="?", help="a task: print its spec fields, their defaults "
-                                               "and what they mean")
+    tasks.add_argument(
+        "name", nargs="?", help="a task: print its spec fields, their defaults and what they mean"
+    )
     _task_file_option(tasks, "its tasks are listed too")
     tasks.set_defaults(func=_tasks)
 
 
 def _models_parser(models: argparse.ArgumentParser) -> None:
-    models.add_argument("name", nargs="?", help="a model: print its options, their defaults "
-                                                "and what they mean")
+    models.add_argument(
+        "name", nargs="?", help="a model: print its options, their defaults and what they mean"
+    )
     _task_file_option(models, "what it registers is listed too")
     models.set_defaults(func=_models)
 
 
 def _run_parser(run: argparse.ArgumentParser) -> None:
     run.add_argument("experiment", help="the experiment TOML file")
-    run.add_argument("--jobs", type=int, default=1,
-                     help="cells trained at once, each worker on one torch thread (default 1: "
-                          "in this process; give the idle cores, e.g. --jobs 2 as the "
-                          "documented timings do)")
+    run.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="cells trained at once, each worker on one torch thread (default 1: "
+        "in this process; give the idle cores, e.g. --jobs 2 as the "
+        "documented timings do)",
+    )
     run.add_argument("--device", choices=("cpu", "cuda"), help="override every cell's device")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="set a key of the file, e.g. train.steps=300 or "
-                          "tasks.parity.spec.length=8 (a TOML value; repeatable); checked "
-                          "like the file and kept in the run's record")
-    run.add_argument("--seeds", help="how many seeds (the file's first N), or the seeds "
-                                     "themselves, comma-separated (0,1,2)")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a key of the file, e.g. train.steps=300 or "
+        "tasks.parity.spec.length=8 (a TOML value; repeatable); checked "
+        "like the file and kept in the run's record",
+    )
+    run.add_argument(
+        "--seeds",
+        help="how many seeds (the file's first N), or the seeds "
+        "themselves, comma-separated (0,1,2)",
+    )
     run.add_argument("--only", help="restrict to labels, e.g. task=parity,model=ddl")
-    run.add_argument("--dry-run", action="store_true",
-                     help="list the cells and groups that would train (grid, seeds, members "
-                          "folded per group) and exit without training")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the cells and groups that would train (grid, seeds, members "
+        "folded per group) and exit without training",
+    )
     _task_file_option(run, "a copy is kept in the run folder")
     run.add_argument("--run-dir", help="the run folder (default runs/<name>)")
-    run.add_argument("--backend", choices=("local", "ray"), default="local",
-                     help="local: worker processes on this machine (default); ray: the cells "
-                          "as Ray tasks, on a local instance or the cluster of --address")
-    run.add_argument("--address", help="with --backend ray: the cluster to join, e.g. auto "
-                                       "or ray://HOST:10001 (default: start a local instance)")
-    run.add_argument("--no-vectorize", dest="vectorize", action="store_false",
-                     help="train every seed on its own (default: the seeds of a cell train "
-                          "together where the model allows)")
-    run.add_argument("--retry", choices=("failed",),
-                     help="'failed': also train again the cells that diverged or were capped "
-                          "(failed cells always run again)")
+    run.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="local: worker processes on this machine (default); ray: the cells "
+        "as Ray tasks, on a local instance or the cluster of --address",
+    )
+    run.add_argument(
+        "--address",
+        help="with --backend ray: the cluster to join, e.g. auto "
+        "or ray://HOST:10001 (default: start a local instance)",
+    )
+    run.add_argument(
+        "--no-vectorize",
+        dest="vectorize",
+        action="store_false",
+        help="train every seed on its own (default: the seeds of a cell train "
+        "together where the model allows)",
+    )
+    run.add_argument(
+        "--retry",
+        choices=("failed",),
+        help="'failed': also train again the cells that diverged or were capped "
+        "(failed cells always run again)",
+    )
     run.set_defaults(func=_run)
 
 
 def _bench_parser(bench: argparse.ArgumentParser) -> None:
     from .bench.run import BENCH_PARTS
 
-    bench.add_argument("--parts", default=",".join(BENCH_PARTS),
-                       help=f"comma-separated, of {', '.join(BENCH_PARTS)} (default: all; "
-                            "cuda is skipped where CUDA is not available)")
-    bench.add_argument("--experiment", default="experiments/regimes.toml",
-                       help="the suite to time (default experiments/regimes.toml)")
-    bench.add_argument("--only", default="task=overwrite,task=parity",
-                       help="the suite's subset (default task=overwrite,task=parity: 39 of "
-                            "regimes.toml's 99 cells; '' for all of it)")
+    bench.add_argument(
+        "--parts",
+        default=",".join(BENCH_PARTS),
+        help=f"comma-separated, of {', '.join(BENCH_PARTS)} (default: all; "
+        "cuda is skipped where CUDA is not available)",
+    )
+    bench.add_argument(
+        "--experiment",
+        default="experiments/regimes.toml",
+        help="the suite to time (default experiments/regimes.toml)",
+    )
+    bench.add_argument(
+        "--only",
+        default="task=overwrite,task=parity",
+        help="the suite's subset (default task=overwrite,task=parity: 39 of "
+        "regimes.toml's 99 cells; '' for all of it)",
+    )
     bench.add_argument("--seeds", help="comma-separated seeds, overriding the suite's")
     bench.add_argument("--repeats", type=int, default=20, help="timed repeats per call")
-    bench.add_argument("--run-dir", default="runs/bench",
-                       help="writes RUN_DIR/bench.json (default runs/bench)")
+    bench.add_argument(
+        "--run-dir", default="runs/bench", help="writes RUN_DIR/bench.json (default runs/bench)"
+    )
     bench.add_argument("--output", help="write the JSON here instead")
     bench.set_defaults(func=_bench)
 
@@ -243,17 +306,25 @@ def _report_parser(report: argparse.ArgumentParser) -> None:
     from .analysis.render.formats import RENDERERS
 
     report.add_argument("run_dir", help="the run folder, e.g. runs/quick")
-    report.add_argument("--format", choices=[*sorted(RENDERERS), "html"], default="md",
-                        help="md, json (to stdout), csv (one line per cell: task, model, "
-                             "seed, grid values, status, each metric a column) or html "
-                             "(figures embedded, written to RUN_DIR/report.html)")
+    report.add_argument(
+        "--format",
+        choices=[*sorted(RENDERERS), "html"],
+        default="md",
+        help="md, json (to stdout), csv (one line per cell: task, model, "
+        "seed, grid values, status, each metric a column) or html "
+        "(figures embedded, written to RUN_DIR/report.html)",
+    )
     report.add_argument("--output", help="write to this file instead")
     _task_file_option(report, "instead of the run's kept copy")
-    report.add_argument("--no-task-files", dest="task_files", action="store_false",
-                        help="import none of the task files the run folder keeps (a run "
-                             "folder holds Python that report, plot, compare and publish "
-                             "otherwise import: read only folders you trust); its tasks "
-                             "must be built in or given with --task-file")
+    report.add_argument(
+        "--no-task-files",
+        dest="task_files",
+        action="store_false",
+        help="import none of the task files the run folder keeps (a run "
+        "folder holds Python that report, plot, compare and publish "
+        "otherwise import: read only folders you trust); its tasks "
+        "must be built in or given with --task-file",
+    )
     report.set_defaults(func=_report)
 
 
@@ -262,18 +333,23 @@ def _plot_parser(plot: argparse.ArgumentParser) -> None:
 
     plot.formatter_class = argparse.RawDescriptionHelpFormatter
     kinds = {**FIGURE_HELP, "all": "every kind above"}
-    plot.epilog = "figure kinds:\n" + "\n".join(f"  {k:13} {_plain(text)}"
-                                                for k, text in kinds.items())
+    plot.epilog = "figure kinds:\n" + "\n".join(
+        f"  {k:13} {_plain(text)}" for k, text in kinds.items()
+    )
     plot.add_argument("kind", choices=[*FIGURE_KINDS, "all"], help="the figures to draw (below)")
     plot.add_argument("run_dir", help="the run folder, e.g. runs/quick")
     _task_file_option(plot, "instead of the run's kept copy")
     plot.set_defaults(func=_plot)
 
 
-
 def _task_file_option(parser: argparse.ArgumentParser, note: str) -> None:
-    parser.add_argument("--task-file", action="append", default=[], metavar="FILE",
-                        help=f"a Python file registering tasks (repeatable; {note})")
+    parser.add_argument(
+        "--task-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help=f"a Python file registering tasks (repeatable; {note})",
+    )
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -285,8 +361,10 @@ def _plot(args: argparse.Namespace) -> int:
     for path in paths:
         print(path)
     if not paths:
-        print(f"ddl-dyn: no figures of kind {args.kind!r}: nothing in {args.run_dir} to draw",
-              file=sys.stderr)
+        print(
+            f"ddl-dyn: no figures of kind {args.kind!r}: nothing in {args.run_dir} to draw",
+            file=sys.stderr,
+        )
     for kind, reason in paths.skipped.items():
         print(f"ddl-dyn: nothing to draw for {kind}: {reason}", file=sys.stderr)
     return 0 if paths else 1
@@ -294,22 +372,27 @@ def _plot(args: argparse.Namespace) -> int:
 
 # --- published results: publish a run, regenerate the docs from them, check a rerun
 
+
 def _publish_parser(publish: argparse.ArgumentParser) -> None:
     publish.add_argument("run_dir", help="the run folder, e.g. runs/regimes")
     publish.add_argument("--name", help="the study's name (default: the experiment's)")
-    publish.add_argument("--results", default="results",
-                         help="the results folder (default results)")
-    publish.add_argument("--command", help="what ran it, for run.json (default: ddl-dyn run "
-                                           "experiments/NAME.toml)")
-    publish.add_argument("--allow-partial", action="store_true",
-                         help="publish a run that did not end, lacks cells or finished none "
-                              "(refused otherwise); run.json and the page say what it lacks")
+    publish.add_argument(
+        "--results", default="results", help="the results folder (default results)"
+    )
+    publish.add_argument(
+        "--command", help="what ran it, for run.json (default: ddl-dyn run experiments/NAME.toml)"
+    )
+    publish.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="publish a run that did not end, lacks cells or finished none "
+        "(refused otherwise); run.json and the page say what it lacks",
+    )
     publish.set_defaults(func=_publish)
 
 
 def _docs_parser(docs: argparse.ArgumentParser) -> None:
-    docs.add_argument("--results", default="results",
-                      help="the results folder (default results)")
+    docs.add_argument("--results", default="results", help="the results folder (default results)")
     docs.add_argument("--out", default=".", help="the repository root to write (default .)")
     docs.set_defaults(func=_docs)
 
@@ -323,9 +406,12 @@ def _compare_parser(compare: argparse.ArgumentParser) -> None:
 def _completion_parser(completion: argparse.ArgumentParser) -> None:
     from .completion import SHELLS
 
-    completion.add_argument("shell", choices=SHELLS,
-                            help="the shell to write for: save the script once and load it "
-                                 "from your shell's startup file (see Getting started)")
+    completion.add_argument(
+        "shell",
+        choices=SHELLS,
+        help="the shell to write for: save the script once and load it "
+        "from your shell's startup file (see Getting started)",
+    )
     _task_file_option(completion, "its task and model names are completed too")
     completion.set_defaults(func=_completion)
 
@@ -374,17 +460,27 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
     "tasks": ("list the registered tasks, or one task's spec fields", _tasks_parser),
     "models": ("list the registered models, or one model's options", _models_parser),
     "run": ("run an experiment file (resumes a killed run)", _run_parser),
-    "bench": ("time the operator, training steps and a suite; print tables and write JSON",
-              _bench_parser),
+    "bench": (
+        "time the operator, training steps and a suite; print tables and write JSON",
+        _bench_parser,
+    ),
     "report": ("aggregate a run folder into tables", _report_parser),
     "plot": ("draw figures of a run folder into RUN_DIR/figures", _plot_parser),
-    "publish": ("write a run's reference results to results/NAME (report JSON, figures, "
-                "config)", _publish_parser),
+    "publish": (
+        "write a run's reference results to results/NAME (report JSON, figures, config)",
+        _publish_parser,
+    ),
     "docs": ("regenerate the README headline and the study pages from results/", _docs_parser),
-    "compare": ("check a rerun against a published reference: how its config differs, then "
-                "each comparison both ran (exit 1 where one differs)", _compare_parser),
-    "completion": ("print a completion script for bash or zsh (subcommands, options, their "
-                   "choices, task and model names)", _completion_parser),
+    "compare": (
+        "check a rerun against a published reference: how its config differs, then "
+        "each comparison both ran (exit 1 where one differs)",
+        _compare_parser,
+    ),
+    "completion": (
+        "print a completion script for bash or zsh (subcommands, options, their "
+        "choices, task and model names)",
+        _completion_parser,
+    ),
 }
 
 
@@ -392,7 +488,8 @@ def _parser(argv: Sequence[str] = (), every: bool = False) -> argparse.ArgumentP
     """The command line's parser, with the arguments of the subcommand ``argv`` names (its
     first word that is not an option), or of ``every`` one (for a completion script)."""
     parser = argparse.ArgumentParser(
-        prog="ddl-dyn", description="Deep Delta Learning dynamics benchmark suite.")
+        prog="ddl-dyn", description="Deep Delta Learning dynamics benchmark suite."
+    )
     parser.add_argument("--version", action="version", version=f"ddl-dyn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = next((word for word in argv if not word.startswith("-")), None)
@@ -433,15 +530,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        print("ddl-dyn: interrupted; finished cells are stored, rerun to resume",
-              file=sys.stderr)
+        print("ddl-dyn: interrupted; finished cells are stored, rerun to resume", file=sys.stderr)
         return INTERRUPTED
     except Exception as err:
         if bad_usage(err):
             print(f"ddl-dyn: error: {_one_line(err)}", file=sys.stderr)
             return 2
-        print(f"ddl-dyn: internal error (a bug, not your input): {type(err).__name__}: "
-              f"{_one_line(err)}; traceback in {save_traceback(err)}", file=sys.stderr)
+        print(
+            f"ddl-dyn: internal error (a bug, not your input): {type(err).__name__}: "
+            f"{_one_line(err)}; traceback in {save_traceback(err)}",
+            file=sys.stderr,
+        )
         return 3
 
 
@@ -450,16 +549,16 @@ def _check_paths(args: argparse.Namespace) -> None:
     put a run's store)."""
     for name in ("run_dir", "output"):
         if getattr(args, name, None) == "":
-            raise ValueError(f"{name}: an empty path (it would be the current folder); give "
-                             "a name")
+            raise ValueError(f"{name}: an empty path (it would be the current folder); give a name")
 
 
 def _one_line(message: object) -> str:
     return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
 
 
-def _show_warning(message: Warning | str, category: type[Warning], *args: Any,
-                  **kwargs: Any) -> None:
+def _show_warning(
+    message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any
+) -> None:
     print(f"ddl-dyn: warning: {_one_line(message)}", file=sys.stderr)
 
 

@@ -68,8 +68,11 @@ def _words(values: Iterable[object]) -> str:
 def _case(function: str, arms: Mapping[str, str]) -> str:
     """A shell function that echoes the words of the arm its arguments name."""
     lines = [f"{function}() {{", '    case "$*" in']
-    lines += [f"        {shlex.quote(key)}) echo {shlex.quote(words)} ;;"
-              for key, words in arms.items() if words]
+    lines += [
+        f"        {shlex.quote(key)}) echo {shlex.quote(words)} ;;"
+        for key, words in arms.items()
+        if words
+    ]
     return "\n".join([*lines, "    esac", "}", ""])
 
 
@@ -81,8 +84,9 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {}
 
 
-def _arms(name: str, parser: argparse.ArgumentParser, names: Sequence[str]
-          ) -> tuple[str, str, dict[str, str]]:
+def _arms(
+    name: str, parser: argparse.ArgumentParser, names: Sequence[str]
+) -> tuple[str, str, dict[str, str]]:
     """A subcommand's options, those that take a value, and its choices by option or by
     argument (``@0``: its first argument's, ``names`` where it states none)."""
     options: list[str] = []
@@ -94,17 +98,20 @@ def _arms(name: str, parser: argparse.ArgumentParser, names: Sequence[str]
             options += action.option_strings
             if action.nargs != 0:
                 takes += action.option_strings
-                choices.update({f"{name} {o}": _words(action.choices or ())
-                                for o in action.option_strings})
+                choices.update(
+                    {f"{name} {o}": _words(action.choices or ()) for o in action.option_strings}
+                )
         else:
-            choices[f"{name} @{position}"] = _words(action.choices or
-                                                    (names if position == 0 else ()))
+            choices[f"{name} @{position}"] = _words(
+                action.choices or (names if position == 0 else ())
+            )
             position += 1
     return _words(options), _words(takes), choices
 
 
-def script(parser: argparse.ArgumentParser, shell: str, prog: str,
-           names: Mapping[str, Sequence[str]]) -> str:
+def script(
+    parser: argparse.ArgumentParser, shell: str, prog: str, names: Mapping[str, Sequence[str]]
+) -> str:
     """The completion script for ``shell`` (`SHELLS`) of ``parser``, whose subcommands are
     all built; ``names`` completes the first argument of a subcommand that lists no
     choices (the task and model names)."""
@@ -118,9 +125,16 @@ def script(parser: argparse.ArgumentParser, shell: str, prog: str,
         options[name], takes[name], mine = _arms(name, sub, names.get(name, ()))
         choices.update(mine)
     top = [*commands, *(o for a in parser._actions for o in a.option_strings)]
-    head = (f"# {prog} completion for {shell}, written by `{prog} completion {shell}`; load it "
-            f"from ~/.{shell}rc (see the docs' Getting started)\n")
-    return "\n".join([head + (ZSH_PREAMBLE if shell == "zsh" else ""),
-                      _case("_ddl_dyn_options", options), _case("_ddl_dyn_takes", takes),
-                      _case("_ddl_dyn_choices", choices),
-                      FUNCTION % {"commands": _words(top)}])
+    head = (
+        f"# {prog} completion for {shell}, written by `{prog} completion {shell}`; load it "
+        f"from ~/.{shell}rc (see the docs' Getting started)\n"
+    )
+    return "\n".join(
+        [
+            head + (ZSH_PREAMBLE if shell == "zsh" else ""),
+            _case("_ddl_dyn_options", options),
+            _case("_ddl_dyn_takes", takes),
+            _case("_ddl_dyn_choices", choices),
+            FUNCTION % {"commands": _words(top)},
+        ]
+    )

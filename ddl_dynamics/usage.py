@@ -29,8 +29,11 @@ def bad_usage(err: Exception) -> bool:
         return True
     if isinstance(err, ValueError) and type(err).__module__.startswith(PACKAGE + "."):
         return True
-    caps = tuple(getattr(sys.modules[f"{PACKAGE}.{module}"], name)
-                 for module, name in CAPS if f"{PACKAGE}.{module}" in sys.modules)
+    caps = tuple(
+        getattr(sys.modules[f"{PACKAGE}.{module}"], name)
+        for module, name in CAPS
+        if f"{PACKAGE}.{module}" in sys.modules
+    )
     if isinstance(err, caps):
         return True
     return isinstance(err, ValueError | ImportError) and _raised_here(err)
@@ -51,18 +54,21 @@ def _raised_here(err: BaseException) -> bool:
     if dis.opname[code.co_code[frames.tb_lasti]] != "RAISE_VARARGS":
         return False
     where = Path(code.co_filename).resolve()
-    libraries = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib",
-                                                        "platlib")}
+    libraries = {
+        sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
     return where.is_relative_to(Path(__file__).resolve().parent) or not any(
-        where.is_relative_to(Path(path).resolve()) for path in libraries if path)
+        where.is_relative_to(Path(path).resolve()) for path in libraries if path
+    )
 
 
 def save_traceback(err: BaseException) -> str:
     """Where the traceback of ``err`` went: a new temporary file, else stderr."""
     text = "".join(traceback.format_exception(err))
     try:
-        with tempfile.NamedTemporaryFile("w", prefix="ddl-dyn-traceback-", suffix=".txt",
-                                         delete=False) as file:
+        with tempfile.NamedTemporaryFile(
+            "w", prefix="ddl-dyn-traceback-", suffix=".txt", delete=False
+        ) as file:
             file.write(text)
         return file.name
     except OSError:

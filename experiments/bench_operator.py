@@ -30,17 +30,26 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--accumulate", action="store_true",
-                        help="add gradients into the inputs' .grad instead of returning them")
+    parser.add_argument(
+        "--accumulate",
+        action="store_true",
+        help="add gradients into the inputs' .grad instead of returning them",
+    )
     args = parser.parse_args()
     config = {
         "dims": [int(d) for d in args.dims.split(",")],
         "value_channels": [int(d) for d in args.value_channels.split(",")],
-        "elements": args.elements, "repeats": args.repeats, "threads": args.threads,
-        "device": args.device, "dtype": args.dtype, "accumulate": args.accumulate,
+        "elements": args.elements,
+        "repeats": args.repeats,
+        "threads": args.threads,
+        "device": args.device,
+        "dtype": args.dtype,
+        "accumulate": args.accumulate,
     }
-    print(f"torch={torch.__version__} load={machine_load()} " + " ".join(
-        f"{key}={value}" for key, value in config.items()))
+    print(
+        f"torch={torch.__version__} load={machine_load()} "
+        + " ".join(f"{key}={value}" for key, value in config.items())
+    )
     rows = bench_operator(**{**config, "dtype": getattr(torch, args.dtype)})
     print(format_operator_table(rows))
     print(f"load={machine_load()}")

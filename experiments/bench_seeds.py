@@ -39,8 +39,7 @@ class VmapEnsemble(nn.Module):
 
     def forward(self, x: Tensor, u: Tensor | None = None, **kwargs: object) -> Tensor:
         def one(params: dict[str, Tensor], x: Tensor, u: Tensor | None) -> Tensor:
-            return functional_call(self.base[0], (params, self.buffers_), (x,),
-                                   {"u": u, **kwargs})
+            return functional_call(self.base[0], (params, self.buffers_), (x,), {"u": u, **kwargs})
 
         params = dict(zip(self.names, self.stacked, strict=True))
         xs = x.unflatten(0, (self.size, -1))
@@ -60,27 +59,44 @@ def main() -> None:
     print(f"load {machine_load()}; CPU ms per step of all seeds (× one by one)")
     for family in args.families.split(","):
         for size in map(int, args.seeds.split(",")):
+
             def models(family: str = family, size: int = size) -> list[nn.Module]:
                 built = []
                 for seed in range(size):
                     torch.manual_seed(seed)
-                    built.append(dd.make_model(family, in_dim=task.in_dim, out_dim=task.out_dim,
-                                               control_dim=task.control_dim))
+                    built.append(
+                        dd.make_model(
+                            family,
+                            in_dim=task.in_dim,
+                            out_dim=task.out_dim,
+                            control_dim=task.control_dim,
+                        )
+                    )
                 return built
 
             parts = [task.sample(128, seed, "train") for seed in range(size)]
             vmapped = VmapEnsemble(models())
             one_by_one = [alone(m) for m in models()]
-            ways = {"one by one": TrainingStep(task, cfg, one_by_one, parts),
-                    "vmap": TrainingStep(task, cfg, [Ensemble(vmapped, models(), [
-                        (p, []) for p in vmapped.stacked])], [fold_data(parts)]),
-                    "folded": TrainingStep(task, cfg, [fold(models())], [fold_data(parts)])}
+            ways = {
+                "one by one": TrainingStep(task, cfg, one_by_one, parts),
+                "vmap": TrainingStep(
+                    task,
+                    cfg,
+                    [Ensemble(vmapped, models(), [(p, []) for p in vmapped.stacked])],
+                    [fold_data(parts)],
+                ),
+                "folded": TrainingStep(task, cfg, [fold(models())], [fold_data(parts)]),
+            }
             calls = {name: step.run for name, step in ways.items()}
             times = median_times(calls, args.repeats, time.thread_time, lambda: None)
             alone_ms = 1e3 * times["one by one"]
-            print(f"{family:8} S={size}: " + ", ".join(
-                f"{name} {1e3 * t:5.1f} ({1e3 * t / alone_ms:.2f}×)" for name, t in times.items()))
-
+            print(
+                f"{family:8} S={size}: "
+                + ", ".join(
+                    f"{name} {1e3 * t:5.1f} ({1e3 * t / alone_ms:.2f}×)"
+                    for name, t in times.items()
+                )
+            )
 
 
 if __name__ == "__main__":

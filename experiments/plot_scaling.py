@@ -35,8 +35,9 @@ def scaling_figure(rows: list[dict[str, Any]], title: str = "") -> Figure:
                 lines[r["family"]].append((r["value"], r["ms"], r["bytes"] / 2**20))
         for family, points in lines.items():
             values, ms, mib = zip(*sorted(points), strict=True)
-            style = ({"color": "black", "linewidth": 2.5, "zorder": 3}
-                     if family == STEP_BASELINE else {})
+            style = (
+                {"color": "black", "linewidth": 2.5, "zorder": 3} if family == STEP_BASELINE else {}
+            )
             grid[0, col].plot(values, ms, marker="o", label=family, **style)
             grid[1, col].plot(values, mib, marker="o", label=family, **style)
         values = sorted({r["value"] for r in rows if r["axis"] == axis})
@@ -62,10 +63,13 @@ def main() -> None:
     args = parser.parse_args()
     results = json.loads(Path(args.bench).read_text())
     rows = results["scaling"]
-    base = ", ".join(f"{key} {Counter(r[key] for r in rows).most_common(1)[0][0]}"
-                     for key in LABELS)
-    title = (f"One training step, {STEP_BASELINE} in black; along each axis the others at "
-             f"{base}\n(torch {results['torch']}, 1 thread, load {results['load']})")
+    base = ", ".join(
+        f"{key} {Counter(r[key] for r in rows).most_common(1)[0][0]}" for key in LABELS
+    )
+    title = (
+        f"One training step, {STEP_BASELINE} in black; along each axis the others at "
+        f"{base}\n(torch {results['torch']}, 1 thread, load {results['load']})"
+    )
     scaling_figure(rows, title).savefig(args.output, dpi=120)
     print(args.output)
 

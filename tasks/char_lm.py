@@ -46,10 +46,26 @@ from ddl_dynamics._task import MAX_OVERLAP
 
 #: The standard-library modules read, in this order (pure Python, present since 3.8).
 MODULES = (
-    "argparse.py", "ast.py", "bisect.py", "calendar.py", "colorsys.py", "csv.py",
-    "dataclasses.py", "difflib.py", "fractions.py", "functools.py", "heapq.py", "inspect.py",
-    "ipaddress.py", "pprint.py", "queue.py", "shlex.py", "statistics.py", "string.py",
-    "textwrap.py", "tokenize.py",
+    "argparse.py",
+    "ast.py",
+    "bisect.py",
+    "calendar.py",
+    "colorsys.py",
+    "csv.py",
+    "dataclasses.py",
+    "difflib.py",
+    "fractions.py",
+    "functools.py",
+    "heapq.py",
+    "inspect.py",
+    "ipaddress.py",
+    "pprint.py",
+    "queue.py",
+    "shlex.py",
+    "statistics.py",
+    "string.py",
+    "textwrap.py",
+    "tokenize.py",
 )
 #: SHA-256 of the bytes of `MODULES`, read in order, from CPython 3.11.7.
 PINNED = "8a2c6671983c3219b11c101932de09ab67002db48e1206960076fef8cf9759ca"
@@ -76,18 +92,26 @@ def _corpus(sha256: str, vocab: int) -> tuple[dict[str, Tensor], Tensor]:
         raise ValueError(
             f"char-lm: the standard-library text read from {sysconfig.get_path('stdlib')} has "
             f"SHA-256 {found}, not the pinned {sha256} (another Python release); set the "
-            f"task's sha256 = {found!r} to train on this text knowingly")
+            f"task's sha256 = {found!r} to train on this text knowingly"
+        )
     text = data.decode("utf-8")
-    blocks = [text[i: i + BLOCK] for i in range(0, len(text) - BLOCK + 1, BLOCK)]
+    blocks = [text[i : i + BLOCK] for i in range(0, len(text) - BLOCK + 1, BLOCK)]
     owner = [PATTERN[b % len(PATTERN)] for b in range(len(blocks))]
     counts = Counter("".join(b for b, o in zip(blocks, owner, strict=True) if o == "train"))
     kept = sorted(counts, key=lambda ch: (-counts[ch], ord(ch)))[: vocab - 1]
     ids = {ch: i for i, ch in enumerate(kept)}
     other = vocab - 1
-    splits = {split: torch.tensor([[ids.get(ch, other) for ch in block]
-                                   for block, o in zip(blocks, owner, strict=True) if o == split],
-                                  dtype=torch.long)
-              for split in ("train", "val", "test")}
+    splits = {
+        split: torch.tensor(
+            [
+                [ids.get(ch, other) for ch in block]
+                for block, o in zip(blocks, owner, strict=True)
+                if o == split
+            ],
+            dtype=torch.long,
+        )
+        for split in ("train", "val", "test")
+    }
     unigram = torch.bincount(splits["train"].flatten(), minlength=vocab).double()
     return splits, unigram / unigram.sum()
 
@@ -99,23 +123,34 @@ def _unseen_starts(sha256: str, vocab: int, length: int, split: str) -> tuple[Te
     splits = _corpus(sha256, vocab)[0]
     train, rows = _as_bytes(splits["train"]), _as_bytes(splits[split])
     width = length + 1
-    seen = {row[2 * i: 2 * (i + width)] for row in train for i in range(BLOCK - width + 1)}
-    kept = [(b, i) for b, row in enumerate(rows)
-            for i in range(BLOCK - length) if row[2 * i: 2 * (i + width)] not in seen]
+    seen = {row[2 * i : 2 * (i + width)] for row in train for i in range(BLOCK - width + 1)}
+    kept = [
+        (b, i)
+        for b, row in enumerate(rows)
+        for i in range(BLOCK - length)
+        if row[2 * i : 2 * (i + width)] not in seen
+    ]
     if not kept:
-        raise ValueError(f"char-lm: every {split} window of {width} characters also occurs in "
-                         "the training text")
+        raise ValueError(
+            f"char-lm: every {split} window of {width} characters also occurs in the training text"
+        )
     # held out by content as the suite checks it, by the context alone: a short context
     # recurs in source code followed by another character
-    contexts = {rows[b][2 * i: 2 * (i + length)] for b, i in kept}
-    recurring = {window for row in train for i in range(BLOCK - length + 1)
-                 if (window := row[2 * i: 2 * (i + length)]) in contexts}
-    shared = sum(rows[b][2 * i: 2 * (i + length)] in recurring for b, i in kept) / len(kept)
+    contexts = {rows[b][2 * i : 2 * (i + length)] for b, i in kept}
+    recurring = {
+        window
+        for row in train
+        for i in range(BLOCK - length + 1)
+        if (window := row[2 * i : 2 * (i + length)]) in contexts
+    }
+    shared = sum(rows[b][2 * i : 2 * (i + length)] in recurring for b, i in kept) / len(kept)
     if shared > MAX_OVERLAP:
-        raise ValueError(f"char-lm: at length {length} and vocab {vocab}, {shared:.0%} of the "
-                         f"{split} windows have a context that also occurs in the training "
-                         f"text (at most {MAX_OVERLAP:.0%}, or they are not held out): source "
-                         "code repeats itself over short contexts; use a longer length")
+        raise ValueError(
+            f"char-lm: at length {length} and vocab {vocab}, {shared:.0%} of the "
+            f"{split} windows have a context that also occurs in the training "
+            f"text (at most {MAX_OVERLAP:.0%}, or they are not held out): source "
+            "code repeats itself over short contexts; use a longer length"
+        )
     which, start = torch.tensor(kept, dtype=torch.long).T
     return which, start
 
@@ -139,8 +174,9 @@ class CharLM(Task):
     vocab: int = 96
     sha256: str = PINNED
 
-    regime: ClassVar = ("real text: the paper's headline language-modelling comparison, at "
-                        "two cores' scale")
+    regime: ClassVar = (
+        "real text: the paper's headline language-modelling comparison, at two cores' scale"
+    )
     kind: ClassVar = "sequence"
     loss_name: ClassVar = "ce"
     metric_name: ClassVar = "bpc"
@@ -149,12 +185,16 @@ class CharLM(Task):
     margin: ClassVar = (0.0, 0.01)
     expectations: ClassVar = (
         Expectation(
-            Subject("ddl-transformer", {"value_channels": 1}), "better", Subject("transformer"),
+            Subject("ddl-transformer", {"value_channels": 1}),
+            "better",
+            Subject("transformer"),
             "the paper's Table 3: at 124M parameters the Delta block at d_v = 1 reaches a "
             "FineWeb-Edu validation loss of 2.8482 against the baseline's 2.8543 (one run each)",
         ),
         Expectation(
-            Subject("ddl-transformer", {"value_channels": 4}), "better", Subject("transformer"),
+            Subject("ddl-transformer", {"value_channels": 4}),
+            "better",
+            Subject("transformer"),
             "the paper's Table 3: the expanded state with the channel compressor reaches 2.8329 "
             "against the baseline's 2.8543 (one run each)",
         ),
@@ -162,11 +202,14 @@ class CharLM(Task):
 
     def __post_init__(self) -> None:
         if not 1 <= self.length < BLOCK:
-            raise ValueError(f"length must lie in [1, {BLOCK - 1}] (a window and its next "
-                             f"character inside one block), got {self.length}")
+            raise ValueError(
+                f"length must lie in [1, {BLOCK - 1}] (a window and its next "
+                f"character inside one block), got {self.length}"
+            )
         if self.vocab < 2:
-            raise ValueError(f"vocab must be at least 2 (a character and the rest), got "
-                             f"{self.vocab}")
+            raise ValueError(
+                f"vocab must be at least 2 (a character and the rest), got {self.vocab}"
+            )
 
     @property
     def in_dim(self) -> int:
@@ -218,6 +261,7 @@ class CharLM(Task):
 
     def metric(self, pred: Tensor, target: Tensor) -> float:
         """Bits per character: the cross entropy over the scored positions, in bits."""
-        nats = F.cross_entropy(pred.flatten(0, -2).float(), target.flatten(),
-                               ignore_index=IGNORE_INDEX)
+        nats = F.cross_entropy(
+            pred.flatten(0, -2).float(), target.flatten(), ignore_index=IGNORE_INDEX
+        )
         return nats.item() / math.log(2)

@@ -60,8 +60,10 @@ class DepthRecall(Task):
     value_dim: int = 2
     read: str = "memory"
 
-    regime: ClassVar = ("hypothesis: ddl with d_v = value_dim replaces a rewritten key's value "
-                        "(β ≈ 1); ddl-write sums them")
+    regime: ClassVar = (
+        "hypothesis: ddl with d_v = value_dim replaces a rewritten key's value "
+        "(β ≈ 1); ddl-write sums them"
+    )
     regimes: ClassVar = ("projection",)
 
     def __post_init__(self) -> None:
@@ -95,7 +97,9 @@ class DepthRecall(Task):
             return ()
         return (
             Expectation(
-                "ddl", "better", "ddl-write",
+                "ddl",
+                "better",
+                "ddl-write",
                 "the erase term matters: a rewritten key must replace its value. With d_v = "
                 "value_dim one delta step (β = 1, k the key, v the value) is that write, while "
                 "a write-only memory returns the sum of the values written under the key (the "
@@ -103,7 +107,9 @@ class DepthRecall(Task):
                 "Irie & Schmidhuber, ICML 2021)",
             ),
             Expectation(
-                "ddl", "better", "resnet",
+                "ddl",
+                "better",
+                "resnet",
                 "an additive step has no read-out of the old value to erase: its branch must "
                 "learn kᵀM and subtract it, which the delta update does by construction",
             ),

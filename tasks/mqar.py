@@ -53,11 +53,15 @@ class MQAR(SequenceTask):
         if self.vocab % 2 or self.vocab < 4:
             raise ValueError(f"vocab must be even and at least 4, got {self.vocab}")
         if not 1 <= self.pairs < self.vocab // 2:
-            raise ValueError(f"pairs must lie in [1, vocab/2 − 1 = {self.vocab // 2 - 1}] "
-                             f"(distinct keys from the lower half), got {self.pairs}")
+            raise ValueError(
+                f"pairs must lie in [1, vocab/2 − 1 = {self.vocab // 2 - 1}] "
+                f"(distinct keys from the lower half), got {self.pairs}"
+            )
         if self.length < 4 * self.pairs:
-            raise ValueError(f"length must be at least 4 · pairs = {4 * self.pairs} (the pairs, "
-                             f"then a query slot per key), got {self.length}")
+            raise ValueError(
+                f"length must be at least 4 · pairs = {4 * self.pairs} (the pairs, "
+                f"then a query slot per key), got {self.length}"
+            )
 
     @property
     def in_dim(self) -> int:

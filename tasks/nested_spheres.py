@@ -35,13 +35,17 @@ class NestedSpheres(Task):
     depth: int = 8
     dim: int = 2
 
-    regime: ClassVar = ("control; hypothesis: a node flow cannot pull the ball out of the "
-                        "shell, an anode or a discrete stack can")
+    regime: ClassVar = (
+        "control; hypothesis: a node flow cannot pull the ball out of the "
+        "shell, an anode or a discrete stack can"
+    )
     loss_name: ClassVar = "bce"
     metric_name: ClassVar = "accuracy"
     expectations: ClassVar = (
         Expectation(
-            "anode", "better", "node",
+            "anode",
+            "better",
+            "node",
             "a NODE's flow is a homeomorphism of the plane, so the shell's image still "
             "surrounds the ball's; an augmented dimension lets the ball pass the shell "
             "(Dupont et al., NeurIPS 2019)",

@@ -104,13 +104,17 @@ def smooth_flow_expectations() -> tuple[Expectation, ...]:
     """The controls' claims: on a smooth flow the Delta stack should not win."""
     return (
         Expectation(
-            "ddl", "worse", "resnet",
+            "ddl",
+            "worse",
+            "resnet",
             "a control: a smooth flow is what an explicit Euler step x + h·f(x) discretises; "
             "nothing in it needs an erase or a reflection, so the delta rule brings no "
             "structure the flow uses, only a normalised direction and a gate on the step",
         ),
         Expectation(
-            "ddl", "worse", "node",
+            "ddl",
+            "worse",
+            "node",
             "a control: the task is an ODE flow, which a NODE represents directly (Chen et "
             "al., NeurIPS 2018)",
         ),
@@ -131,13 +135,17 @@ class Oscillator(PhaseFlow):
     ``extra_metrics`` reports the energy drift of the predicted final state.
     """
 
-    regime: ClassVar = ("hypothesis: ddl steps a rotation as two reflections (β ≈ 2) without the "
-                        "energy drift of an Euler resnet")
+    regime: ClassVar = (
+        "hypothesis: ddl steps a rotation as two reflections (β ≈ 2) without the "
+        "energy drift of an Euler resnet"
+    )
     regimes: ClassVar = ("reflection",)
     param_ranges: ClassVar = {"omega": (0.5, 1.5)}
     expectations: ClassVar = (
         Expectation(
-            "ddl", "worse", "resnet",
+            "ddl",
+            "worse",
+            "resnet",
             "where DDL should not win: every depth step is supervised, so each layer must be "
             "one small rotation of the phase plane. One delta step is near the identity, a "
             "projection or a reflection (determinant −1); a rotation is two reflections, two "
@@ -163,8 +171,7 @@ class Oscillator(PhaseFlow):
 class DampedOscillator(PhaseFlow):
     """Damped oscillator q'' = −ω²q − 2ζωq', per-sample (ω, ζ): a contracting spiral."""
 
-    regime: ClassVar = ("control; hypothesis: resnet and node fit a smooth contracting flow "
-                        "well")
+    regime: ClassVar = "control; hypothesis: resnet and node fit a smooth contracting flow well"
     param_ranges: ClassVar = {"omega": (0.5, 1.5), "zeta": (0.05, 0.3)}
     expectations: ClassVar = smooth_flow_expectations()
 

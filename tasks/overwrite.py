@@ -39,18 +39,24 @@ class Overwrite(Task):
     slots: int = 4
     per_step: bool = False
 
-    regime: ClassVar = ("hypothesis: a ddl step overwrites a slot exactly (β ≈ 1), which resnet "
-                        "must compute and ddl-write cannot erase")
+    regime: ClassVar = (
+        "hypothesis: a ddl step overwrites a slot exactly (β ≈ 1), which resnet "
+        "must compute and ddl-write cannot erase"
+    )
     regimes: ClassVar = ("projection",)
     expectations: ClassVar = (
         Expectation(
-            "ddl", "better", "ddl-write",
+            "ddl",
+            "better",
+            "ddl-write",
             "the erase term matters: with β = 1, k along the slot and v = c_l one delta step "
             "is the write itself, the old value erased exactly; the write-only step X + βkvᵀ "
             "adds to the old value unless its branch computes and cancels it",
         ),
         Expectation(
-            "ddl", "better", "resnet",
+            "ddl",
+            "better",
+            "resnet",
             "an additive step must compute the old value and subtract it through its branch; "
             "the delta rule's erase term does it in the operator (the delta rule of fast "
             "weight programmers: Schlag, Irie & Schmidhuber, ICML 2021)",

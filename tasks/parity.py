@@ -55,8 +55,10 @@ class Parity(Task):
 
     depth: int = 8
 
-    regime: ClassVar = ("hypothesis: a linear recurrence (ddl, context=control, tied) needs "
-                        "negative eigenvalues (β > 1) to extrapolate parity to long")
+    regime: ClassVar = (
+        "hypothesis: a linear recurrence (ddl, context=control, tied) needs "
+        "negative eigenvalues (β > 1) to extrapolate parity to long"
+    )
     regimes: ClassVar = ("over-relaxed", "reflection")
     loss_name: ClassVar = "bce"
     metric_name: ClassVar = "accuracy"
@@ -64,7 +66,8 @@ class Parity(Task):
     ood_splits: ClassVar = ("long",)
     expectations: ClassVar = (
         Expectation(
-            Subject("ddl", {**LINEAR, "beta_max": 2.0}), "better",
+            Subject("ddl", {**LINEAR, "beta_max": 2.0}),
+            "better",
             Subject("ddl", {**LINEAR, "beta_max": 1.0}),
             "Grazzi et al. (ICLR 2025): a recurrence linear in its state, h ← A(u)h + b(u), "
             "tracks parity at every length only if A can have a negative eigenvalue. The delta "
@@ -74,7 +77,8 @@ class Parity(Task):
             "first solve the trained length, then is scored 4× longer. The state-dependent "
             "stacks are not linear in the state (β = 1 with v = −kᵀX reflects), so the claim "
             "is not made for them",
-            split="long", requires=0.95,
+            split="long",
+            requires=0.95,
         ),
     )
 

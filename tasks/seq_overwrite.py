@@ -51,8 +51,10 @@ class SeqOverwrite(SequenceTask):
         if not 0.0 < self.read_prob < 1.0:
             raise ValueError(f"read_prob must lie in (0, 1), got {self.read_prob}")
         if self.length <= self.slots:
-            raise ValueError(f"length must exceed slots = {self.slots} (one opening write "
-                             f"per slot, then reads), got {self.length}")
+            raise ValueError(
+                f"length must exceed slots = {self.slots} (one opening write "
+                f"per slot, then reads), got {self.length}"
+            )
 
     @property
     def in_dim(self) -> int:

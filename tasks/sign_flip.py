@@ -51,8 +51,9 @@ class SignFlip(Task):
     variant: str = "1d"
     dim: int = 4
 
-    regime: ClassVar = ("hypothesis: a ddl stack can reflect x to −x (β = 2, v = 0); no node "
-                        "flow on the line can")
+    regime: ClassVar = (
+        "hypothesis: a ddl stack can reflect x to −x (β = 2, v = 0); no node flow on the line can"
+    )
     regimes: ClassVar = ("reflection",)
 
     def __post_init__(self) -> None:
@@ -82,19 +83,25 @@ class SignFlip(Task):
             return ()
         return (
             Expectation(
-                "node", "worse", 0.9 * FLOOR_1D,
+                "node",
+                "worse",
+                0.9 * FLOOR_1D,
                 "an analytic floor: a flow preserves order on the line, so a NODE cannot map x "
                 "to −x; its best map is the constant 0, with test MSE E[x²] ≈ 1.08 (Dupont et "
                 "al., NeurIPS 2019). Judged against 0.9·E[x²], which leaves room for the test "
                 "sample's own mean of x²",
             ),
             Expectation(
-                "anode", "better", "node",
+                "anode",
+                "better",
+                "node",
                 "an augmented dimension lets trajectories pass each other, so an ANODE can map "
                 "x to −x where a NODE cannot (Dupont et al., NeurIPS 2019)",
             ),
             Expectation(
-                "ddl", "better", "node",
+                "ddl",
+                "better",
+                "node",
                 "one delta step with β = 2 and v = 0 is the reflection x ↦ −x, a map no flow on "
                 "the line reaches",
             ),

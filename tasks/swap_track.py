@@ -95,8 +95,10 @@ class SwapWords:
         if swaps < 1:
             raise ValueError(f"a word needs at least 1 swap, got {swaps}")
         if self.items < (4 if self.commute else 3):
-            raise ValueError(f"items must be at least 3, and 4 with commute (3 items have one "
-                             f"disjoint pair); got {self.items}")
+            raise ValueError(
+                f"items must be at least 3, and 4 with commute (3 items have one "
+                f"disjoint pair); got {self.items}"
+            )
 
     @property
     def transpositions(self) -> int:
@@ -115,8 +117,9 @@ class SwapWords:
             return torch.randint(0, self.transpositions, (m, swaps), generator=g)
         order = torch.rand(m, n, generator=g).argsort(1)[:, : n // 2 * 2]
         matching = order.view(m, n // 2, 2).sort(-1).values  # (m, n // 2, 2), i < j
-        chosen = matching.gather(1, torch.randint(0, n // 2, (m, swaps, 1), generator=g)
-                                 .expand(m, swaps, 2))
+        chosen = matching.gather(
+            1, torch.randint(0, n // 2, (m, swaps, 1), generator=g).expand(m, swaps, 2)
+        )
         index = torch.full((n, n), -1)
         index[tuple(self.pairs.T)] = torch.arange(self.transpositions)
         return index[chosen[..., 0], chosen[..., 1]]
@@ -125,14 +128,16 @@ class SwapWords:
         """``m`` rows of ``queries`` distinct items in random order."""
         return torch.rand(m, self.items, generator=g).argsort(1)[:, :queries]
 
-    def held_out_words(self, n: int, swaps: int, queries: int, split: str,
-                       g: torch.Generator) -> tuple[Tensor, Tensor]:
+    def held_out_words(
+        self, n: int, swaps: int, queries: int, split: str, g: torch.Generator
+    ) -> tuple[Tensor, Tensor]:
         """``n`` words of ``split`` and the items each asks for, ``(n, queries)``: the words
         held out by split, or, one swap long, each word together with its queries."""
         if swaps > 1:
             return held_out(lambda m: self.words(m, swaps, g), n, split), self.asked(n, queries, g)
-        rows = held_out(lambda m: torch.cat([self.words(m, 1, g), self.asked(m, queries, g)], 1),
-                        n, split)
+        rows = held_out(
+            lambda m: torch.cat([self.words(m, 1, g), self.asked(m, queries, g)], 1), n, split
+        )
         return rows[:, :1], rows[:, 1:]
 
     def positions(self, words: Tensor) -> Tensor:
@@ -172,19 +177,24 @@ class SwapTrack(SequenceTask, SwapWords):
     #: Transpositions before the queries (the knob).
     swaps: int = 4
 
-    regime: ClassVar = ("hypothesis: each swap reflects the query token's position state "
-                        "(β ≈ 2), one sublayer per swap")
+    regime: ClassVar = (
+        "hypothesis: each swap reflects the query token's position state "
+        "(β ≈ 2), one sublayer per swap"
+    )
     regimes: ClassVar = ("reflection",)
     knob: ClassVar = "swaps"
     expectations: ClassVar = (
         Expectation(
-            Subject("ddl-transformer"), "better", Subject("ddl-write-transformer"),
+            Subject("ddl-transformer"),
+            "better",
+            Subject("ddl-write-transformer"),
             "the erase term matters: a swap moves an item off its position, so the old "
             "position must go from the query token's state; a write-only update leaves it "
             "beside the new one",
         ),
         Expectation(
-            Subject("ddl-transformer"), "better",
+            Subject("ddl-transformer"),
+            "better",
             Subject("ddl-transformer", {"beta_max": 1.0, "beta_init": 0.5}),
             "a transposition of a one-hot position is the reflection I − 2kkᵀ with "
             "k = (e_i − e_j)/√2, one delta update at β = 2; capped at β ≤ 1 a sublayer "
@@ -196,8 +206,10 @@ class SwapTrack(SequenceTask, SwapWords):
     def __post_init__(self) -> None:
         self.check_words(self.swaps)
         if self.length not in (None, self.sequence_length):
-            raise ValueError(f"length follows from the word: swaps + items = "
-                             f"{self.sequence_length}; got {self.length}")
+            raise ValueError(
+                f"length follows from the word: swaps + items = "
+                f"{self.sequence_length}; got {self.length}"
+            )
 
     @property
     def sequence_length(self) -> int:
@@ -208,8 +220,9 @@ class SwapTrack(SequenceTask, SwapWords):
     def shortcut_levels(self) -> dict[str, float]:
         """The shortcuts' accuracies on the test split (`SwapWords.shortcuts`)."""
         data, L = self.sample(FLOOR_SAMPLE, 0, "test"), self.swaps
-        return self.shortcuts(data.inputs[:, :L] - self.items, data.inputs[:, L:],
-                              data.targets[:, L:])
+        return self.shortcuts(
+            data.inputs[:, :L] - self.items, data.inputs[:, L:], data.targets[:, L:]
+        )
 
     @property
     def floor(self) -> float:
@@ -261,14 +274,17 @@ class SwapTrackDepth(Task, SwapWords):
 
     depth: int = 4
 
-    regime: ClassVar = ("hypothesis: a linear recurrence (ddl, context=control, tied) needs a "
-                        "reflection (β = 2) per swap to track the item")
+    regime: ClassVar = (
+        "hypothesis: a linear recurrence (ddl, context=control, tied) needs a "
+        "reflection (β = 2) per swap to track the item"
+    )
     regimes: ClassVar = ("reflection",)
     metric_name: ClassVar = "accuracy"
     ood_splits: ClassVar = ("long",)
     expectations: ClassVar = (
         Expectation(
-            Subject("ddl", {**LINEAR, "beta_max": 2.0}), "better",
+            Subject("ddl", {**LINEAR, "beta_max": 2.0}),
+            "better",
             Subject("ddl", {**LINEAR, "beta_max": 1.0}),
             "a recurrence linear in its state, h ← A(u)h + b(u), applies a transposition to a "
             "one-hot position only if A(u) can be the reflection I − 2kkᵀ (eigenvalue −1 "
@@ -285,8 +301,11 @@ class SwapTrackDepth(Task, SwapWords):
     def shortcut_levels(self) -> dict[str, float]:
         """The shortcuts' accuracies on the test split (`SwapWords.shortcuts`)."""
         data = self.sample(FLOOR_SAMPLE, 0, "test")
-        return self.shortcuts(data.controls.argmax(-1), data.inputs.argmax(-1, keepdim=True),
-                              data.targets.argmax(-1, keepdim=True))
+        return self.shortcuts(
+            data.controls.argmax(-1),
+            data.inputs.argmax(-1, keepdim=True),
+            data.targets.argmax(-1, keepdim=True),
+        )
 
     @property
     def floor(self) -> float:

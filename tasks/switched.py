@@ -105,8 +105,10 @@ class Switched(Task):
     event: str = "mixed"
     dim: int = 4
 
-    regime: ClassVar = ("hypothesis: the more of the dynamics is erase/rewrite (p), the more a "
-                        "ddl step (β ≈ 1 overwrite, β ≈ 2 reflect) beats resnet; not at p = 0")
+    regime: ClassVar = (
+        "hypothesis: the more of the dynamics is erase/rewrite (p), the more a "
+        "ddl step (β ≈ 1 overwrite, β ≈ 2 reflect) beats resnet; not at p = 0"
+    )
     supervise: ClassVar = "trajectory"
     knob: ClassVar = "p"
     #: The states have unit scale (predicting zero scores about 1): a trajectory MSE within
@@ -138,36 +140,50 @@ class Switched(Task):
         """The regimes of this setting's events; none at ``p = 0`` (a control)."""
         if self.p == 0:
             return ()
-        return {"overwrite": ("projection",), "reflect": ("reflection",),
-                "mixed": ("projection", "reflection")}[self.event]
+        return {
+            "overwrite": ("projection",),
+            "reflect": ("reflection",),
+            "mixed": ("projection", "reflection"),
+        }[self.event]
 
     @property
     def expectations(self) -> tuple[Expectation, ...]:
         if self.p == 0:
-            return (*smooth_flow_expectations(), Expectation(
-                LINEAR_DDL, "worse", "resnet",
-                "with no event the control is zero, so a layer of the linear-in-state stack "
-                "is a fixed map (I − βkkᵀ)z + βkv, a rank-one change of the identity; "
-                "matching M at step 1 and M² at step 2 would need M² − M = M(M − I) of rank "
-                "one, and for a damped rotation it has full rank",
-            ))
+            return (
+                *smooth_flow_expectations(),
+                Expectation(
+                    LINEAR_DDL,
+                    "worse",
+                    "resnet",
+                    "with no event the control is zero, so a layer of the linear-in-state stack "
+                    "is a fixed map (I − βkkᵀ)z + βkv, a rank-one change of the identity; "
+                    "matching M at step 1 and M² at step 2 would need M² − M = M(M − I) of rank "
+                    "one, and for a damped rotation it has full rank",
+                ),
+            )
         if self.p < 1:
             return ()
         return (
             Expectation(
-                "ddl", "better", "resnet",
+                "ddl",
+                "better",
+                "resnet",
                 "every step is an event, one Delta update with k = n, v = c and β = 1 "
                 "(overwrite) or v = 0 and β = 2 (reflect), all read off the control; an "
                 "additive branch must compute the readout nᵀx, bilinear in control and state, "
                 "to erase it",
             ),
             Expectation(
-                "ddl", "better", "ddl-write",
+                "ddl",
+                "better",
+                "ddl-write",
                 "the erase term matters: a write-only step X + βkvᵀ must compute the readout "
                 "nᵀx in its branch to cancel it, which the Delta update does by construction",
             ),
             Expectation(
-                LINEAR_DDL, "better", "resnet",
+                LINEAR_DDL,
+                "better",
+                "resnet",
                 "each event is exactly one step of the linear recurrence "
                 "(I − βkkᵀ)z + βkv with k, v, β functions of the control alone",
             ),
@@ -179,8 +195,11 @@ class Switched(Task):
         x = torch.randn(n, self.dim, generator=g)
         happens = torch.rand(n, steps, generator=g) < self.p
         coin = torch.rand(n, steps, generator=g) < 0.5
-        reflects = {"overwrite": torch.zeros_like(coin), "reflect": torch.ones_like(coin),
-                    "mixed": coin}[self.event]
+        reflects = {
+            "overwrite": torch.zeros_like(coin),
+            "reflect": torch.ones_like(coin),
+            "mixed": coin,
+        }[self.event]
         reflect, overwrite = happens & reflects, happens & ~reflects
         direction = F.normalize(torch.randn(n, steps, self.dim, generator=g), dim=-1)
         value = torch.where(overwrite, torch.randn(n, steps, generator=g), 0.0)
@@ -198,5 +217,11 @@ class Switched(Task):
         step_regimes = torch.full((n, steps), -1)
         step_regimes[overwrite] = REGIMES.index("projection")
         step_regimes[reflect] = REGIMES.index("reflection")
-        return TaskData(inputs=trajectory[:, 0], targets=trajectory[:, 1:], steps=steps,
-                        controls=controls, trajectory=trajectory, step_regimes=step_regimes)
+        return TaskData(
+            inputs=trajectory[:, 0],
+            targets=trajectory[:, 1:],
+            steps=steps,
+            controls=controls,
+            trajectory=trajectory,
+            step_regimes=step_regimes,
+        )

@@ -67,19 +67,25 @@ class VarChain(SequenceTask):
     #: A reference is negated (b=!a) with probability 1/2, flipping the answer's bit.
     negate: bool = False
 
-    regime: ClassVar = ("hypothesis: each hop replaces the referent the query token holds, so "
-                        "the Delta block's gate at the hopping layer projects (β ≈ 1)")
+    regime: ClassVar = (
+        "hypothesis: each hop replaces the referent the query token holds, so "
+        "the Delta block's gate at the hopping layer projects (β ≈ 1)"
+    )
     regimes: ClassVar = ("projection",)
     knob: ClassVar = "hops"
     expectations: ClassVar = (
         Expectation(
-            Subject("ddl-transformer"), "better", Subject("ddl-write-transformer"),
+            Subject("ddl-transformer"),
+            "better",
+            Subject("ddl-write-transformer"),
             "the erase term matters: a hop overwrites the referent held in the query token's "
             "state; with β = 1 along the old referent one delta update is that overwrite, "
             "while a write-only update leaves the old referent beside the new one",
         ),
         Expectation(
-            Subject("ddl-transformer"), "better", Subject("transformer"),
+            Subject("ddl-transformer"),
+            "better",
+            Subject("transformer"),
             "an additive residual keeps every referent the query token has held, and the "
             "next look-up must tell the current one from the stale ones; the delta rule "
             "erases them",
@@ -88,18 +94,22 @@ class VarChain(SequenceTask):
 
     def __post_init__(self) -> None:
         if self.hops < 1 or self.chains < 1:
-            raise ValueError(f"hops and chains must be at least 1, got {self.hops}, "
-                             f"{self.chains}")
+            raise ValueError(f"hops and chains must be at least 1, got {self.hops}, {self.chains}")
         if self.pool < self.hops * self.chains:
-            raise ValueError(f"variables must be at least hops · chains = "
-                             f"{self.hops * self.chains} (a name per assignment), got "
-                             f"{self.variables}")
+            raise ValueError(
+                f"variables must be at least hops · chains = "
+                f"{self.hops * self.chains} (a name per assignment), got "
+                f"{self.variables}"
+            )
         if self.values < 2 or (self.negate and self.values != 2):
-            raise ValueError(f"values must be at least 2, and 2 (bits) with negate; got "
-                             f"{self.values}")
+            raise ValueError(
+                f"values must be at least 2, and 2 (bits) with negate; got {self.values}"
+            )
         if self.length not in (None, self.sequence_length):
-            raise ValueError(f"length follows from the chains: chains · (hops + reassign + 1) "
-                             f"= {self.sequence_length}; got {self.length}")
+            raise ValueError(
+                f"length follows from the chains: chains · (hops + reassign + 1) "
+                f"= {self.sequence_length}; got {self.length}"
+            )
 
     # Derived sizes stay out of the spec, so that a sweep of hops is one setting of the knob.
     @property
@@ -161,8 +171,9 @@ class VarChain(SequenceTask):
         events = self.assignment(names, referents)  # (n, C, h): each chain's assignments
         if stale:  # an earlier binding of one name per chain, to a random value
             which = torch.randint(0, h, (n, C), generator=g)
-            old = self.assignment(names.gather(2, which[..., None])[..., 0],
-                                  torch.randint(0, V, (n, C), generator=g))
+            old = self.assignment(
+                names.gather(2, which[..., None])[..., 0], torch.randint(0, V, (n, C), generator=g)
+            )
             place = (torch.rand(n, C, generator=g) * (which + 1)).long()  # at or before it
             slot = torch.arange(h + 1).expand(n, C, h + 1)
             events = events.gather(2, slot - (slot > place[..., None]).long())
@@ -200,12 +211,12 @@ class VarChain(SequenceTask):
     def answers(self, inputs: Tensor) -> Tensor:
         """At every query, the value its variable resolves to; IGNORE_INDEX elsewhere."""
         targets = torch.full_like(inputs, IGNORE_INDEX)
-        targets[:, self.sequence_length - self.chains:] = self.resolve(inputs)[0]
+        targets[:, self.sequence_length - self.chains :] = self.resolve(inputs)[0]
         return targets
 
     def hop_positions(self, inputs: Tensor) -> Tensor:
         """Per token ``(n, T, hops)``: at a query, the position of the assignment each hop
         reads; −1 at every other token."""
         where = torch.full((*inputs.shape, self.hops), -1)
-        where[:, self.sequence_length - self.chains:] = self.resolve(inputs)[1]
+        where[:, self.sequence_length - self.chains :] = self.resolve(inputs)[1]
         return where

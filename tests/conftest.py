@@ -26,8 +26,13 @@ def infinite_loss(monkeypatch):
 
     def apply(task):
         loss = type(task).loss
-        monkeypatch.setattr(type(task), "loss", lambda self, pred, target: loss(
-            self, pred, target) * (math.inf if pred.requires_grad else 1.0))
+        monkeypatch.setattr(
+            type(task),
+            "loss",
+            lambda self, pred, target: (
+                loss(self, pred, target) * (math.inf if pred.requires_grad else 1.0)
+            ),
+        )
 
     return apply
 
@@ -58,8 +63,13 @@ def as_user():
             pytest.skip("root, with no way to drop the capabilities that override permissions")
 
     def run(*argvs):
-        done = subprocess.run([*prefix, sys.executable, "-c", _COMMANDS, json.dumps(argvs)],
-                              capture_output=True, text=True, timeout=600, check=True)
+        done = subprocess.run(
+            [*prefix, sys.executable, "-c", _COMMANDS, json.dumps(argvs)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
         return [tuple(result) for result in json.loads(done.stdout)]
 
     return run
@@ -141,6 +151,5 @@ def mixing_run(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("mixing")
     (root / "mixing.toml").write_text(MIXING_STUDY)
-    assert main(["run", str(root / "mixing.toml"), "--run-dir",
-                 str(root / "runs" / "mixing")]) == 0
+    assert main(["run", str(root / "mixing.toml"), "--run-dir", str(root / "runs" / "mixing")]) == 0
     return root / "runs" / "mixing"

@@ -78,5 +78,4 @@ class Float64Inputs(TinySum):
 
     def sample(self, n: int, seed: int, split: str = "train") -> TaskData:
         data = super().sample(n, seed, split)
-        return dataclasses.replace(data, inputs=data.inputs.double(),
-                                   targets=data.targets.double())
+        return dataclasses.replace(data, inputs=data.inputs.double(), targets=data.targets.double())

@@ -18,8 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def python(code: str, *flags: str) -> subprocess.CompletedProcess[str]:
     """``code`` run by a fresh interpreter (nothing imported or registered beforehand)."""
-    return subprocess.run([sys.executable, *flags, "-c", textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, *flags, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 def test_the_public_api_is_small_versioned_and_keeps_internals_in_their_modules():
@@ -28,10 +33,17 @@ def test_the_public_api_is_small_versioned_and_keeps_internals_in_their_modules(
     assert sorted(grouped) == dd.__all__
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert dd.__version__ == pyproject["project"]["version"]
-    for internal in ("generated_update", "split_generators", "regime_index",
-                     "parameter_count", "Comparison", "DeltaProbe"):
+    for internal in (
+        "generated_update",
+        "split_generators",
+        "regime_index",
+        "parameter_count",
+        "Comparison",
+        "DeltaProbe",
+    ):
         assert not hasattr(dd, internal), internal
     from ddl_dynamics.analysis.judge.comparisons import Comparison
+
     assert dd.ComparisonSpec is not Comparison  # one class of each name
 
 
@@ -58,18 +70,25 @@ def test_every_entry_point_works_in_a_fresh_process(tmp_path):
         assert dd.build_report({str(tmp_path / "run")!r}).tables
     """)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == ("[('ddl', 0, 'ok'), ('ddl', 1, 'ok'), ('resnet', 0, 'ok'), "
-                                   "('resnet', 1, 'ok')]")
+    assert done.stdout.strip() == (
+        "[('ddl', 0, 'ok'), ('ddl', 1, 'ok'), ('resnet', 0, 'ok'), ('resnet', 1, 'ok')]"
+    )
 
 
 def test_load_results_is_one_row_per_cell_with_a_column_per_figure(tmp_path):
-    config = dd.parse_experiment({
-        "name": "tidy", "seeds": [0, 1],
-        "tasks": [{"name": "parity"}],
-        "models": [{"name": "ddl", "tune": {"lr": [1e-3, 3e-3]}}],
-        "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
-                     "train": {"steps": 3, "n_train": 32, "n_val": 16, "n_test": 16},
-                     "tune": {"extend": 0}}})  # the declared grid alone
+    config = dd.parse_experiment(
+        {
+            "name": "tidy",
+            "seeds": [0, 1],
+            "tasks": [{"name": "parity"}],
+            "models": [{"name": "ddl", "tune": {"lr": [1e-3, 3e-3]}}],
+            "defaults": {
+                "model": {"width": 8, "depth": 3, "hidden": 8},
+                "train": {"steps": 3, "n_train": 32, "n_val": 16, "n_test": 16},
+                "tune": {"extend": 0},
+            },
+        }
+    )  # the declared grid alone
     dd.run_experiment(config, run_dir=tmp_path, progress=False)
     rows = dd.load_results(tmp_path)
     assert len(rows) == 4 and all(list(r) == list(rows[0]) for r in rows)
@@ -77,20 +96,35 @@ def test_load_results_is_one_row_per_cell_with_a_column_per_figure(tmp_path):
     assert sum(r["chosen"] for r in rows) == 2  # the report's grid value, on each seed
     first = rows[0]
     assert (first["task"], first["model"], first["status"], first["metric"]) == (
-        "parity", "ddl", "ok", "accuracy")
+        "parity",
+        "ddl",
+        "ok",
+        "accuracy",
+    )
     assert 0 <= first["test"] <= 1 and "ood/long" in first and first["params"] > 0
-    assert {r["key"] for r in rows} == {c.key for c in
-                                        dd.RunFolder.open(tmp_path, "w").store.rows()}
+    assert {r["key"] for r in rows} == {
+        c.key for c in dd.RunFolder.open(tmp_path, "w").store.rows()
+    }
 
 
 def tiny() -> tuple[dd.Task, dd.TrainConfig]:
-    return (dd.make_task("overwrite", depth=3),
-            dd.TrainConfig(steps=20, n_train=64, n_val=32, n_test=32))
+    return (
+        dd.make_task("overwrite", depth=3),
+        dd.TrainConfig(steps=20, n_train=64, n_val=32, n_test=32),
+    )
 
 
 def small(name: str, task: dd.Task, **seed: int) -> dd.DepthModel:
-    return dd.make_model(name, in_dim=task.in_dim, out_dim=task.out_dim,
-                         control_dim=task.control_dim, width=8, depth=3, hidden=8, **seed)
+    return dd.make_model(
+        name,
+        in_dim=task.in_dim,
+        out_dim=task.out_dim,
+        control_dim=task.control_dim,
+        width=8,
+        depth=3,
+        hidden=8,
+        **seed,
+    )
 
 
 def test_the_same_seed_gives_the_same_model_and_metrics():
@@ -108,10 +142,12 @@ def test_the_same_seed_gives_the_same_model_and_metrics():
     assert dd.train(task, other, cfg, seed=0).metrics["test"] != results[0].metrics["test"]
 
 
-@pytest.mark.parametrize(("threads", "inside"), [({}, 1), ({"threads": 2}, 2),
-                                                 ({"threads": None}, 3)])
-def test_train_runs_on_one_thread_unless_told_and_restores_the_callers(threads, inside,
-                                                                       monkeypatch):
+@pytest.mark.parametrize(
+    ("threads", "inside"), [({}, 1), ({"threads": 2}, 2), ({"threads": None}, 3)]
+)
+def test_train_runs_on_one_thread_unless_told_and_restores_the_callers(
+    threads, inside, monkeypatch
+):
     seen = []
     real = train_module.train_seeds
 
@@ -133,7 +169,8 @@ def test_train_runs_on_one_thread_unless_told_and_restores_the_callers(threads, 
 
 @pytest.mark.slow  # over 10 s on 2 cores
 def test_checks_raise_value_errors_even_under_python_O():
-    done = python("""
+    done = python(
+        """
         import dataclasses
         import ddl_dynamics as dd
         Switched = type(dd.make_task("switched"))
@@ -155,7 +192,9 @@ def test_checks_raise_value_errors_even_under_python_O():
             dd.check_model(Unused(in_dim=2, out_dim=2, width=4, depth=2))
         except ValueError as err:
             print("model:", err)
-    """, "-O")
+    """,
+        "-O",
+    )
     assert done.returncode == 0, done.stderr
     assert "task: Bad.knob 'q' is not a spec field" in done.stdout
     assert "class: check_task takes a Task instance (e.g. MyTask()), not <class" in done.stdout
@@ -163,11 +202,32 @@ def test_checks_raise_value_errors_even_under_python_O():
 
 
 def test_the_solver_cap_is_its_own_type():
-    model = dd.make_model("node", in_dim=2, out_dim=2, width=4, depth=2, hidden=4,
-                          max_steps=1, rtol=1e-9, atol=1e-9, seed=0)
+    model = dd.make_model(
+        "node",
+        in_dim=2,
+        out_dim=2,
+        width=4,
+        depth=2,
+        hidden=4,
+        max_steps=1,
+        rtol=1e-9,
+        atol=1e-9,
+        seed=0,
+    )
     with pytest.raises(SolverCapped, match="max_num_steps"):
         model(torch.randn(4, 2))
-    torchdiffeq = dd.make_model("node", in_dim=2, out_dim=2, width=4, depth=2, hidden=4,
-                                max_steps=1, rtol=1e-9, atol=1e-9, solver="torchdiffeq", seed=0)
+    torchdiffeq = dd.make_model(
+        "node",
+        in_dim=2,
+        out_dim=2,
+        width=4,
+        depth=2,
+        hidden=4,
+        max_steps=1,
+        rtol=1e-9,
+        atol=1e-9,
+        solver="torchdiffeq",
+        seed=0,
+    )
     with pytest.raises(SolverCapped, match="max_num_steps"):
         torchdiffeq(torch.randn(4, 2))

@@ -36,21 +36,30 @@ def test_the_built_api_page_shows_signatures_and_no_sphinx_roles(tmp_path):
     pytest.importorskip("mkdocstrings")
     built = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert built.returncode == 0, built.stderr
     page = (tmp_path / "api" / "index.html").read_text()
     text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", page)).split())
-    for signature in ("make_model( name: str, *, seed: int | None = None, **config: Any )",
-                      "train( task: Task, model: Module, cfg: TrainConfig, seed: int,",
-                      "TrainConfig( steps: int = 1000, batch_size: int = 128,",
-                      "load_results(run: Run | str | Path) -> list[dict[str, Any]]",
-                      "RunFolder(path: Path, store: ResultStore)"):
+    for signature in (
+        "make_model( name: str, *, seed: int | None = None, **config: Any )",
+        "train( task: Task, model: Module, cfg: TrainConfig, seed: int,",
+        "TrainConfig( steps: int = 1000, batch_size: int = 128,",
+        "load_results(run: Run | str | Path) -> list[dict[str, Any]]",
+        "RunFolder(path: Path, store: ResultStore)",
+    ):
         assert signature in text, signature
     for role in (":class:", ":func:", ":meth:", ":mod:", ":data:"):
         assert role not in text, role
     entries = set(re.findall(r'id="(ddl_dynamics\.[\w.]+)"', page))
     assert "ddl_dynamics.experiment.train.train" in entries
-    for internal in ("analysis.report.wording.number", "analysis.report.wording.as_record",
-                     "experiment.step.member_losses"):
+    for internal in (
+        "analysis.report.wording.number",
+        "analysis.report.wording.as_record",
+        "experiment.step.member_losses",
+    ):
         assert f"ddl_dynamics.{internal}" not in entries, internal

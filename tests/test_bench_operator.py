@@ -11,16 +11,22 @@ from ddl_dynamics.bench.operator import bench_operator, format_operator_table, t
 
 def test_bench_operator_rows_hold_times_ratios_and_the_dense_comparison():
     threads = torch.get_num_threads()
-    rows = bench_operator(dims=(8, 32), value_channels=(1, 2), elements=256, repeats=2,
-                          dense_elements=512)
+    rows = bench_operator(
+        dims=(8, 32), value_channels=(1, 2), elements=256, repeats=2, dense_elements=512
+    )
     assert torch.get_num_threads() == threads  # restored
     assert [(r["d"], r["d_v"], r["tokens"]) for r in rows] == [
-        (8, 1, 32), (32, 1, 8), (8, 2, 32), (32, 2, 8)]
+        (8, 1, 32),
+        (32, 1, 8),
+        (8, 2, 32),
+        (32, 2, 8),
+    ]
     for r in rows:
         for name in ("add", "delta", "reference", "write"):
             assert r[f"{name}_ms"] > 0
             assert r[f"{name}_ns_per_element"] * r["tokens"] * r["d"] * r["d_v"] == (
-                pytest.approx(r[f"{name}_ms"] * 1e6))
+                pytest.approx(r[f"{name}_ms"] * 1e6)
+            )
         assert r["delta_x_add"] == pytest.approx(r["delta_ms"] / r["add_ms"])
         assert r["traffic_x_add"] == traffic_ratio(r["d_v"])
         assert r["backend"] in ("cpu", "reference")

@@ -26,7 +26,8 @@ def test_bench_steps_times_every_vector_family_against_resnet_alone_and_together
     rows = bench_steps(seeds=(1, 2), width=8, depth=3, batch_size=16, repeats=2)
     families = [f for f in dd.list_models() if MODELS.get(f).kind == "vector"]
     assert [(r["family"], r["seeds"]) for r in rows] == [
-        (f, s) for s in (1, 2) for f in ["resnet", *(f for f in families if f != "resnet")]]
+        (f, s) for s in (1, 2) for f in ["resnet", *(f for f in families if f != "resnet")]
+    ]
     by = {(r["family"], r["seeds"]): r for r in rows}
     assert by["resnet", 1]["x_baseline"] == by["resnet", 2]["x_baseline"] == 1.0
     for family in families:
@@ -55,11 +56,20 @@ def test_step_memory_counts_what_the_backward_keeps_and_four_copies_of_the_weigh
 
 def test_bench_scaling_times_and_counts_every_family_along_each_axis():
     axes = {"members": (1, 2), "width": (4, 8), "depth": (2, 3)}
-    rows = bench_scaling(families=["resnet", "ddl", "node"], axes=axes,
-                         base={"width": 4, "depth": 2}, batch_size=8, repeats=1)
+    rows = bench_scaling(
+        families=["resnet", "ddl", "node"],
+        axes=axes,
+        base={"width": 4, "depth": 2},
+        batch_size=8,
+        repeats=1,
+    )
     points = [(r["axis"], r["value"], r["family"]) for r in rows]
-    assert points == [(axis, value, family) for axis, values in axes.items()
-                      for value in values for family in ("resnet", "ddl", "node")]
+    assert points == [
+        (axis, value, family)
+        for axis, values in axes.items()
+        for value in values
+        for family in ("resnet", "ddl", "node")
+    ]
     for r in rows:
         assert r[r["axis"]] == r["value"] and r["ms"] > 0 and r["bytes"] > 0
         assert r["folded"] == (r["members"] > 1)
@@ -75,8 +85,13 @@ def test_bench_scaling_times_and_counts_every_family_along_each_axis():
 
 def test_the_scaling_figure_draws_the_bench_json(tmp_path):
     """``experiments/plot_scaling.py`` turns a bench JSON's scaling rows into an image."""
-    rows = bench_scaling(families=["resnet", "node"], axes={"members": (1, 2), "depth": (2, 3)},
-                         base={"width": 4, "depth": 2}, batch_size=8, repeats=1)
+    rows = bench_scaling(
+        families=["resnet", "node"],
+        axes={"members": (1, 2), "depth": (2, 3)},
+        base={"width": 4, "depth": 2},
+        batch_size=8,
+        repeats=1,
+    )
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps({"torch": torch.__version__, "load": "0 0 0", "scaling": rows}))
     script = Path(__file__).parents[1] / "experiments" / "plot_scaling.py"
@@ -104,5 +119,7 @@ def test_the_benchmarks_step_is_the_trainers(monkeypatch):
     losses = folded.run_group(0)
     assert len(losses) == 3 and all(loss > 0 for loss in losses)
     assert folded.folded and len(folded.optimizers) == 1
-    torch.testing.assert_close(folded.batches[0].inputs[:8].to(torch.float32),
-                               task.sample(8, 0, "train").inputs.to(torch.float32))
+    torch.testing.assert_close(
+        folded.batches[0].inputs[:8].to(torch.float32),
+        task.sample(8, 0, "train").inputs.to(torch.float32),
+    )

@@ -19,10 +19,13 @@ from ddl_dynamics.experiment.reader import load_experiment
 
 
 def test_bench_transformer_rows_hold_throughput_ratios_against_the_first_variant():
-    variants = {"transformer": ("transformer", {}),
-                "ddl d_v=2": ("ddl-transformer", {"value_channels": 2})}
-    rows = bench_transformer(width=8, depth=1, length=6, batch=2, vocab=5, steps=1, repeats=2,
-                             variants=variants)
+    variants = {
+        "transformer": ("transformer", {}),
+        "ddl d_v=2": ("ddl-transformer", {"value_channels": 2}),
+    }
+    rows = bench_transformer(
+        width=8, depth=1, length=6, batch=2, vocab=5, steps=1, repeats=2, variants=variants
+    )
     assert [r["variant"] for r in rows] == list(variants)
     first, ddl = rows
     assert first["x_transformer"] == 1.0 and ddl["params"] > first["params"]
@@ -80,10 +83,13 @@ def test_the_folded_bench_times_each_rows_ensemble_eager_and_compiled(tmp_path, 
     eager_only = step_module._Compiled()
     eager_only.failed = True
     monkeypatch.setattr(step_module, "compiled_losses", eager_only)
-    rows = bench_folded(widths=(8,), hops=2, variants=("transformer", "ddl-dv2"), study=study,
-                        repeats=2)
+    rows = bench_folded(
+        widths=(8,), hops=2, variants=("transformer", "ddl-dv2"), study=study, repeats=2
+    )
     assert [(r["variant"], r["width"], r["hops"]) for r in rows] == [
-        ("transformer", 8, 2), ("ddl-dv2", 8, 2)]
+        ("transformer", 8, 2),
+        ("ddl-dv2", 8, 2),
+    ]
     for r in rows:
         assert r["members"] == 4  # 2 seeds × 2 rates, folded
         assert r["x_compiled"] == pytest.approx(r["eager_ms"] / r["compiled_ms"])

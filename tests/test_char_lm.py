@@ -81,11 +81,14 @@ def test_bits_per_character():
     assert not TASK.higher_is_better and TASK.equivalence_margin(2.0) == 0.01
 
 
-@pytest.mark.parametrize("spec, message", [
-    ({"length": BLOCK}, "length must lie in"),
-    ({"length": 0}, "length must lie in"),
-    ({"vocab": 1}, "vocab must be at least 2"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"length": BLOCK}, "length must lie in"),
+        ({"length": 0}, "length must lie in"),
+        ({"vocab": 1}, "vocab must be at least 2"),
+    ],
+)
 def test_bad_specs_fail_with_one_clear_message(spec, message):
     with pytest.raises(ValueError, match=message):
         make_task("char-lm", **spec)

@@ -53,8 +53,9 @@ def test_listings(capsys):
     # each with its docstring's whole first paragraph, never cut mid-sentence
     described = {line.split()[0]: line.split(maxsplit=1)[1] for line in lines}
     assert all(text.endswith((".", ")")) for text in described.values()), described
-    assert "with value_channels > 1, the additive expanded-state control" in described[
-        "transformer"]
+    assert (
+        "with value_channels > 1, the additive expanded-state control" in described["transformer"]
+    )
     assert "dopri5" in described["node"] and "solved by torchdiffeq" not in described["node"]
 
 
@@ -62,8 +63,12 @@ def test_one_task_or_model_lists_its_options_with_defaults_and_docs(capsys):
     assert main(["tasks", "var-chain"]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
-    for field, default in (("hops", "2"), ("chains", "2"), ("reassign", "False"),
-                           ("negate", "False")):
+    for field, default in (
+        ("hops", "2"),
+        ("chains", "2"),
+        ("reassign", "False"),
+        ("negate", "False"),
+    ):
         assert f" = {default}  " in lines[field], lines[field]
     assert "look-ups a query takes" in lines["hops"]
     assert main(["tasks", "tiny-sum", "--task-file", TASK_FILE]) == 0
@@ -77,12 +82,13 @@ def test_one_task_or_model_lists_its_options_with_defaults_and_docs(capsys):
 
 def test_version_and_help_import_no_heavy_module():
     """``--help`` answers at once: it imports neither torch nor matplotlib."""
-    code = ("import sys\nfrom ddl_dynamics.cli import main\n"
-            "for argv in (['--version'], ['--help']):\n"
-            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-            "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import sys\nfrom ddl_dynamics.cli import main\n"
+        "for argv in (['--version'], ['--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"ddl-dyn {dd.__version__}\n")
     assert "COMMAND" in done.stdout and done.stdout.rstrip().endswith("[]")
@@ -96,7 +102,7 @@ def test_subcommand_help_says_the_defaults_and_every_plot_kind(capsys):
     assert "(default 1: in this process" in text and "ray: the cells as Ray tasks" in text
     assert main(["plot", "--help"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    kinds = {line.split()[0]: line for line in lines[lines.index("figure kinds:") + 1:]}
+    kinds = {line.split()[0]: line for line in lines[lines.index("figure kinds:") + 1 :]}
     assert list(kinds) == [*FIGURE_KINDS, "all"]
     assert all(len(line.split()) > 3 for line in kinds.values())
 
@@ -121,8 +127,12 @@ def test_internal_errors_are_not_reported_as_bad_usage(monkeypatch, capsys):
     def in_a_raise(args):  # the raise line's own message fails to format: still a bug
         raise ValueError(f"{'three':d} seeds")
 
-    for fake, kind in ((buggy, "KeyError"), (library_error, "ValueError"),
-                       (unpacking, "ValueError"), (in_a_raise, "ValueError")):
+    for fake, kind in (
+        (buggy, "KeyError"),
+        (library_error, "ValueError"),
+        (unpacking, "ValueError"),
+        (in_a_raise, "ValueError"),
+    ):
         monkeypatch.setattr(cli, "_tasks", fake)
         assert main(["tasks"]) == 3
         err = capsys.readouterr().err
@@ -144,12 +154,16 @@ def test_bad_usage_is_decided_by_the_errors_type(monkeypatch, capsys):
     def raising(error):
         def command(args):
             raise error
+
         return command
 
-    for error in (ConfigError("exp.toml", "train.steps", "must be positive"),
-                  TaskCheckError("tiny: inputs are float64"),
-                  SolverCap("solver cap: max_num_steps exceeded"),
-                  ValueError("a task file's own check"), FileNotFoundError("no such file: x")):
+    for error in (
+        ConfigError("exp.toml", "train.steps", "must be positive"),
+        TaskCheckError("tiny: inputs are float64"),
+        SolverCap("solver cap: max_num_steps exceeded"),
+        ValueError("a task file's own check"),
+        FileNotFoundError("no such file: x"),
+    ):
         monkeypatch.setattr(cli, "_tasks", raising(error))
         assert main(["tasks"]) == 2, error
         assert capsys.readouterr().err == f"ddl-dyn: error: {error}\n"
@@ -162,9 +176,22 @@ def test_user_task_file_in_worker_pool_with_a_dying_worker(tmp_path):
     exp.write_text(TOML.format(task="tiny-sum") + '[[tasks]]\nname = "worker-crash"\n')
     run_dir = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "ddl_dynamics.cli", "run", str(exp), "--jobs", "2",
-         "--task-file", TASK_FILE, "--run-dir", str(run_dir)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "ddl_dynamics.cli",
+            "run",
+            str(exp),
+            "--jobs",
+            "2",
+            "--task-file",
+            TASK_FILE,
+            "--run-dir",
+            str(run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 1, done.stderr  # some cells failed
     assert "2 ok, 2 failed" in done.stdout and f"report: {run_dir / 'report.md'}" in done.stdout
@@ -176,8 +203,16 @@ def test_user_task_file_in_worker_pool_with_a_dying_worker(tmp_path):
 
 def test_run_resume_and_report(write, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    argv = ["run", write(), "--run-dir", str(run_dir), "--seeds", "0,1",
-            "--only", "model=ddl-bmax1"]
+    argv = [
+        "run",
+        write(),
+        "--run-dir",
+        str(run_dir),
+        "--seeds",
+        "0,1",
+        "--only",
+        "model=ddl-bmax1",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "2 ok" in out and f"report: {run_dir / 'report.md'}" in out
@@ -190,15 +225,26 @@ def test_run_resume_and_report(write, tmp_path, capsys):
     assert main(["report", str(run_dir), "--format", "csv", "--output", str(csv_path)]) == 0
     lines = csv_path.read_text().splitlines()  # one line per cell, under a header
     assert lines[0].startswith("task,model,seed,") and len(lines) == 3
-    assert [line.split(",")[:3] for line in lines[1:]] == [["overwrite", "ddl-bmax1", "0"],
-                                                           ["overwrite", "ddl-bmax1", "1"]]
+    assert [line.split(",")[:3] for line in lines[1:]] == [
+        ["overwrite", "ddl-bmax1", "0"],
+        ["overwrite", "ddl-bmax1", "1"],
+    ]
 
 
 @pytest.mark.parametrize(("flags", "ensemble"), [([], 2), (["--no-vectorize"], 1)])
 def test_seeds_train_together_unless_no_vectorize(flags, ensemble, write, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    argv = ["run", write(), "--run-dir", str(run_dir), "--seeds", "0,1", "--only",
-            "model=resnet", *flags]
+    argv = [
+        "run",
+        write(),
+        "--run-dir",
+        str(run_dir),
+        "--seeds",
+        "0,1",
+        "--only",
+        "model=resnet",
+        *flags,
+    ]
     assert main(argv) == 0 and "2 ok" in capsys.readouterr().out
     rows = dd.RunFolder.open(run_dir, "w").store.rows()
     assert [r.metrics["ensemble"] for r in rows] == [ensemble, ensemble]
@@ -216,11 +262,11 @@ def test_a_rerun_beside_other_results_warns_in_one_line(write, tmp_path, capsys)
     assert main(["run", write(), *argv, "--seeds", "0,1"]) == 0  # more cells: nothing to say
     edited = write(text=TOML.format(task="overwrite").replace("steps = 10", "steps = 12"))
     assert main(["run", edited, *argv]) == 0
-    other = write(text=TOML.format(task="overwrite").replace('name = "cli"', 'name = "other"'),
-                  name="other")
+    other = write(
+        text=TOML.format(task="overwrite").replace('name = "cli"', 'name = "other"'), name="other"
+    )
     assert main(["run", other, *argv]) == 0
-    warned = [line for line in capsys.readouterr().err.splitlines()
-              if line.startswith("ddl-dyn")]
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ddl-dyn")]
     assert warned == [
         f"ddl-dyn: warning: {run_dir}: 1 of the selected cells have results under another "
         "config (e.g. overwrite × resnet, seed 0: train.steps 10 → 12); the new results are "
@@ -250,15 +296,18 @@ def test_storage_problems_are_named_and_read_only_runs_are_reported(tmp_path, as
             ["report", str(read_only), "--format", "html", "--output", str(html)],
             ["plot", "all", str(read_only)],
             ["run", write(), "--run-dir", str(read_only)],
-            ["report", str(unreadable)])
+            ["report", str(unreadable)],
+        )
     finally:
         for path in (read_only, *read_only.rglob("*")):
             path.chmod(0o755 if path.is_dir() else 0o644)
     assert md[0] == 0 and "## overwrite — mse ↓" in md[1], md
     assert page[0] == 0 and html.read_text().count("<img") >= 1, page
-    assert plot[0] == 2 and plot[2].endswith(f"ddl-dyn: error: cannot write figures into "
-                                             f"{read_only / 'figures'}: read-only or no "
-                                             "permission\n"), plot
+    assert plot[0] == 2 and plot[2].endswith(
+        f"ddl-dyn: error: cannot write figures into "
+        f"{read_only / 'figures'}: read-only or no "
+        "permission\n"
+    ), plot
     assert rerun[0] == 2 and f"error: read-only: {read_only / 'results.sqlite'}" in rerun[2]
     assert denied[0] == 2 and "error: permission denied: " in denied[2], denied
     assert {p: p.is_file() and p.read_bytes() for p in read_only.rglob("*")} == before
@@ -278,8 +327,10 @@ def test_a_full_disk_is_named(write, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sqlite3, "connect", capped)
     assert main(["run", write(), "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.rpartition("\r")[2]
-    assert err.startswith(f"ddl-dyn: error: disk full: {tmp_path / 'run' / 'results.sqlite'} "
-                          "(database or disk is full)"), err
+    assert err.startswith(
+        f"ddl-dyn: error: disk full: {tmp_path / 'run' / 'results.sqlite'} "
+        "(database or disk is full)"
+    ), err
 
 
 def test_diverged_cells_exit_1(write, tmp_path, capsys, infinite_loss):
@@ -309,12 +360,15 @@ VARIANTS = {
     "label_newline": ('label = "ddl-bmax1"', 'label = "ddl\\nbmax1"'),
     "task_label": ('name = "overwrite"', 'name = "overwrite"\nlabel = "../x"'),
     "name_long": ('name = "cli"', f'name = "{"n" * 300}"'),
-    "baseline_circle": ('name = "resnet"\n[[models]]\nname = "ddl"\n',
-                        'name = "resnet"\nbaseline = "ddl-bmax1"\n[[models]]\nname = "ddl"\n'
-                        'baseline = "resnet"\n'),
+    "baseline_circle": (
+        'name = "resnet"\n[[models]]\nname = "ddl"\n',
+        'name = "resnet"\nbaseline = "ddl-bmax1"\n[[models]]\nname = "ddl"\nbaseline = "resnet"\n',
+    ),
     "device": ("steps = 10", 'steps = 10\ndevice = "cpu:abc"'),
-    "nested": ('name = "overwrite"', f'name = "overwrite"\nspec = {{ depth = {"[" * 40}3'
-                                     f'{"]" * 40} }}'),
+    "nested": (
+        'name = "overwrite"',
+        f'name = "overwrite"\nspec = {{ depth = {"[" * 40}3{"]" * 40} }}',
+    ),
     # sizes and budgets beyond any sane run
     "hidden_huge": ("hidden = 8", "hidden = 10000000000000"),
     "match_huge": ("hidden = 8", "match_params = 1000000000000"),
@@ -329,14 +383,28 @@ LIMIT = "is beyond any sane run"
 def plant(folder, label="ddl", weights=True):
     """A run folder with one finished ``ddl`` cell, untrained (real weights, nothing
     trained), its row stored under ``label``."""
-    cfg = dd.parse_experiment({"tasks": [{"name": "overwrite"}], "models": [{"name": "ddl"}],
-                               "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}}})
+    cfg = dd.parse_experiment(
+        {
+            "tasks": [{"name": "overwrite"}],
+            "models": [{"name": "ddl"}],
+            "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}},
+        }
+    )
     cell = dd.expand_cells(cfg)[0]
     run = dd.RunFolder.open(folder, "w")
     store = run.store
-    store.put(dd.RunResult(status="ok", key=cell.key, task=cell.task_label, model=label, seed=0,
-                           metrics={"metric": "mse", "test": 0.5}, curve=[[1, 0.5, 0.5, 1.0]],
-                           config=cell.to_dict()))
+    store.put(
+        dd.RunResult(
+            status="ok",
+            key=cell.key,
+            task=cell.task_label,
+            model=label,
+            seed=0,
+            metrics={"metric": "mse", "test": 0.5},
+            curve=[[1, 0.5, 0.5, 1.0]],
+            config=cell.to_dict(),
+        )
+    )
     if weights:
         run.model_path(cell.key).parent.mkdir()
         torch.save(cell.build()[1].state_dict(), run.model_path(cell.key))
@@ -348,10 +416,13 @@ DAMAGED = {
     "bad_metrics": lambda folder: _update(plant(folder), "metrics = '[]'"),
     "bad_curve": lambda folder: _update(plant(folder), "curve = '[[1, 0.5'"),
     "bad_label": lambda folder: plant(folder, label="../../../../x/ESCAPED"),
-    "bad_weights": lambda folder: [p.write_bytes(p.read_bytes()[:500])
-                                   for p in (plant(folder).path.parent / "models").iterdir()],
-    "foreign_weights": lambda folder: [p.write_bytes(b"not weights")
-                                       for p in (plant(folder).path.parent / "models").iterdir()],
+    "bad_weights": lambda folder: [
+        p.write_bytes(p.read_bytes()[:500])
+        for p in (plant(folder).path.parent / "models").iterdir()
+    ],
+    "foreign_weights": lambda folder: [
+        p.write_bytes(b"not weights") for p in (plant(folder).path.parent / "models").iterdir()
+    ],
 }
 
 
@@ -373,8 +444,10 @@ def _update(store, change):
         (["report", "{missing}"], "no such run folder"),
         # broken task files, stores that are not stores, a run folder that is a file
         (["run", "{exp}", "--task-file", "{syntax_py}"], "syntax_error.py: syntax error at line 2"),
-        (["run", "{exp}", "--task-file", "{raises_py}"],
-         "raises.py: importing it raised RuntimeError: no GPU here"),
+        (
+            ["run", "{exp}", "--task-file", "{raises_py}"],
+            "raises.py: importing it raised RuntimeError: no GPU here",
+        ),
         (["run", "{exp}", "--run-dir", "{corrupt}"], "not a results store"),
         (["report", "{corrupt}"], "not a results store"),
         (["plot", "all", "{corrupt}"], "not a results store"),
@@ -397,21 +470,33 @@ def _update(store, change):
         (["run", "{lr_inf}"], "defaults.train.lr: expected a finite number, got inf"),
         (["run", "{beta_inf}"], "beta_max: expected a finite number, got inf"),
         (["run", "{exp}", "--only", ""], "--only: expected task=LABEL or model=LABEL, got ''"),
-        (["run", "{exp}", "--seeds", ""],
-         "--seeds: expected a count like 3 or seeds like 0,1,2, got ''"),
+        (
+            ["run", "{exp}", "--seeds", ""],
+            "--seeds: expected a count like 3 or seeds like 0,1,2, got ''",
+        ),
         (["run", "{binary}"], "binary.toml: not a TOML text file"),
         # tasks that fail check_task stop the run before any cell trains
-        (["run", "{wrong_shape}", "--task-file", TASK_FILE],
-         "task 'wrong-shape': fails check_task: WrongShape[train]: targets (8, 2) != (8, 1)"),
-        (["run", "{nan_targets}", "--task-file", TASK_FILE],
-         "task 'nan-targets': fails check_task: NanTargets[train]: targets has NaN/Inf"),
-        (["run", "{float64_inputs}", "--task-file", TASK_FILE],
-         "fails check_task: Float64Inputs[train]: inputs must be float32, got torch.float64"),
+        (
+            ["run", "{wrong_shape}", "--task-file", TASK_FILE],
+            "task 'wrong-shape': fails check_task: WrongShape[train]: targets (8, 2) != (8, 1)",
+        ),
+        (
+            ["run", "{nan_targets}", "--task-file", TASK_FILE],
+            "task 'nan-targets': fails check_task: NanTargets[train]: targets has NaN/Inf",
+        ),
+        (
+            ["run", "{float64_inputs}", "--task-file", TASK_FILE],
+            "fails check_task: Float64Inputs[train]: inputs must be float32, got torch.float64",
+        ),
         # task files that end the process or interrupt it as they are imported
-        (["run", "{exp}", "--task-file", "{exits_py}"],
-         "exits.py: importing it raised SystemExit: 0"),
-        (["run", "{exp}", "--task-file", "{interrupts_py}"],
-         "interrupts.py: importing it raised KeyboardInterrupt"),
+        (
+            ["run", "{exp}", "--task-file", "{exits_py}"],
+            "exits.py: importing it raised SystemExit: 0",
+        ),
+        (
+            ["run", "{exp}", "--task-file", "{interrupts_py}"],
+            "interrupts.py: importing it raised KeyboardInterrupt",
+        ),
         # labels and names that would escape the run folder, collide or not fit a file name
         (["run", "{label_escape}"], "models[1].label: '../../../../x/ESCAPED' is not one path"),
         (["run", "{label_nested}"], "models[1].label: 'ddl/v2' is not one path component"),
@@ -422,23 +507,32 @@ def _update(store, change):
         (["run", "{label_newline}"], "models[1].label: 'ddl\\nbmax1' has a control character"),
         (["run", "{task_label}"], "tasks[0].label: '../x' is not one path component"),
         (["run", "{name_long}"], "name: 'nnnnnnnnnnnnnnnnnnnnnnnn'… is 300 bytes long, over 200"),
-        (["run", "{baseline_circle}"],
-         "baselines name each other in a circle: resnet → ddl-bmax1 → resnet"),
+        (
+            ["run", "{baseline_circle}"],
+            "baselines name each other in a circle: resnet → ddl-bmax1 → resnet",
+        ),
         (["run", "{exp}", "--run-dir", ""], "run_dir: an empty path"),
         (["report", ""], "run_dir: an empty path"),
         (["report", "{exp}", "--output", ""], "output: an empty path"),
         # values every cell would fail on, or that would hang, caught at load time
         (["run", "{device}"], "device must be 'cpu', 'cuda' or 'cuda:<index>', got 'cpu:abc'"),
         (["run", "{hidden_huge}"], f"hidden = 10000000000000 {LIMIT}"),
-        (["run", "{match_huge}"], f"match_params = 1000000000000: 1,000,000,000,000 "
-                                  f"parameters {LIMIT}"),
-        (["run", "{width_huge}"], f"width = 10000000 {LIMIT} (at most 100,000); set "
-                                  "DDL_DYNAMICS_NO_LIMITS=1 if you mean it"),
+        (
+            ["run", "{match_huge}"],
+            f"match_params = 1000000000000: 1,000,000,000,000 parameters {LIMIT}",
+        ),
+        (
+            ["run", "{width_huge}"],
+            f"width = 10000000 {LIMIT} (at most 100,000); set "
+            "DDL_DYNAMICS_NO_LIMITS=1 if you mean it",
+        ),
         (["run", "{depth_huge}"], f"depth = 1000000 {LIMIT}"),
         (["run", "{steps_huge}"], f"steps = 1000000000000 {LIMIT}"),
         (["run", "{n_train_huge}"], f"n_train = 1000000000 {LIMIT}"),
-        (["run", "{exp}", "--jobs", "99999999999999999999"],
-         "jobs must be between 1 and 1024, got 99999999999999999999"),
+        (
+            ["run", "{exp}", "--jobs", "99999999999999999999"],
+            "jobs must be between 1 and 1024, got 99999999999999999999",
+        ),
         (["run", "{exp}", "--jobs", "0"], "jobs must be between 1 and 1024, got 0"),
         (["bench", "--repeats", "0"], "--repeats: expected at least 1 timed repeat, got 0"),
         # files TOML cannot read, explained
@@ -447,14 +541,20 @@ def _update(store, change):
         (["run", "{bom}"], "bom.toml: starts with a UTF-8 byte-order mark"),
         # stores and weights damaged after the run: the cell is named
         (["report", "{bad_metrics}"], "damaged row in {bad_metrics}/results.sqlite: cell "),
-        (["report", "{bad_metrics}"], "'overwrite' × 'ddl', seed 0): its metrics is not a JSON "
-                                      "object"),
+        (
+            ["report", "{bad_metrics}"],
+            "'overwrite' × 'ddl', seed 0): its metrics is not a JSON object",
+        ),
         (["plot", "curves", "{bad_curve}"], "its curve is not JSON (Expecting"),
-        (["plot", "all", "{bad_label}"],
-         "× '../../../../x/ESCAPED', seed 0): '../../../../x/ESCAPED' is not one path"),
+        (
+            ["plot", "all", "{bad_label}"],
+            "× '../../../../x/ESCAPED', seed 0): '../../../../x/ESCAPED' is not one path",
+        ),
         (["plot", "regimes", "{bad_weights}"], "damaged weights: {bad_weights}/models/"),
-        (["report", "{bad_weights}", "--format", "html", "--output", "{exp}.html"],
-         "'overwrite' × 'ddl', seed 0), cannot be read (RuntimeError: PytorchStreamReader"),
+        (
+            ["report", "{bad_weights}", "--format", "html", "--output", "{exp}.html"],
+            "'overwrite' × 'ddl', seed 0), cannot be read (RuntimeError: PytorchStreamReader",
+        ),
         (["plot", "trajectories", "{foreign_weights}"], "damaged weights: {foreign_weights}/"),
     ],
 )
@@ -482,8 +582,10 @@ def test_bad_usage_exits_2_with_one_line(argv, message, write, tmp_path, capsys)
         con.execute("CREATE TABLE photos (path TEXT)")
     Path(paths["a_file"]).write_text("")
     Path(paths["binary"]).write_bytes(bytes(range(256)))
-    for name, text in (("exits", "import sys\nsys.exit(0)\n"),
-                       ("interrupts", "raise KeyboardInterrupt\n")):
+    for name, text in (
+        ("exits", "import sys\nsys.exit(0)\n"),
+        ("interrupts", "raise KeyboardInterrupt\n"),
+    ):
         paths[f"{name}_py"] = str(tmp_path / f"{name}.py")
         Path(paths[f"{name}_py"]).write_text(text)
     for name, (old, new) in VARIANTS.items():
@@ -517,13 +619,13 @@ def test_a_task_that_replaces_a_default_warns_in_one_line(write, tmp_path, capsy
     width 1: the run goes on and says so (an error would forbid experiment-wide widths)."""
     text = TOML.format(task="sign-flip").replace("width = 8", "width = 0")
     text = text.replace('name = "sign-flip"', 'name = "sign-flip"\nspec = { variant = "1d" }')
-    argv = ["run", write(text=text), "--run-dir", str(tmp_path / "run"), "--only",
-            "model=resnet"]
+    argv = ["run", write(text=text), "--run-dir", str(tmp_path / "run"), "--only", "model=resnet"]
     assert main(argv) == 0
     err = capsys.readouterr().err  # beside the progress bars
     assert [line for line in err.splitlines() if line.startswith("ddl-dyn")] == [
         f"ddl-dyn: warning: {tmp_path / 'exp.toml'}: [defaults.model] width = 0 does not "
-        "apply to task 'sign-flip', which sets width = 1"]
+        "apply to task 'sign-flip', which sets width = 1"
+    ]
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
@@ -542,8 +644,12 @@ def test_report_and_plot_a_task_file_run_from_a_fresh_process(tmp_path):
     task_file.unlink()
 
     def ddl_dyn(*args):
-        return subprocess.run([sys.executable, "-m", "ddl_dynamics.cli", *args],
-                              capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "ddl_dynamics.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     report = ddl_dyn("report", str(run_dir), "--format", "json")
     assert report.returncode == 0, report.stderr
@@ -561,17 +667,32 @@ def test_argparse_errors_exit_2(capsys):
 
 def test_only_keeps_the_commas_of_a_swept_label(tmp_path, capsys):
     experiment = tmp_path / "sweep.toml"
-    experiment.write_text('[defaults.model]\nwidth = 8\ndepth = 2\nhidden = 8\n'
-                          '[defaults.train]\nsteps = 2\nn_train = 32\nn_test = 16\n'
-                          '[[tasks]]\nname = "switched"\n'
-                          'spec = { event = ["overwrite", "reflect"], p = [0, 0.5] }\n'
-                          '[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n')
+    experiment.write_text(
+        "[defaults.model]\nwidth = 8\ndepth = 2\nhidden = 8\n"
+        "[defaults.train]\nsteps = 2\nn_train = 32\nn_test = 16\n"
+        '[[tasks]]\nname = "switched"\n'
+        'spec = { event = ["overwrite", "reflect"], p = [0, 0.5] }\n'
+        '[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n'
+    )
     run_dir = tmp_path / "run"
-    assert main(["run", str(experiment), "--run-dir", str(run_dir),
-                 "--only", "task=switched[event=reflect,p=0.5],model=ddl"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(experiment),
+                "--run-dir",
+                str(run_dir),
+                "--only",
+                "task=switched[event=reflect,p=0.5],model=ddl",
+            ]
+        )
+        == 0
+    )
     rows = dd.RunFolder.open(run_dir, "w").store.rows()
     assert {(r.task, r.model) for r in rows} == {("switched[event=reflect,p=0.5]", "ddl")}
     capsys.readouterr()
-    assert main(["run", str(experiment), "--run-dir", str(run_dir),
-                 "--only", "task=switched[p=0.5]"]) == 2
+    assert (
+        main(["run", str(experiment), "--run-dir", str(run_dir), "--only", "task=switched[p=0.5]"])
+        == 2
+    )
     assert "no task labelled 'switched[p=0.5]'" in capsys.readouterr().err

@@ -30,15 +30,18 @@ def test_a_changed_row_is_named(tiny_study, tmp_path, capsys):
     shutil.copytree(tiny_study, rerun)
     with sqlite3.connect(rerun / "results.sqlite") as con:  # ddl on parity: every seed right
         for key, metrics in con.execute(
-                "SELECT key, metrics FROM results WHERE task = 'parity' AND model = 'ddl'"
-                ).fetchall():
-            con.execute("UPDATE results SET metrics = ? WHERE key = ?",
-                        (json.dumps({**json.loads(metrics), "test": 1.0}), key))
+            "SELECT key, metrics FROM results WHERE task = 'parity' AND model = 'ddl'"
+        ).fetchall():
+            con.execute(
+                "UPDATE results SET metrics = ? WHERE key = ?",
+                (json.dumps({**json.loads(metrics), "test": 1.0}), key),
+            )
     capsys.readouterr()
     assert main(["compare", str(rerun), str(reference)]) == 1
     out = capsys.readouterr().out.strip().splitlines()
     assert [line for line in out[:-1] if "DIFFERS" in line] == [
-        line for line in out[:-1] if line.startswith("parity: ddl − resnet")]
+        line for line in out[:-1] if line.startswith("parity: ddl − resnet")
+    ]
     assert "DIFFERS" in next(line for line in out if line.startswith("parity: ddl − resnet"))
     assert out[-1].endswith("differ: ddl − resnet on parity")
     assert "overwrite: ddl − resnet" in out[0] and out[0].endswith("reproduced")
@@ -50,18 +53,36 @@ def test_bad_input_exits_2(tmp_path, capsys):
 
 
 def test_a_shrunk_rerun_says_how_its_config_differs_and_compares_what_both_ran(
-        tiny_study, tmp_path, capsys):
+    tiny_study, tmp_path, capsys
+):
     reference = _published(tiny_study, tmp_path)
     rerun = tmp_path / "shrunk"
-    assert main(["run", str(tiny_study.parent.parent / "tiny.toml"), "--run-dir", str(rerun),
-                 "--seeds", "2", "--set", "train.steps=10", "--only", "task=parity"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(tiny_study.parent.parent / "tiny.toml"),
+                "--run-dir",
+                str(rerun),
+                "--seeds",
+                "2",
+                "--set",
+                "train.steps=10",
+                "--only",
+                "task=parity",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     code = main(["compare", str(rerun), str(reference)])
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[:4] == ["config: the rerun differs from the reference in 3 keys:",
-                       "  defaults.train.steps 20 → 10",
-                       "  only — → task=parity",
-                       "  seeds [0, 1, 2] → [0, 1]"]
+    assert out[:4] == [
+        "config: the rerun differs from the reference in 3 keys:",
+        "  defaults.train.steps 20 → 10",
+        "  only — → task=parity",
+        "  seeds [0, 1, 2] → [0, 1]",
+    ]
     assert "may differ by design" in out[4]
     (overwrite,) = [line for line in out if line.startswith("overwrite: ddl − resnet")]
     assert overwrite.endswith("rerun —: not run")
@@ -78,5 +99,6 @@ def test_the_only_restriction_is_spelled_as_the_option_is():
     text = 'name = "x"\nseeds = [0, 1]\n'
     only = {"task": ["switched[event=reflect,p=0]"], "model": ["ddl", "hc"]}
     rerun = recorded(text, RunOptions(only=only))
-    assert config_changes({"experiment": {"config": text}}, {"experiment": {"config": rerun}}) \
-        == ["only — → task=switched[event=reflect,p=0],model=ddl,model=hc"]
+    assert config_changes({"experiment": {"config": text}}, {"experiment": {"config": rerun}}) == [
+        "only — → task=switched[event=reflect,p=0],model=ddl,model=hc"
+    ]

@@ -35,8 +35,7 @@ def test_a_rerun_of_another_experiment_is_named(tiny_study, tmp_path, capsys):
     assert "ran experiment 'tiny'" in line and "is of 'regimes': not a rerun of it" in line
 
 
-def test_a_study_published_under_another_name_is_still_its_experiment(tiny_study, tmp_path,
-                                                                       capsys):
+def test_a_study_published_under_another_name_is_still_its_experiment(tiny_study, tmp_path, capsys):
     results = tmp_path / "results"
     assert main(["publish", str(tiny_study), "--results", str(results), "--name", "v2"]) == 0
     assert main(["compare", str(tiny_study), str(results / "v2")]) == 0

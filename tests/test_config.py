@@ -55,8 +55,10 @@ def test_cells_cover_tasks_models_seeds_with_resolved_options():
 
 
 def test_a_model_entry_can_be_limited_to_some_tasks():
-    models = [*BASE["models"], {"name": "ddl", "label": "ddl-tied", "tied": True,
-                                "tasks": ["parity"]}]
+    models = [
+        *BASE["models"],
+        {"name": "ddl", "label": "ddl-tied", "tied": True, "tasks": ["parity"]},
+    ]
     cells = by_label(dd.expand_cells(config(models=models)))
     assert ("parity", "ddl-tied", 0) in cells and ("sign-flip", "ddl-tied", 0) not in cells
     assert cells["parity", "ddl-tied", 0].config["tied"] is True
@@ -65,13 +67,22 @@ def test_a_model_entry_can_be_limited_to_some_tasks():
 
 
 def test_resolution_order_defaults_task_model_override():
-    cells = by_label(dd.expand_cells(config(
-        tasks=[{"name": "parity", "model": {"hidden": 4}, "train": {"lr": 0.01},
-                "spec": {"depth": 5}}],
-        models=[{"name": "resnet", "train": {"lr": 0.02}},
-                {"name": "ddl", "hidden": 6}],
-        overrides=[{"models": ["ddl"], "model": {"hidden": 7}, "train": {"steps": 9}}],
-    )))
+    cells = by_label(
+        dd.expand_cells(
+            config(
+                tasks=[
+                    {
+                        "name": "parity",
+                        "model": {"hidden": 4},
+                        "train": {"lr": 0.01},
+                        "spec": {"depth": 5},
+                    }
+                ],
+                models=[{"name": "resnet", "train": {"lr": 0.02}}, {"name": "ddl", "hidden": 6}],
+                overrides=[{"models": ["ddl"], "model": {"hidden": 7}, "train": {"steps": 9}}],
+            )
+        )
+    )
     resnet, ddl = cells["parity", "resnet", 0], cells["parity", "ddl", 0]
     assert resnet.config["hidden"] == 4 and resnet.train.lr == 0.02
     assert ddl.config["hidden"] == 7 and ddl.train.steps == 9 and ddl.train.lr == 0.01
@@ -81,11 +92,15 @@ def test_resolution_order_defaults_task_model_override():
 
 
 def test_ode_max_steps_caps_only_ode_models_and_is_overridable():
-    cells = by_label(dd.expand_cells(config(
-        tasks=[{"name": "parity"}],
-        models=[{"name": "node"}, {"name": "anode", "max_steps": 50}, {"name": "resnet"}],
-        defaults={"train": {"ode_max_steps": 30}},
-    )))
+    cells = by_label(
+        dd.expand_cells(
+            config(
+                tasks=[{"name": "parity"}],
+                models=[{"name": "node"}, {"name": "anode", "max_steps": 50}, {"name": "resnet"}],
+                defaults={"train": {"ode_max_steps": 30}},
+            )
+        )
+    )
     assert cells["parity", "node", 0].config["max_steps"] == 30
     assert cells["parity", "anode", 0].config["max_steps"] == 50
     assert "max_steps" not in cells["parity", "resnet", 0].config
@@ -121,11 +136,17 @@ def test_int_where_float_is_fine():
         ({"defaults": {"trian": {}}}, "defaults.trian", "Did you mean 'train'"),
         ({"defaults": {"train": {"stpes": 3}}}, "defaults.train.stpes", "Did you mean 'steps'"),
         ({"tasks": [{"name": "parrity"}]}, "tasks[0].name", "Did you mean 'parity'"),
-        ({"tasks": [{"name": "parity", "spec": {"dpeth": 3}}]}, "tasks[0].spec.dpeth",
-         "Did you mean 'depth'"),
+        (
+            {"tasks": [{"name": "parity", "spec": {"dpeth": 3}}]},
+            "tasks[0].spec.dpeth",
+            "Did you mean 'depth'",
+        ),
         ({"models": [{"name": "ddll"}]}, "models[0].name", "Did you mean 'ddl'"),
-        ({"models": [{"name": "ddl", "beta_maxx": 1.0}]}, "models[0].beta_maxx",
-         "Did you mean 'beta_max'"),
+        (
+            {"models": [{"name": "ddl", "beta_maxx": 1.0}]},
+            "models[0].beta_maxx",
+            "Did you mean 'beta_max'",
+        ),
         ({"defaults": {"model": {"widht": 8}}}, "defaults.model.widht", "Did you mean 'width'"),
         ({"overrides": [{"models": ["rsnet"]}]}, "overrides[0].models", "Did you mean 'resnet'"),
     ],
@@ -160,8 +181,10 @@ def test_wrong_types_and_values_fail(changes, fragment):
 
 def test_load_experiment_reads_toml_and_rejects_malformed(tmp_path):
     good = tmp_path / "good.toml"
-    good.write_text('seeds = [3]\n[[tasks]]\nname = "parity"\n[[models]]\nname = "ddl"\n'
-                    'label = "ddl-bmax1"\nbeta_max = 1.0\n')
+    good.write_text(
+        'seeds = [3]\n[[tasks]]\nname = "parity"\n[[models]]\nname = "ddl"\n'
+        'label = "ddl-bmax1"\nbeta_max = 1.0\n'
+    )
     cfg = dd.load_experiment(good)
     assert cfg.name == "good" and cfg.seeds == (3,) and cfg.text == good.read_text()
     assert dd.expand_cells(cfg)[0].config["beta_max"] == 1.0
@@ -180,13 +203,17 @@ def test_load_experiment_reads_toml_and_rejects_malformed(tmp_path):
 # --- matched parameters and baselines
 
 FAMILIES = ["resnet", "gated", "node", "anode", "ddl", "ddl-write"]
-MATCHED = {"name": "m", "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}},
-           "tasks": [{"name": "parity"}, FLIP]}
+MATCHED = {
+    "name": "m",
+    "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}},
+    "tasks": [{"name": "parity"}, FLIP],
+}
 
 
 def matched(models, **changes):
-    return dd.parse_experiment({**copy.deepcopy(MATCHED), "models": models, **changes},
-                                         source="exp.toml")
+    return dd.parse_experiment(
+        {**copy.deepcopy(MATCHED), "models": models, **changes}, source="exp.toml"
+    )
 
 
 def built_params(cell):
@@ -195,11 +222,17 @@ def built_params(cell):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_match_params_by_label_and_by_number_for_every_family(family):
-    cells = by_label(dd.expand_cells(matched([
-        {"name": "resnet", "label": "ref", "hidden": 24},
-        {"name": family, "label": "by-label", "match_params": "ref"},
-        {"name": family, "label": "by-number", "match_params": 3000},
-    ])))
+    cells = by_label(
+        dd.expand_cells(
+            matched(
+                [
+                    {"name": "resnet", "label": "ref", "hidden": 24},
+                    {"name": family, "label": "by-label", "match_params": "ref"},
+                    {"name": family, "label": "by-number", "match_params": 3000},
+                ]
+            )
+        )
+    )
     for task in ("parity", "sign-flip"):
         reference = built_params(cells[task, "ref", 0])
         by_name, by_count = cells[task, "by-label", 0], cells[task, "by-number", 0]
@@ -212,13 +245,21 @@ def test_match_params_by_label_and_by_number_for_every_family(family):
 
 
 def test_match_params_from_defaults_task_and_override_and_recorded_hidden():
-    cells = by_label(dd.expand_cells(matched(
-        [{"name": "resnet"}, {"name": "gated"}, {"name": "node", "match_params": "gated"},
-         {"name": "ddl"}],
-        defaults={"model": {"width": 8, "depth": 3, "hidden": 8, "match_params": "resnet"}},
-        tasks=[{"name": "parity", "model": {"hidden": 16}}],
-        overrides=[{"models": ["ddl"], "model": {"match_params": 5000}}],
-    )))
+    cells = by_label(
+        dd.expand_cells(
+            matched(
+                [
+                    {"name": "resnet"},
+                    {"name": "gated"},
+                    {"name": "node", "match_params": "gated"},
+                    {"name": "ddl"},
+                ],
+                defaults={"model": {"width": 8, "depth": 3, "hidden": 8, "match_params": "resnet"}},
+                tasks=[{"name": "parity", "model": {"hidden": 16}}],
+                overrides=[{"models": ["ddl"], "model": {"match_params": 5000}}],
+            )
+        )
+    )
     resnet, gated = cells["parity", "resnet", 0], cells["parity", "gated", 0]
     assert resnet.config["hidden"] == 16 and resnet.params_target == built_params(resnet)
     assert gated.params_target == built_params(resnet) and gated.config["hidden"] != 16
@@ -230,18 +271,24 @@ def test_match_params_from_defaults_task_and_override_and_recorded_hidden():
 @pytest.mark.parametrize(
     ("models", "fragment"),
     [
-        ([{"name": "ddl", "match_params": "resnt"}], "models[0].match_params: no entry labelled "
-                                                       "'resnt'"),
+        (
+            [{"name": "ddl", "match_params": "resnt"}],
+            "models[0].match_params: no entry labelled 'resnt'",
+        ),
         ([{"name": "ddl", "match_params": 0}], "expected a model label or a parameter count"),
         ([{"name": "ddl", "match_params": 2.5}], "expected a model label or a parameter count"),
-        ([{"name": "ddl", "match_params": "node"}, {"name": "node", "match_params": "ddl"}],
-         "refers back to itself"),
+        (
+            [{"name": "ddl", "match_params": "node"}, {"name": "node", "match_params": "ddl"}],
+            "refers back to itself",
+        ),
         ([{"name": "ddl", "match_params": 10}], "task 'parity' × model 'ddl': match_params = 10"),
         ([{"name": "ddl", "baseline": "resnet"}], "models[0].baseline: no entry labelled"),
         ([{"name": "ddl", "baseline": "ddl"}], "a row cannot be its own baseline"),
         ([{"name": "ddl", "baseline": 3}], "models[0].baseline: expected a string"),
-        ([{"name": "resnet", "tasks": ["parity"]}, {"name": "ddl", "baseline": "resnet"}],
-         "'resnet' does not run on task 'sign-flip'"),
+        (
+            [{"name": "resnet", "tasks": ["parity"]}, {"name": "ddl", "baseline": "resnet"}],
+            "'resnet' does not run on task 'sign-flip'",
+        ),
     ],
 )
 def test_bad_references_fail_at_load_time(models, fragment):
@@ -251,24 +298,38 @@ def test_bad_references_fail_at_load_time(models, fragment):
 
 
 def test_baselines_default_to_resnet_explicit_ones_win_and_heads_have_none():
-    cells = by_label(dd.expand_cells(matched([
-        {"name": "resnet"}, {"name": "ddl"},
-        {"name": "resnet", "label": "resnet-tied", "tied": True},
-        {"name": "ddl", "label": "ddl-tied", "tied": True, "baseline": "resnet-tied"},
-        {"name": "node", "baseline": "resnet-tied"},
-        {"name": "anode", "baseline": "node"},
-    ])))
+    cells = by_label(
+        dd.expand_cells(
+            matched(
+                [
+                    {"name": "resnet"},
+                    {"name": "ddl"},
+                    {"name": "resnet", "label": "resnet-tied", "tied": True},
+                    {"name": "ddl", "label": "ddl-tied", "tied": True, "baseline": "resnet-tied"},
+                    {"name": "node", "baseline": "resnet-tied"},
+                    {"name": "anode", "baseline": "node"},
+                ]
+            )
+        )
+    )
     baselines = {label: cells["parity", label, 0].baseline for _, label, _ in cells}
-    assert baselines == {"resnet": None, "ddl": "resnet", "resnet-tied": None,
-                         "ddl-tied": "resnet-tied", "node": "resnet-tied", "anode": "node"}
+    assert baselines == {
+        "resnet": None,
+        "ddl": "resnet",
+        "resnet-tied": None,
+        "ddl-tied": "resnet-tied",
+        "node": "resnet-tied",
+        "anode": "node",
+    }
     assert cells["parity", "ddl", 0].to_dict()["baseline"] == "resnet"
 
 
 def test_top_level_baseline_and_no_default_without_resnet():
     cells = by_label(dd.expand_cells(matched([{"name": "gated"}, {"name": "ddl"}])))
     assert {c.baseline for c in cells.values()} == {None}
-    cells = by_label(dd.expand_cells(matched([{"name": "gated"}, {"name": "ddl"}],
-                                             baseline="gated")))
+    cells = by_label(
+        dd.expand_cells(matched([{"name": "gated"}, {"name": "ddl"}], baseline="gated"))
+    )
     assert cells["parity", "ddl", 0].baseline == "gated"
     assert cells["parity", "gated", 0].baseline is None
     # a default baseline that does not run on a task leaves that task's rows without one
@@ -297,7 +358,8 @@ def test_a_default_that_a_task_replaces_is_named_in_a_warning(recwarn):
     cells = by_label(dd.expand_cells(config(tasks=[sign_flip])))
     assert [str(w.message) for w in recwarn if w.category is ConfigWarning] == [
         "exp.toml: [defaults.model] width = 8 does not apply to task 'sign-flip', which sets "
-        "width = 1"]
+        "width = 1"
+    ]
     assert cells["sign-flip", "resnet", 0].config["width"] == 1  # the task's model_defaults win
     recwarn.clear()  # the same width set for the task itself is the file's choice: no note
     config(tasks=[FLIP])
@@ -316,8 +378,9 @@ def swept(tasks=(SWEEP,), **changes):
 def test_a_spec_list_expands_into_one_entry_per_combination_with_readable_labels():
     cfg = swept()
     labels = [t.label for t in cfg.tasks]
-    assert labels == [f"switched[event={e},p={p}]" for e in ("overwrite", "reflect")
-                      for p in ("0", "0.05", "1")]
+    assert labels == [
+        f"switched[event={e},p={p}]" for e in ("overwrite", "reflect") for p in ("0", "0.05", "1")
+    ]
     first = cfg.tasks[0]
     assert first.spec == {"event": "overwrite", "p": 0.0} and isinstance(first.spec["p"], float)
     assert {t.sweep for t in cfg.tasks} == {"switched"}
@@ -339,11 +402,15 @@ def test_a_swept_depth_sets_each_entrys_model_depth():
 
 
 def test_sweep_labels_name_one_entry_and_the_sweeps_label_all_of_them():
-    models = [*BASE["models"],
-              {"name": "ddl", "label": "ddl-p1", "tasks": ["switched[event=reflect,p=1]"]},
-              {"name": "ddl", "label": "ddl-all", "tasks": "switched"}]
-    overrides = [{"tasks": ["switched[event=overwrite,p=0]"], "train": {"steps": 7}},
-                 {"tasks": "switched", "models": ["ddl-all"], "train": {"lr": 0.01}}]
+    models = [
+        *BASE["models"],
+        {"name": "ddl", "label": "ddl-p1", "tasks": ["switched[event=reflect,p=1]"]},
+        {"name": "ddl", "label": "ddl-all", "tasks": "switched"},
+    ]
+    overrides = [
+        {"tasks": ["switched[event=overwrite,p=0]"], "train": {"steps": 7}},
+        {"tasks": "switched", "models": ["ddl-all"], "train": {"lr": 0.01}},
+    ]
     cfg = swept(models=models, overrides=overrides)
     cells = by_label(dd.expand_cells(cfg))
     assert {t for t, m, _ in cells if m == "ddl-p1"} == {"switched[event=reflect,p=1]"}
@@ -380,8 +447,11 @@ def test_every_swept_value_is_checked_like_a_single_one(spec, fragment):
 
 
 def test_two_sweeps_under_one_label_collide():
-    tasks = [{"name": "switched", "spec": {"p": [0, 1]}}, {"name": "switched", "spec": {"p": 1}},
-             {"name": "switched", "spec": {"p": [1]}}]
+    tasks = [
+        {"name": "switched", "spec": {"p": [0, 1]}},
+        {"name": "switched", "spec": {"p": 1}},
+        {"name": "switched", "spec": {"p": [1]}},
+    ]
     with pytest.raises(dd.ConfigError, match=r"tasks\.label: duplicate label 'switched\[p=1\]'"):
         swept(tasks)
 
@@ -405,8 +475,7 @@ class Shapes(dd.Task):
         return dd.TaskData(x, x, self.depth)
 
 
-def test_a_list_typed_field_takes_a_list_as_one_value_and_a_list_of_lists_sweeps_it(
-        monkeypatch):
+def test_a_list_typed_field_takes_a_list_as_one_value_and_a_list_of_lists_sweeps_it(monkeypatch):
     monkeypatch.setitem(TASKS._factories, "shapes", Shapes)
     one = swept([{"name": "shapes", "spec": {"sizes": [3, 4]}}])
     assert [(t.label, t.spec["sizes"]) for t in one.tasks] == [("shapes", [3, 4])]
@@ -414,17 +483,28 @@ def test_a_list_typed_field_takes_a_list_as_one_value_and_a_list_of_lists_sweeps
     assert empty.tasks[0].spec["sizes"] == []
     many = swept([{"name": "shapes", "spec": {"sizes": [[3], [4, 5]]}}])
     assert [(t.label, t.spec["sizes"]) for t in many.tasks] == [
-        ("shapes[sizes=[3]]", [3]), ("shapes[sizes=[4,5]]", [4, 5])]
+        ("shapes[sizes=[3]]", [3]),
+        ("shapes[sizes=[4,5]]", [4, 5]),
+    ]
 
 
 EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.toml"))
 #: Files whose parameter matching builds hundreds of Transformers: loaded in the slow run.
-HEAVY = {"transformer-depth.toml", "transformer-gpu.toml", "full.toml", "peers-erase.toml",
-         "peers-rotation.toml", "peers-streams.toml"}
+HEAVY = {
+    "transformer-depth.toml",
+    "transformer-gpu.toml",
+    "full.toml",
+    "peers-erase.toml",
+    "peers-rotation.toml",
+    "peers-streams.toml",
+}
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.name in HEAVY
-                                  else p for p in EXPERIMENTS], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if p.name in HEAVY else p for p in EXPERIMENTS],
+    ids=lambda p: p.name,
+)
 def test_every_shipped_experiment_file_loads(path):
     assert dd.expand_cells(dd.load_experiment(path))
 
@@ -437,8 +517,13 @@ def test_the_quick_crossover_is_the_three_crossover_files_at_fewer_steps_and_see
     assert {c for part in parts for c in part.comparisons} == set(quick.comparisons)
 
     def key(cell):  # what a cell trains, its task's label and the steps aside
-        return (cell.task, sorted(cell.spec.items()), cell.label, sorted(cell.config.items()),
-                dataclasses.replace(cell.train, steps=1))
+        return (
+            cell.task,
+            sorted(cell.spec.items()),
+            cell.label,
+            sorted(cell.config.items()),
+            dataclasses.replace(cell.train, steps=1),
+        )
 
     quick_cells = {repr(key(c)): c for c in dd.expand_cells(quick, seeds=[0])}
     split_cells = [c for part in parts for c in dd.expand_cells(part, seeds=[0])]
@@ -448,22 +533,39 @@ def test_the_quick_crossover_is_the_three_crossover_files_at_fewer_steps_and_see
 
 
 def test_a_tune_grid_gives_one_cell_per_seed_and_value_and_the_most_specific_level_wins():
-    cfg = config(defaults={**BASE["defaults"], "tune": {"lr": [1e-3, 1e-2]}},
-                 models=[{"name": "resnet"},
-                         {"name": "ddl", "train": {"lr": 3e-3}},  # fixes what defaults tune
-                         {"name": "ddl", "label": "ddl-b1", "beta_max": 1.0,
-                          "tune": {"lr": [1e-3], "grad_clip": [0.5, 1]}}],
-                 overrides=[{"models": ["resnet"], "tasks": ["sign-flip"],
-                             "tune": {"warmup": [0, 0.1]}}])
+    cfg = config(
+        defaults={**BASE["defaults"], "tune": {"lr": [1e-3, 1e-2]}},
+        models=[
+            {"name": "resnet"},
+            {"name": "ddl", "train": {"lr": 3e-3}},  # fixes what defaults tune
+            {
+                "name": "ddl",
+                "label": "ddl-b1",
+                "beta_max": 1.0,
+                "tune": {"lr": [1e-3], "grad_clip": [0.5, 1]},
+            },
+        ],
+        overrides=[{"models": ["resnet"], "tasks": ["sign-flip"], "tune": {"warmup": [0, 0.1]}}],
+    )
     cells = dd.expand_cells(cfg)
     grid = {(c.task_label, c.label): set() for c in cells}
     for c in cells:
         grid[c.task_label, c.label].add((c.seed, c.train.lr, c.train.grad_clip, c.train.warmup))
-        assert c.tune == {"parity": {"resnet": {"lr": [1e-3, 1e-2]}, "ddl": {},
-                                     "ddl-b1": {"grad_clip": [0.5, 1.0]}},
-                          "sign-flip": {"resnet": {"lr": [1e-3, 1e-2], "warmup": [0.0, 0.1]},
-                                        "ddl": {}, "ddl-b1": {"grad_clip": [0.5, 1.0]}}
-                          }[c.task_label][c.label]
+        assert (
+            c.tune
+            == {
+                "parity": {
+                    "resnet": {"lr": [1e-3, 1e-2]},
+                    "ddl": {},
+                    "ddl-b1": {"grad_clip": [0.5, 1.0]},
+                },
+                "sign-flip": {
+                    "resnet": {"lr": [1e-3, 1e-2], "warmup": [0.0, 0.1]},
+                    "ddl": {},
+                    "ddl-b1": {"grad_clip": [0.5, 1.0]},
+                },
+            }[c.task_label][c.label]
+        )
     assert grid["parity", "resnet"] == {(s, lr, 1.0, 0.05) for s in (0, 1) for lr in (1e-3, 1e-2)}
     assert grid["parity", "ddl"] == {(s, 3e-3, 1.0, 0.05) for s in (0, 1)}
     assert grid["parity", "ddl-b1"] == {(s, 1e-3, g, 0.05) for s in (0, 1) for g in (0.5, 1.0)}
@@ -474,16 +576,20 @@ def test_a_tune_grid_gives_one_cell_per_seed_and_value_and_the_most_specific_lev
 @pytest.mark.parametrize(
     ("changes", "fragment"),
     [
-        ({"defaults": {"tune": {"steps": [10, 20]}}},
-         "defaults.tune.steps: not tunable: a row's budget is the same at every grid value"),
+        (
+            {"defaults": {"tune": {"steps": [10, 20]}}},
+            "defaults.tune.steps: not tunable: a row's budget is the same at every grid value",
+        ),
         ({"defaults": {"tune": {"rl": [1e-3]}}}, "Did you mean 'lr'"),
         ({"defaults": {"tune": {"lr": 1e-3}}}, "expected a non-empty list of values"),
         ({"defaults": {"tune": {"lr": []}}}, "expected a non-empty list of values"),
         ({"defaults": {"tune": {"lr": [1e-3, "x"]}}}, "defaults.tune.lr[1]: expected float"),
         ({"defaults": {"tune": {"lr": [1e-3, 0.001]}}}, "listed twice"),
         ({"defaults": {"tune": {"lr": [1e-3, -1.0]}}}, "lr must be positive"),
-        ({"models": [{"name": "resnet", "tune": {"lr": [1e-3, math.nan]}}]},
-         "models[0].tune.lr[1]: expected a finite number"),
+        (
+            {"models": [{"name": "resnet", "tune": {"lr": [1e-3, math.nan]}}]},
+            "models[0].tune.lr[1]: expected a finite number",
+        ),
     ],
 )
 def test_bad_tune_grids_fail_at_load_time(changes, fragment):
@@ -493,15 +599,27 @@ def test_bad_tune_grids_fail_at_load_time(changes, fragment):
 
 
 def test_declared_comparisons_are_checked_and_kept():
-    tied = [{"name": "ddl", "label": "ddl-tied", "tied": True},
-            {"name": "resnet", "label": "resnet-tied", "tied": True}]
-    cfg = config(models=[*BASE["models"], *tied],
-                 comparisons=[{"model": "ddl", "control": "ddl-bmax1"},
-                              {"model": "ddl-tied", "control": "resnet-tied",
-                               "tasks": ["parity"], "split": "long", "requires": 0.99}])
-    assert cfg.comparisons == (dd.ComparisonSpec("ddl", "ddl-bmax1"),
-                               dd.ComparisonSpec("ddl-tied", "resnet-tied", ("parity",), "long",
-                                                 0.99))
+    tied = [
+        {"name": "ddl", "label": "ddl-tied", "tied": True},
+        {"name": "resnet", "label": "resnet-tied", "tied": True},
+    ]
+    cfg = config(
+        models=[*BASE["models"], *tied],
+        comparisons=[
+            {"model": "ddl", "control": "ddl-bmax1"},
+            {
+                "model": "ddl-tied",
+                "control": "resnet-tied",
+                "tasks": ["parity"],
+                "split": "long",
+                "requires": 0.99,
+            },
+        ],
+    )
+    assert cfg.comparisons == (
+        dd.ComparisonSpec("ddl", "ddl-bmax1"),
+        dd.ComparisonSpec("ddl-tied", "resnet-tied", ("parity",), "long", 0.99),
+    )
 
 
 @pytest.mark.parametrize(
@@ -511,21 +629,47 @@ def test_declared_comparisons_are_checked_and_kept():
         ({"model": "ddl", "control": "ddll"}, "Did you mean 'ddl'"),
         ({"model": "ddl"}, "comparisons[0].control: expected a string"),
         ({"model": "ddl", "control": "resnet", "split": "long"}, "must state `requires`"),
-        ({"model": "ddl", "control": "resnet", "tasks": ["parity"], "split": "longg",
-          "requires": 1}, "task 'parity' has no split 'longg'"),
-        ({"model": "ddl", "control": "resnet", "tasks": ["sign-flip"], "split": "long",
-          "requires": 1}, "task 'sign-flip' has no split 'long'"),
-        ({"model": "ddl", "control": "resnet", "tasks": ["parity"], "requires": True},
-         "comparisons[0].requires: expected a finite number"),
+        (
+            {
+                "model": "ddl",
+                "control": "resnet",
+                "tasks": ["parity"],
+                "split": "longg",
+                "requires": 1,
+            },
+            "task 'parity' has no split 'longg'",
+        ),
+        (
+            {
+                "model": "ddl",
+                "control": "resnet",
+                "tasks": ["sign-flip"],
+                "split": "long",
+                "requires": 1,
+            },
+            "task 'sign-flip' has no split 'long'",
+        ),
+        (
+            {"model": "ddl", "control": "resnet", "tasks": ["parity"], "requires": True},
+            "comparisons[0].requires: expected a finite number",
+        ),
         # one number for an accuracy and an MSE: 0.99 would read "test mse ≤ 0.99"
-        ({"model": "ddl", "control": "resnet", "split": "long", "requires": 0.99},
-         "one threshold for tasks whose metrics differ (accuracy on parity; mse on sign-flip)"),
-        ({"model": "ddl", "control": "resnet", "tasks": ["parity"], "requires": 1.5},
-         "an accuracy lies in [0, 1], got 1.5"),
-        ({"model": "ddl", "control": "resnet", "requires": {"accuracy": 0.99, "mae": 0.1}},
-         "comparisons[0].requires.mae: not a metric"),
-        ({"model": "ddl", "control": "resnet", "requires": {"accuracy": 0.99}},
-         "no threshold for mse (on sign-flip)"),
+        (
+            {"model": "ddl", "control": "resnet", "split": "long", "requires": 0.99},
+            "one threshold for tasks whose metrics differ (accuracy on parity; mse on sign-flip)",
+        ),
+        (
+            {"model": "ddl", "control": "resnet", "tasks": ["parity"], "requires": 1.5},
+            "an accuracy lies in [0, 1], got 1.5",
+        ),
+        (
+            {"model": "ddl", "control": "resnet", "requires": {"accuracy": 0.99, "mae": 0.1}},
+            "comparisons[0].requires.mae: not a metric",
+        ),
+        (
+            {"model": "ddl", "control": "resnet", "requires": {"accuracy": 0.99}},
+            "no threshold for mse (on sign-flip)",
+        ),
         ({"model": "ddl", "control": "resnet", "extra": 1}, "comparisons[0].extra: unknown key"),
     ],
 )
@@ -536,29 +680,42 @@ def test_bad_comparisons_fail_at_load_time(comparison, fragment):
 
 
 def test_requires_by_metric_is_kept_and_read_per_task():
-    cfg = config(comparisons=[{"model": "ddl", "control": "resnet",
-                               "requires": {"accuracy": 0.99, "mse": 0.01}}])
+    cfg = config(
+        comparisons=[
+            {"model": "ddl", "control": "resnet", "requires": {"accuracy": 0.99, "mse": 0.01}}
+        ]
+    )
     (spec,) = cfg.comparisons
     assert (spec.threshold("accuracy"), spec.threshold("mse"), spec.threshold("bpc")) == (
-        0.99, 0.01, None)
-    one = config(comparisons=[{"model": "ddl", "control": "resnet", "tasks": ["parity"],
-                               "requires": 1}]).comparisons[0]
+        0.99,
+        0.01,
+        None,
+    )
+    one = config(
+        comparisons=[{"model": "ddl", "control": "resnet", "tasks": ["parity"], "requires": 1}]
+    ).comparisons[0]
     assert one.requires == 1.0 and one.threshold("accuracy") == 1.0
 
 
 def test_a_comparison_between_rows_that_share_no_task_fails():
-    models = [*BASE["models"], {"name": "gated", "tasks": ["parity"]},
-              {"name": "ddl-write", "tasks": ["sign-flip"]}]
+    models = [
+        *BASE["models"],
+        {"name": "gated", "tasks": ["parity"]},
+        {"name": "ddl-write", "tasks": ["sign-flip"]},
+    ]
     with pytest.raises(dd.ConfigError, match="'gated' and 'ddl-write' share no task"):
         config(models=models, comparisons=[{"model": "gated", "control": "ddl-write"}])
     with pytest.raises(dd.ConfigError, match="do not both run task 'sign-flip'"):
-        config(models=models, comparisons=[{"model": "gated", "control": "ddl",
-                                            "tasks": ["sign-flip"]}])
+        config(
+            models=models,
+            comparisons=[{"model": "gated", "control": "ddl", "tasks": ["sign-flip"]}],
+        )
 
 
 def test_limits_catch_a_typo_and_give_way_to_a_user_who_means_it(monkeypatch):
-    steps = {"defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
-                          "train": {"steps": 10**9}}}
+    steps = {
+        "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8}, "train": {"steps": 10**9}}
+    }
     with pytest.raises(dd.ConfigError, match="steps = 1000000000 is beyond any sane run"):
         config(**steps)
     monkeypatch.setenv("DDL_DYNAMICS_NO_LIMITS", "1")

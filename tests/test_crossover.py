@@ -41,15 +41,28 @@ OFFSETS = {
     # better at every p: the crossover lies at p = 0
     "ddl-lin": {p: shifted(-0.3) for p in P},
     # better at 0.5 only: it does not stay there, so no crossover in range
-    "gated": {0.0: alternating(0.1), 0.1: alternating(0.1), 0.5: shifted(-0.2),
-              1.0: alternating(0.1)},
+    "gated": {
+        0.0: alternating(0.1),
+        0.1: alternating(0.1),
+        0.5: shifted(-0.2),
+        1.0: alternating(0.1),
+    },
     # worse than ddl wherever ddl wins
-    "ddl-write": {0.0: shifted(0.25), 0.1: alternating(0.05), 0.5: shifted(-0.1),
-                  1.0: shifted(-0.2)},
+    "ddl-write": {
+        0.0: shifted(0.25),
+        0.1: alternating(0.05),
+        0.5: shifted(-0.1),
+        1.0: shifted(-0.2),
+    },
 }
 REFLECTION = dd.REGIMES.index("reflection")
-FAMILIES = {"resnet": ("resnet", {}), "ddl": ("ddl", {}), "ddl-write": ("ddl-write", {}),
-            "ddl-lin": ("ddl", {"context": "control"}), "gated": ("gated", {})}
+FAMILIES = {
+    "resnet": ("resnet", {}),
+    "ddl": ("ddl", {}),
+    "ddl-write": ("ddl-write", {}),
+    "ddl-lin": ("ddl", {"context": "control"}),
+    "gated": ("gated", {}),
+}
 
 
 def label(event: str, p: float) -> str:
@@ -60,8 +73,15 @@ def row(event: str, p: float, model: str, seed: int, test: float) -> dd.RunResul
     family, options = FAMILIES[model]
     spec = {"depth": 8, "p": p, "event": event, "dim": 4}
     return dd.RunResult(
-        status="ok", message="", key=f"{label(event, p)}-{model}-{seed}",
-        task=label(event, p), model=model, seed=seed, params=100, flops=1.0, wall_time=1.0,
+        status="ok",
+        message="",
+        key=f"{label(event, p)}-{model}-{seed}",
+        task=label(event, p),
+        model=model,
+        seed=seed,
+        params=100,
+        flops=1.0,
+        wall_time=1.0,
         config={"task": "switched", "spec": spec, "model": family, "config": options},
         metrics={"metric": "mse", "higher_is_better": False, "test": test},
     )
@@ -73,8 +93,10 @@ def hand_made(events=("overwrite", "reflect")) -> list[dd.RunResult]:
         for p in P:
             for seed, base in zip(SEEDS, RESNET, strict=True):
                 rows.append(row(event, p, "resnet", seed, base))
-                rows += [row(event, p, m, seed, base + offsets[p][seed])
-                         for m, offsets in OFFSETS.items()]
+                rows += [
+                    row(event, p, m, seed, base + offsets[p][seed])
+                    for m, offsets in OFFSETS.items()
+                ]
     return rows
 
 
@@ -99,9 +121,13 @@ def test_crossover_is_where_the_model_wins_from_on_after_adjustment(run_dir):
     report = dd.build_report(run_dir)
     assert report.tests == 2 * len(P) * 5  # every point of every curve is one test
     found = {(c.setting.label, c.model, c.control): c for c in report.crossovers}
-    assert {(m, c) for _, m, c in found} == {("ddl", "resnet"), ("ddl-lin", "resnet"),
-                                             ("gated", "resnet"), ("ddl-write", "resnet"),
-                                             ("ddl", "ddl-write")}
+    assert {(m, c) for _, m, c in found} == {
+        ("ddl", "resnet"),
+        ("ddl-lin", "resnet"),
+        ("gated", "resnet"),
+        ("ddl-write", "resnet"),
+        ("ddl", "ddl-write"),
+    }
     for event in ("overwrite", "reflect"):
         ddl = found[f"event={event}", "ddl", "resnet"]
         assert [v for v, _ in ddl.points] == list(P)
@@ -124,8 +150,18 @@ def point(diffs, factor=1.0, failed=()):
     failing the seeds in ``failed``), its p scaled by ``factor`` as Holm would."""
     model = {s: None if s in failed else d for s, d in enumerate(diffs)}
     paired = Paired.of(model, dict.fromkeys(range(len(diffs)), 0.0), False)
-    return Comparison("t", "m", "c", "test", ("baseline",), "mse", False, "", paired,
-                      p_adjusted=min(1.0, paired.p * factor))
+    return Comparison(
+        "t",
+        "m",
+        "c",
+        "test",
+        ("baseline",),
+        "mse",
+        False,
+        "",
+        paired,
+        p_adjusted=min(1.0, paired.p * factor),
+    )
 
 
 def test_the_star_interval_resamples_the_verdict_that_defines_p_star():
@@ -146,8 +182,14 @@ def test_the_star_interval_resamples_the_verdict_that_defines_p_star():
     others = [dataclasses.replace(point([0.1, -0.1] * 4), model=f"o{i}") for i in range(99)]
     assert point(noisy).p_adjusted < 0.05 < point(noisy, factor=100).p_adjusted
     assert star_interval([(0.0, worse), (1.0, point(noisy))], False) == (1.0, 1.0)
-    assert star_interval([(0.0, worse), (1.0, point(noisy, factor=100))], False,
-                         [point(noisy, factor=100), *others])[1] == np.inf
+    assert (
+        star_interval(
+            [(0.0, worse), (1.0, point(noisy, factor=100))],
+            False,
+            [point(noisy, factor=100), *others],
+        )[1]
+        == np.inf
+    )
 
 
 def test_resampled_p_values_take_holms_multiplier_of_their_rank_not_a_capped_factor():
@@ -160,8 +202,7 @@ def test_resampled_p_values_take_holms_multiplier_of_their_rank_not_a_capped_fac
     assert weak.paired.p == pytest.approx(0.492, abs=1e-3)
     weak = dataclasses.replace(weak, p_adjusted=1.0)
     others = [dataclasses.replace(point([0.1, -0.1] * 4), model=f"o{i}") for i in range(4)]
-    assert star_interval([(0.0, worse), (1.0, weak)], False, [weak, *others]) == (
-        np.inf, np.inf)
+    assert star_interval([(0.0, worse), (1.0, weak)], False, [weak, *others]) == (np.inf, np.inf)
 
 
 def test_p_star_lies_inside_its_interval():
@@ -169,8 +210,15 @@ def test_p_star_lies_inside_its_interval():
     values = (0.0, 0.25, 0.5, 1.0)
     for _ in range(5):
         points = [(v, point(list(0.3 - 0.6 * v + 0.3 * rng.standard_normal(10)))) for v in values]
-        points = [(v, dataclasses.replace(c, label="win" if c.p_adjusted < 0.05 and
-                                          c.paired.mean < 0 else "loss")) for v, c in points]
+        points = [
+            (
+                v,
+                dataclasses.replace(
+                    c, label="win" if c.p_adjusted < 0.05 and c.paired.mean < 0 else "loss"
+                ),
+            )
+            for v, c in points
+        ]
         star = crossover_point(points)
         low, high = star_interval(points, higher_is_better=False)
         assert low <= (np.inf if star is None else star) <= high
@@ -178,15 +226,18 @@ def test_p_star_lies_inside_its_interval():
 
 def test_the_report_has_a_crossover_table(run_dir):
     report = dd.build_report(run_dir)
-    stars = {(c["setting"]["label"], c["model"], c["control"]): c["star"]
-             for c in json.loads(render(report, "json"))["crossovers"]}
+    stars = {
+        (c["setting"]["label"], c["model"], c["control"]): c["star"]
+        for c in json.loads(render(report, "json"))["crossovers"]
+    }
     assert stars["event=reflect", "ddl", "resnet"] == 0.5
     assert stars["event=reflect", "gated", "resnet"] is None
     md = render(report, "md")
     assert "## Crossover" in md and "### switched: test mse ↓ against p" in md
     lines = [line for line in md.splitlines() if "| ddl − resnet |" in line]
     assert len(lines) == 2 and lines[0].startswith(
-        "| event=overwrite | ddl − resnet | p* = 0.5 | [0.5, 0.5] |")
+        "| event=overwrite | ddl − resnet | p* = 0.5 | [0.5, 0.5] |"
+    )
     assert "(loss (n = 11))" in lines[0] and "(inconclusive (n = 11; detectable" in lines[0]
     assert lines[0].count("(win (n = 11))") == 2
     assert any("| ddl-lin − resnet | p* = 0 |" in line for line in md.splitlines())
@@ -215,15 +266,15 @@ def test_a_seed_one_side_did_not_run_is_left_out_and_one_it_failed_counts():
         if r.model == "ddl" and r.seed == 3:
             r.status = "diverged"
     (erase,) = [c for c in crossover_of(rows) if c.model == "ddl" and c.control == "ddl-write"]
-    assert all(c.paired.failed == (3,) and c.paired.total == len(SEEDS)
-               for _, c in erase.points)
+    assert all(c.paired.failed == (3,) and c.paired.total == len(SEEDS) for _, c in erase.points)
 
 
 def test_a_control_trained_on_another_budget_gets_no_verdict_at_that_knob_value():
     rows = hand_made(events=("reflect",))
     for r in rows:  # ddl-write trained half the steps at p = 1 only
-        r.config["train"] = {"steps": 50 if r.model == "ddl-write" and
-                             r.config["spec"]["p"] == 1.0 else 100}
+        r.config["train"] = {
+            "steps": 50 if r.model == "ddl-write" and r.config["spec"]["p"] == 1.0 else 100
+        }
     (erase,) = [c for c in crossover_of(rows) if c.model == "ddl" and c.control == "ddl-write"]
     assert [c.label for _, c in erase.points][-1] == "unequal budget"
     assert erase.star is None  # no win at the largest knob value
@@ -238,9 +289,11 @@ def test_gate_use_follows_the_probed_events(tmp_path):
     regimes = task.sample(64, 0, "test").step_regimes.numpy()
     reflecting = regimes == REFLECTION
     for p in (0.5, 1.0):
-        for model, beta in (("ddl", np.where(reflecting, 2.0, 0.0)),
-                            ("ddl-write", np.full(regimes.shape, 2.0)),  # no erase: not audited
-                            ("ddl-lin", np.full(regimes.shape, 1.9))):
+        for model, beta in (
+            ("ddl", np.where(reflecting, 2.0, 0.0)),
+            ("ddl-write", np.full(regimes.shape, 2.0)),  # no erase: not audited
+            ("ddl-lin", np.full(regimes.shape, 1.9)),
+        ):
             r = row("reflect", p, model, 0, 0.1)
             store.put(r)
             folder.model_path(r.key).parent.mkdir(exist_ok=True)
@@ -251,8 +304,10 @@ def test_gate_use_follows_the_probed_events(tmp_path):
     found = {(g.model, g.regime): g for g in gate_use(load_run(tmp_path))}
     assert set(found) == {("ddl", "reflection"), ("ddl-lin", "reflection")}
     ddl, lin = found["ddl", "reflection"], found["ddl-lin", "reflection"]
-    assert [(v, e.mean) for v, e in ddl.at_events] == [(0.5, 1.0), (1.0, pytest.approx(
-        reflecting.mean()))]
+    assert [(v, e.mean) for v, e in ddl.at_events] == [
+        (0.5, 1.0),
+        (1.0, pytest.approx(reflecting.mean())),
+    ]
     assert [(v, e.mean) for v, e in ddl.elsewhere] == [(0.5, 0.0)]  # p = 1: no quiet step
     assert [(v, e.mean) for v, e in lin.at_events] == [(0.5, 1.0), (1.0, 1.0)]
     assert [(v, e.mean) for v, e in lin.elsewhere] == [(0.5, 1.0)]
@@ -260,22 +315,29 @@ def test_gate_use_follows_the_probed_events(tmp_path):
 
 def test_crossover_figure_marks_p_star_and_keeps_p_zero_in_view():
     curve = ([0.0, 0.05, 0.5, 1.0], [0.2, 0.01, -0.3, -0.6], [0.05, 0.02, 0.1, 0.1])
-    differences = {"event=reflect": {"ddl − resnet": (curve, 0.5),
-                                     "gated − resnet": (curve, None)}}
-    gates = {"event=reflect": {("ddl", "reflection"): (([0.05, 0.5, 1.0], [0.6, 0.8, 0.9],
-                                                        [0.1, 0.05, 0.0]),
-                                                       ([0.0, 0.05, 0.5], [0.0, 0.1, 0.2],
-                                                        [0.0, 0.0, 0.1]))}}
+    differences = {"event=reflect": {"ddl − resnet": (curve, 0.5), "gated − resnet": (curve, None)}}
+    gates = {
+        "event=reflect": {
+            ("ddl", "reflection"): (
+                ([0.05, 0.5, 1.0], [0.6, 0.8, 0.9], [0.1, 0.05, 0.0]),
+                ([0.0, 0.05, 0.5], [0.0, 0.1, 0.2], [0.0, 0.0, 0.1]),
+            )
+        }
+    }
     fig = crossover(differences, gates, "p", "mse", higher_is_better=False)
     left, right = fig.axes[:2]
     assert left.get_xscale() == "symlog" and left.get_xlim()[0] < 0.0 < left.get_xlim()[1]
     assert [t.get_text() for t in left.get_legend().get_texts()] == [
-        "ddl − resnet: p* = 0.5", "gated − resnet: none in range"]
+        "ddl − resnet: p* = 0.5",
+        "gated − resnet: none in range",
+    ]
     vertical = [line for line in left.get_lines() if list(line.get_xdata()) == [0.5, 0.5]]
     assert len(vertical) == 1  # one crossover in range, one dotted line
     assert "below 0: model better" in left.get_title()
     assert [t.get_text() for t in right.get_legend().get_texts()] == [
-        "ddl: reflection at its events", "ddl: reflection elsewhere"]
+        "ddl: reflection at its events",
+        "ddl: reflection elsewhere",
+    ]
     # a curve keeps its colour in every row, whatever its crossover there
     two = {"event=overwrite": {"ddl − resnet": (curve, None)}, **differences}
     fig = crossover(two, gates, "p", "mse", higher_is_better=False)
@@ -294,9 +356,16 @@ def test_the_knob_is_a_spec_field():
 @torch.no_grad()
 def test_probes_record_the_events_of_a_task_that_marks_them():
     task = dd.make_task("switched", p=0.5, event="mixed", depth=3)
-    model = dd.make_model("ddl", in_dim=task.in_dim, out_dim=task.out_dim,
-                          control_dim=task.control_dim, width=8, depth=3)
+    model = dd.make_model(
+        "ddl",
+        in_dim=task.in_dim,
+        out_dim=task.out_dim,
+        control_dim=task.control_dim,
+        width=8,
+        depth=3,
+    )
     arrays = probe_model(task, model.eval(), seed=0, n=16)
-    np.testing.assert_array_equal(arrays["test_step_regimes"],
-                                  task.sample(16, 0, "test").step_regimes.numpy())
+    np.testing.assert_array_equal(
+        arrays["test_step_regimes"], task.sample(16, 0, "test").step_regimes.numpy()
+    )
     assert arrays["beta"].shape == arrays["test_step_regimes"].shape

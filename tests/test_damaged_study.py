@@ -18,8 +18,23 @@ from ddl_dynamics.publish import pages
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What a field is damaged into: removed, or a value of another type or out of range.
-DAMAGE: list[Any] = [None, "abc", "", 7, -1, 1e308, -1e308, 10**30, float("nan"),
-                     float("inf"), True, [], ["x"], {}, {"x": 1}]
+DAMAGE: list[Any] = [
+    None,
+    "abc",
+    "",
+    7,
+    -1,
+    1e308,
+    -1e308,
+    10**30,
+    float("nan"),
+    float("inf"),
+    True,
+    [],
+    ["x"],
+    {},
+    {"x": 1},
+]
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +95,11 @@ def cases(data: Any, count: int, seed: int) -> list[tuple[tuple[Any, ...], Any]]
 def toml(value: Any) -> str:
     """A JSON value as a TOML value (inline tables and arrays)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {toml(v)}" for k, v in value.items()
-                               if v is not None) + "}"
+        return (
+            "{"
+            + ", ".join(f"{json.dumps(k)} = {toml(v)}" for k, v in value.items() if v is not None)
+            + "}"
+        )
     if isinstance(value, list):
         return "[" + ", ".join(toml(v) for v in value if v is not None) + "]"
     if isinstance(value, bool):
@@ -96,8 +114,10 @@ def toml(value: Any) -> str:
 def outcome(capsys, results: Path, site: Path) -> list[tuple[int, str]]:
     """The exit code and stderr of ``docs`` and of ``compare`` of the study with itself."""
     found = []
-    for argv in (["docs", "--results", str(results), "--out", str(site)],
-                 ["compare", str(results / "tiny"), str(results / "tiny")]):
+    for argv in (
+        ["docs", "--results", str(results), "--out", str(site)],
+        ["compare", str(results / "tiny"), str(results / "tiny")],
+    ):
         code = main(argv)
         found.append((code, capsys.readouterr().err))
     return found
@@ -126,14 +146,23 @@ def test_every_damaged_report_field_is_named_or_harmless(study, site, tmp_path, 
     assert named > 150  # most damage is named, not just survived
 
 
-def test_every_damaged_run_and_experiment_field_is_named_or_harmless(study, site, tmp_path,
-                                                                     capsys):
+def test_every_damaged_run_and_experiment_field_is_named_or_harmless(study, site, tmp_path, capsys):
     run = json.loads((study / "run.json").read_text())
-    comparison = {"model": "ddl", "control": "resnet", "tasks": ["parity"], "split": "test",
-                  "question": "Does it?"}
+    comparison = {
+        "model": "ddl",
+        "control": "resnet",
+        "tasks": ["parity"],
+        "split": "test",
+        "question": "Does it?",
+    }
     documents = [("run.json", run, json.dumps)]
-    documents.append(("experiment.toml", {"comparisons": [comparison]},
-                      lambda d: "".join(f"{k} = {toml(v)}\n" for k, v in d.items())))
+    documents.append(
+        (
+            "experiment.toml",
+            {"comparisons": [comparison]},
+            lambda d: "".join(f"{k} = {toml(v)}\n" for k, v in d.items()),
+        )
+    )
     for name, data, write in documents:
         for path, damage in cases(data, 60, seed=1):
             results = tmp_path / "results"
@@ -143,18 +172,26 @@ def test_every_damaged_run_and_experiment_field_is_named_or_harmless(study, site
             assert_clean(outcome(capsys, results, site), f"{name} {path} = {damage!r}")
 
 
-@pytest.mark.parametrize(("edit", "said"), [
-    (lambda r: r.pop("name"), "report.json: damaged: name: missing"),
-    (lambda r: r.update(name=3), "report.json: damaged: name: expected text, got 3"),
-    (lambda r: r["comparisons"][0].pop("label"), "comparisons[0].label: missing"),
-    (lambda r: r["comparisons"][0]["paired"].update(mean="abc"),
-     "comparisons[0].paired.mean: expected a finite number, got 'abc'"),
-    (lambda r: r.update(comparisons={}), "comparisons: expected a list, got {}"),
-    (lambda r: r.update(name="../../ESCAPED"), "names the study '../../ESCAPED', its folder "
-                                               "'tiny'"),
-])
-def test_the_damage_seen_is_named_with_its_file_and_entry(study, site, tmp_path, capsys, edit,
-                                                          said):
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda r: r.pop("name"), "report.json: damaged: name: missing"),
+        (lambda r: r.update(name=3), "report.json: damaged: name: expected text, got 3"),
+        (lambda r: r["comparisons"][0].pop("label"), "comparisons[0].label: missing"),
+        (
+            lambda r: r["comparisons"][0]["paired"].update(mean="abc"),
+            "comparisons[0].paired.mean: expected a finite number, got 'abc'",
+        ),
+        (lambda r: r.update(comparisons={}), "comparisons: expected a list, got {}"),
+        (
+            lambda r: r.update(name="../../ESCAPED"),
+            "names the study '../../ESCAPED', its folder 'tiny'",
+        ),
+    ],
+)
+def test_the_damage_seen_is_named_with_its_file_and_entry(
+    study, site, tmp_path, capsys, edit, said
+):
     results = tmp_path / "results"
     shutil.copytree(study, results / "tiny")
     report = json.loads((results / "tiny" / "report.json").read_text())
@@ -169,7 +206,8 @@ def test_a_question_without_its_model_is_named(study, site, tmp_path, capsys):
     results = tmp_path / "results"
     shutil.copytree(study, results / "tiny")
     (results / "tiny" / "experiment.toml").write_text(
-        '[[comparisons]]\ncontrol = "resnet"\nquestion = "Does it?"\n')
+        '[[comparisons]]\ncontrol = "resnet"\nquestion = "Does it?"\n'
+    )
     code, err = outcome(capsys, results, site)[0]
     assert code == 2 and "experiment.toml: damaged: comparisons[0].model: missing" in err
 

@@ -61,9 +61,16 @@ def test_generated_pages_put_no_effect_word_beside_an_inconclusive_comparison():
 
 
 def test_the_check_catches_an_effect_word_beside_an_inconclusive_comparison():
-    record = {"task": "var-chain", "model": "ddl", "control": "transformer", "label": INCONCLUSIVE,
-              "metric": "accuracy", "higher_is_better": True, "detectable": 0.06,
-              "paired": {"seeds": [0, 1, 2, 3], "mean": -0.023, "ci": 0.063}}
+    record = {
+        "task": "var-chain",
+        "model": "ddl",
+        "control": "transformer",
+        "label": INCONCLUSIVE,
+        "metric": "accuracy",
+        "higher_is_better": True,
+        "detectable": 0.06,
+        "paired": {"seeds": [0, 1, 2, 3], "mean": -0.023, "ci": 0.063},
+    }
     line = wording.sentence(record)
     assert wording.NO_DIFFERENCE in line and "detectable ±0.06" in line
     assert wording.effect_words(line) == []
@@ -76,15 +83,29 @@ def test_the_check_catches_an_effect_word_beside_an_inconclusive_comparison():
 
 @pytest.mark.parametrize("label", [*LABELS, "a label of the future"])
 def test_every_label_has_a_sentence_and_an_unknown_one_a_neutral_sentence(label):
-    record = {"task": "parity", "model": "ddl", "control": "resnet", "label": label,
-              "metric": "accuracy", "higher_is_better": True, "detectable": 0.05,
-              "paired": {"seeds": [0, 1, 2], "mean": 0.4, "ci": 0.1, "margin": 0.01}}
+    record = {
+        "task": "parity",
+        "model": "ddl",
+        "control": "resnet",
+        "label": label,
+        "metric": "accuracy",
+        "higher_is_better": True,
+        "detectable": 0.05,
+        "paired": {"seeds": [0, 1, 2], "mean": 0.4, "ci": 0.1, "margin": 0.01},
+    }
     line = wording.sentence(record)
     assert line.startswith("`ddl` against `resnet` on parity (test accuracy ↑)")
     if label not in LABELS:
         assert f'"{label}"' in line
-    untested = ("unequal budget", "unmatched size", "unequal tuning", "fails", "both solved",
-                "both at floor", "equivalent")  # equivalent: the 90% interval, not the CI
+    untested = (
+        "unequal budget",
+        "unmatched size",
+        "unequal tuning",
+        "fails",
+        "both solved",
+        "both at floor",
+        "equivalent",
+    )  # equivalent: the 90% interval, not the CI
     assert ("+0.4 ± 0.1" in line) == (label not in untested)
 
 
@@ -110,10 +131,13 @@ def test_readme_is_a_front_page():
     assert len(readme) <= 12_288
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
     assert (ROOT / "CITATION.cff").is_file() and (ROOT / "docs" / "headline.png").is_file()
-    for phrase in ("Nothing on `var-chain` is owed to the Delta update",
-                   "the gain is EC's, not the delta rule's",
-                   "the expanded state without EC adds nothing",
-                   "β > 1 matters only where the theory says it does", "β ≤ 1 changes nothing"):
+    for phrase in (
+        "Nothing on `var-chain` is owed to the Delta update",
+        "the gain is EC's, not the delta rule's",
+        "the expanded state without EC adds nothing",
+        "β > 1 matters only where the theory says it does",
+        "β ≤ 1 changes nothing",
+    ):
         for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
             assert phrase not in path.read_text(), (phrase, path)
 
@@ -122,8 +146,14 @@ def test_publish_and_docs_from_a_tiny_study(tiny_study, tmp_path):
     results = tmp_path / "results"
     assert main(["publish", str(tiny_study), "--results", str(results)]) == 0
     study = results / "tiny"
-    assert sorted(p.name for p in study.iterdir()) == ["cells.csv", "experiment.toml", "figures",
-                                                       "record.json", "report.json", "run.json"]
+    assert sorted(p.name for p in study.iterdir()) == [
+        "cells.csv",
+        "experiment.toml",
+        "figures",
+        "record.json",
+        "report.json",
+        "run.json",
+    ]
     assert "[[comparisons]]" in (study / "experiment.toml").read_text()
     assert json.loads((study / "run.json").read_text())["cells"] == 12
     assert {p.suffix for p in (study / "figures").iterdir()} == {".png"}
@@ -169,27 +199,48 @@ def test_a_studys_changes_survive_publishing_again_and_close_its_page(tiny_study
 
 def test_task_labels_order_by_the_numbers_in_them():
     labels = ["s[p=0.5]", "s[p=1]", "s[p=0]", "s[p=0.05]", "s[p=0.25]", "r"]
-    assert sorted(labels, key=natural) == ["r", "s[p=0]", "s[p=0.05]", "s[p=0.25]", "s[p=0.5]",
-                                           "s[p=1]"]
+    assert sorted(labels, key=natural) == [
+        "r",
+        "s[p=0]",
+        "s[p=0.05]",
+        "s[p=0.25]",
+        "s[p=0.5]",
+        "s[p=1]",
+    ]
 
 
 def test_the_crossover_table_gives_each_knob_values_label_and_the_crossover():
     def point(label):
         return {"label": label, "detectable": 0.5 if label == INCONCLUSIVE else None}
-    crossing = {"setting": {"family": "switched", "knob": "p", "label": "event=reflect"},
-                "model": "ddl", "control": "resnet", "star": 0.5, "interval": [0.25, None],
-                "points": [[1.0, point("win")], [0.0, point("loss")], [0.5, point("win")]]}
-    never = {**crossing, "model": "gated", "star": None, "interval": None,
-             "points": [[0.0, point(INCONCLUSIVE)], [1.0, point("equivalent")]]}
+
+    crossing = {
+        "setting": {"family": "switched", "knob": "p", "label": "event=reflect"},
+        "model": "ddl",
+        "control": "resnet",
+        "star": 0.5,
+        "interval": [0.25, None],
+        "points": [[1.0, point("win")], [0.0, point("loss")], [0.5, point("win")]],
+    }
+    never = {
+        **crossing,
+        "model": "gated",
+        "star": None,
+        "interval": None,
+        "points": [[0.0, point(INCONCLUSIVE)], [1.0, point("equivalent")]],
+    }
     lines = crossover_lines({"crossovers": [crossing, never]})
     assert lines[0] == "### switched: the crossover over p"
     table = [line for line in lines if line.startswith("|")]
-    assert table[0] == ("| setting | model − control | crossover | interval | p = 0 | p = 0.5 "
-                        "| p = 1 |")
-    assert table[2] == ("| event=reflect | ddl − resnet | p* = 0.5 | [0.25, none] | loss | win "
-                        "| win |")
-    assert table[3] == ("| event=reflect | gated − resnet | none in range | — | "
-                        "inconclusive (detectable ±0.5) | — | equivalent |")
+    assert table[0] == (
+        "| setting | model − control | crossover | interval | p = 0 | p = 0.5 | p = 1 |"
+    )
+    assert table[2] == (
+        "| event=reflect | ddl − resnet | p* = 0.5 | [0.25, none] | loss | win | win |"
+    )
+    assert table[3] == (
+        "| event=reflect | gated − resnet | none in range | — | "
+        "inconclusive (detectable ±0.5) | — | equivalent |"
+    )
 
 
 def test_docs_without_results_is_bad_input(tmp_path, capsys):
@@ -200,8 +251,15 @@ def test_docs_without_results_is_bad_input(tmp_path, capsys):
 def test_the_task_attribute_table_says_what_every_attribute_means():
     table = task_block().split("\n\n")[0].splitlines()[2:]
     said = {row.split(" | ")[0].strip("| `"): row.rsplit(" | ", 1)[1] for row in table}
-    for name in ("depth", "loss_name", "metric_name", "ood_splits", "expectations",
-                 "check_split(split)", "split_steps(split)"):
+    for name in (
+        "depth",
+        "loss_name",
+        "metric_name",
+        "ood_splits",
+        "expectations",
+        "check_split(split)",
+        "split_steps(split)",
+    ):
         assert name in said and said[name].strip(" |") not in ("", "—"), name
 
 
@@ -209,8 +267,10 @@ def test_a_long_table_on_a_study_page_is_folded_and_a_short_one_is_not():
     from ddl_dynamics.publish.study_page import FOLD_ROWS, folded_table
 
     rows = [[str(i), "x"] for i in range(FOLD_ROWS + 1)]
-    long, short = folded_table("Every row", ["a", "b"], rows), folded_table("Some", ["a", "b"],
-                                                                             rows[:-1])
+    long, short = (
+        folded_table("Every row", ["a", "b"], rows),
+        folded_table("Some", ["a", "b"], rows[:-1]),
+    )
     assert long[0] == f'<details markdown="1"><summary>Every row: {FOLD_ROWS + 1} rows</summary>'
     assert long[-1] == "</details>" and "| 0 | x |" in long
     assert not any("<details" in line for line in short) and "| 0 | x |" in short

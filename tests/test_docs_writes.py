@@ -24,8 +24,21 @@ def two(tiny_study, tmp_path) -> tuple[Path, Path]:
     """Two results folders: ``tiny`` and ``gone`` run as "old", and ``tiny`` alone as "new"."""
     old, new = tmp_path / "old", tmp_path / "new"
     for name in ("tiny", "gone"):
-        assert main(["publish", str(tiny_study), "--results", str(old), "--name", name,
-                     "--command", "old"]) == 0
+        assert (
+            main(
+                [
+                    "publish",
+                    str(tiny_study),
+                    "--results",
+                    str(old),
+                    "--name",
+                    name,
+                    "--command",
+                    "old",
+                ]
+            )
+            == 0
+        )
     assert main(["publish", str(tiny_study), "--results", str(new), "--command", "new"]) == 0
     return old, new
 
@@ -41,8 +54,9 @@ def site(at: Path) -> Path:
 
 
 def tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def test_docs_removes_only_what_it_generated_and_says_so(two, tmp_path, capsys):
@@ -104,8 +118,11 @@ def test_a_killed_docs_leaves_every_file_old_or_new(two, tmp_path):
         out = tmp_path / f"killed{moment}"
         shutil.copytree(before, out)
         argv = ["docs", "--results", str(new), "--out", str(out)]
-        child = subprocess.Popen([sys.executable, "-c", _STOPPED, json.dumps(argv),
-                                  str(moment)], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _STOPPED, json.dumps(argv), str(moment)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert child.stdout is not None and child.stdout.readline() == "stopped\n"
         os.kill(child.pid, signal.SIGKILL)
         child.wait()

@@ -29,8 +29,7 @@ def fields(members: int, scale: float = 1.0, dtype=torch.float64):
 
 
 def start(members: int, dtype=torch.float64):
-    return torch.randn(members * ROWS, DIM, generator=torch.Generator().manual_seed(1),
-                       dtype=dtype)
+    return torch.randn(members * ROWS, DIM, generator=torch.Generator().manual_seed(1), dtype=dtype)
 
 
 SOLVE = {"rtol": 1e-6, "atol": 1e-6, "first_step": 0.25, "max_steps": 1000}
@@ -45,14 +44,16 @@ def reference(field, y0, times):
         return field(y)
 
     options = {"first_step": SOLVE["first_step"], "max_num_steps": SOLVE["max_steps"]}
-    states = odeint(f, y0, times, method="dopri5", rtol=SOLVE["rtol"], atol=SOLVE["atol"],
-                    options=options)
+    states = odeint(
+        f, y0, times, method="dopri5", rtol=SOLVE["rtol"], atol=SOLVE["atol"], options=options
+    )
     return states, len(calls)
 
 
 def test_dense_output_is_the_quartic_through_the_step():
     """Its weights give no change at x = 0, the solution at 1, Shampine's midpoint at 1/2,
     and the end slopes (the first and last stage) as derivatives."""
+
     def weights(x):
         return np.array([x, x**2, x**3, x**4]) @ DENSE
 
@@ -64,8 +65,9 @@ def test_dense_output_is_the_quartic_through_the_step():
     np.testing.assert_allclose(slopes[0], np.eye(7)[0])
 
 
-@pytest.mark.parametrize("times", [[0.0, 0.3, 0.35, 1.0, 2.5], [2.0, 1.0, -0.5]],
-                         ids=["forward", "backward"])
+@pytest.mark.parametrize(
+    "times", [[0.0, 0.3, 0.35, 1.0, 2.5], [2.0, 1.0, -0.5]], ids=["forward", "backward"]
+)
 def test_each_member_is_torchdiffeq_alone(times):
     """Same tableau, error norm, step-size rule and dense output: in float64 every member's
     states and evaluations are torchdiffeq's on that member alone (measured: 1e-13)."""
@@ -76,7 +78,7 @@ def test_each_member_is_torchdiffeq_alone(times):
     assert states.shape == (len(times), members * ROWS, DIM)
     for s, (field, rows) in enumerate(zip(alone, y0.split(ROWS), strict=True)):
         want, calls = reference(field, rows, times)
-        torch.testing.assert_close(states[:, s * ROWS:(s + 1) * ROWS], want, rtol=0, atol=1e-11)
+        torch.testing.assert_close(states[:, s * ROWS : (s + 1) * ROWS], want, rtol=0, atol=1e-11)
         assert evaluations[s] == calls
     assert len(set(evaluations)) == members  # the stiffer, the more steps
 
@@ -98,7 +100,7 @@ def test_a_member_does_not_depend_on_its_ensemble():
     own, own_evaluations = dopri5(alone[0], y0[:ROWS], times, **SOLVE)
     torch.testing.assert_close(states[:, :ROWS], own, rtol=1e-6, atol=1e-6)
     assert evaluations[0] == own_evaluations[0] < evaluations[1]
-    assert states[1:, 2 * ROWS:].isnan().all() and states[:, :2 * ROWS].isfinite().all()
+    assert states[1:, 2 * ROWS :].isnan().all() and states[:, : 2 * ROWS].isfinite().all()
 
 
 def test_closed_form_decay_within_the_tolerance():
@@ -126,23 +128,29 @@ def test_gradients_are_torchdiffeqs_and_pass_gradcheck():
     def solve(y0, a, tol=SOLVE["rtol"]):
         def f(y):
             return (torch.tanh(y.view(members, ROWS, DIM)) @ a.mT).view(-1, DIM)
+
         return dopri5(f, y0, times, members=members, **{**SOLVE, "rtol": tol, "atol": tol})[0]
 
     assert torch.autograd.gradcheck(lambda y0, a: solve(y0, a, tol=1e3), (y0, a))
     grads = torch.autograd.grad(solve(y0, a).square().sum(), (y0, a))
     for s in range(members):
-        rows = y0[s * ROWS:(s + 1) * ROWS]
+        rows = y0[s * ROWS : (s + 1) * ROWS]
         want, _ = reference(lambda y, s=s: torch.tanh(y) @ a[s].T, rows, times)
         g_y0, g_a = torch.autograd.grad(want.square().sum(), (rows, a))
-        torch.testing.assert_close(grads[0][s * ROWS:(s + 1) * ROWS], g_y0)
+        torch.testing.assert_close(grads[0][s * ROWS : (s + 1) * ROWS], g_y0)
         torch.testing.assert_close(grads[1][s], g_a[s])
 
 
 def test_a_member_out_of_steps_raises_what_the_trainer_caps_on():
     _, folded = fields(2, scale=5.0)
     with pytest.raises(SolverCapped, match="max_num_steps"):
-        dopri5(folded, start(2), torch.tensor([0.0, 5.0], dtype=torch.float64), members=2,
-               **{**SOLVE, "max_steps": 2})
+        dopri5(
+            folded,
+            start(2),
+            torch.tensor([0.0, 5.0], dtype=torch.float64),
+            members=2,
+            **{**SOLVE, "max_steps": 2},
+        )
 
 
 def test_a_folded_node_is_each_member_alone_and_near_torchdiffeq():
@@ -153,8 +161,15 @@ def test_a_folded_node_is_each_member_alone_and_near_torchdiffeq():
     models = []
     for seed in range(3):
         torch.manual_seed(seed)
-        model = dd.make_model("node", in_dim=task.in_dim, out_dim=task.out_dim,
-                              control_dim=task.control_dim, width=8, depth=4, horizon=8.0)
+        model = dd.make_model(
+            "node",
+            in_dim=task.in_dim,
+            out_dim=task.out_dim,
+            control_dim=task.control_dim,
+            width=8,
+            depth=4,
+            horizon=8.0,
+        )
         with torch.no_grad():  # members of unequal stiffness take unequal steps
             model.layer(0).out.weight.mul_(1 + 4 * seed)
         models.append(model)
@@ -172,8 +187,9 @@ def test_a_folded_node_is_each_member_alone_and_near_torchdiffeq():
         assert model.nfe_forward == [nfe[s]]
         task.loss(own, part.targets).backward()  # through steps the others did not take
         for name, param in model.named_parameters():
-            torch.testing.assert_close(ensemble.get_parameter(name).grad[s], param.grad,
-                                       rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(
+                ensemble.get_parameter(name).grad[s], param.grad, rtol=1e-4, atol=1e-5
+            )
         model.solver = "torchdiffeq"
         want = model(part.inputs, u=part.controls)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())

@@ -26,8 +26,7 @@ from ddl_dynamics.models.transformer_leaves import CausalConv, FloatLinear, Scal
 SEEDS = [0, 1, 2]
 TINY = {"width": 8, "depth": 3, "hidden": 8}
 #: Task specs that take the TINY sizes (1-D sign-flip fixes width = 1).
-SPECS = {"sign-flip": {"variant": "reflect"}, "var-chain": {"hops": 2},
-         "seq-parity": {"length": 8}}
+SPECS = {"sign-flip": {"variant": "reflect"}, "var-chain": {"hops": 2}, "seq-parity": {"length": 8}}
 
 
 def cells(task="overwrite", model="resnet", options=None, **train):
@@ -35,16 +34,26 @@ def cells(task="overwrite", model="resnet", options=None, **train):
         "seeds": SEEDS,
         "tasks": [{"name": task, "spec": SPECS.get(task, {})}],
         "models": [{"name": model, **(options or {})}],
-        "defaults": {"model": TINY, "train": {"steps": 30, "n_train": 128, "n_test": 64,
-                                              "batch_size": 32, "eval_every": 10, **train}},
+        "defaults": {
+            "model": TINY,
+            "train": {
+                "steps": 30,
+                "n_train": 128,
+                "n_test": 64,
+                "batch_size": 32,
+                "eval_every": 10,
+                **train,
+            },
+        },
     }
     return dd.expand_cells(dd.parse_experiment(data))
 
 
 def together(group):
     built = [c.build() for c in group]
-    return train_seeds(built[0][0], [m for _, m in built], [c.train for c in group],
-                       [c.seed for c in group])
+    return train_seeds(
+        built[0][0], [m for _, m in built], [c.train for c in group], [c.seed for c in group]
+    )
 
 
 def one_by_one(group):
@@ -77,8 +86,10 @@ def assert_same_run(ensemble, alone):
     assert ensemble.params == alone.params and ensemble.flops == alone.flops
     assert (ensemble.nfe_forward, ensemble.nfe_backward) == (alone.nfe_forward, alone.nfe_backward)
     skip = {"ensemble", "peak_mem_measure", "reconstruction_error"}
-    assert_close({k: v for k, v in ensemble.metrics.items() if k not in skip},
-                 {k: v for k, v in alone.metrics.items() if k not in skip})
+    assert_close(
+        {k: v for k, v in ensemble.metrics.items() if k not in skip},
+        {k: v for k, v in alone.metrics.items() if k not in skip},
+    )
     assert_close(ensemble.curve, alone.curve)
     error = alone.metrics.get("reconstruction_error")
     if error is not None:
@@ -109,8 +120,11 @@ FAMILIES = [
 #: convolutions, channel factors, float32 gates), on sequence tasks.
 TRANSFORMERS = [
     ("var-chain", "transformer", {}),
-    ("var-chain", "transformer", {"value_channels": 2, "compressor": "token",
-                                  "compressor_init": "random", "qk_norm": True}),
+    (
+        "var-chain",
+        "transformer",
+        {"value_channels": 2, "compressor": "token", "compressor_init": "random", "qk_norm": True},
+    ),
     ("var-chain", "transformer", {"expansion": "conv"}),
     ("var-chain", "ddl-transformer", {"value_channels": 2, "norm_eps": 1e-5}),
     ("var-chain", "ddl-write-transformer", {"generator": "v-map", "beta_hidden": 4}),
@@ -119,8 +133,11 @@ TRANSFORMERS = [
 TRANSFORMER_IDS = [f"{t}-{m}-{'-'.join(map(str, o.values()))}" for t, m, o in TRANSFORMERS]
 
 
-@pytest.mark.parametrize(("task", "model", "options"), FAMILIES,
-                         ids=[f"{t}-{m}-{'-'.join(map(str, o.values()))}" for t, m, o in FAMILIES])
+@pytest.mark.parametrize(
+    ("task", "model", "options"),
+    FAMILIES,
+    ids=[f"{t}-{m}-{'-'.join(map(str, o.values()))}" for t, m, o in FAMILIES],
+)
 def test_every_seed_of_an_ensemble_ends_as_it_does_alone(task, model, options):
     group = cells(task, model, options)
     ensemble, alone = together(group), one_by_one(group)
@@ -153,10 +170,12 @@ def test_a_folded_transformer_step_is_each_members_own(task, model, options):
         # whose rounding then depends on the order the kernels add in (seen up to ~6 eps of
         # the gradient's norm, on the C++ kernel and the reference backend alike)
         scale = torch.cat([p.grad.flatten() for p in member.parameters()]).norm().item()
-        for (name, mine), stack in zip(member.named_parameters(), ensemble.module.parameters(),
-                                       strict=True):
-            torch.testing.assert_close(stack.grad[i], mine.grad, rtol=1e-4, atol=1e-5 * scale,
-                                       msg=name)
+        for (name, mine), stack in zip(
+            member.named_parameters(), ensemble.module.parameters(), strict=True
+        ):
+            torch.testing.assert_close(
+                stack.grad[i], mine.grad, rtol=1e-4, atol=1e-5 * scale, msg=name
+            )
 
 
 @pytest.mark.parametrize(("task", "model", "options"), TRANSFORMERS, ids=TRANSFORMER_IDS)
@@ -170,14 +189,19 @@ def test_every_transformer_seed_ends_as_it_does_alone(task, model, options):
     state a member uses."""
     group = cells(task, model, {"heads": 2, **options}, lr=1e-3)
     built = [c.build() for c in group]
-    ensemble = train_seeds(built[0][0], [m for _, m in built], group[0].train,
-                           [c.seed for c in group])
+    ensemble = train_seeds(
+        built[0][0], [m for _, m in built], group[0].train, [c.seed for c in group]
+    )
     again = [c.build() for c in group]
     alone = [dd.train(t, m, c.train, c.seed) for (t, m), c in zip(again, group, strict=True)]
     assert [r.metrics["ensemble"] for r in ensemble] == [3, 3, 3]
     for e, a, (_, folded), (_, own) in zip(ensemble, alone, built, again, strict=True):
-        assert (e.status, e.params, e.flops, e.metrics["steps"]) == (a.status, a.params,
-                                                                     a.flops, a.metrics["steps"])
+        assert (e.status, e.params, e.flops, e.metrics["steps"]) == (
+            a.status,
+            a.params,
+            a.flops,
+            a.metrics["steps"],
+        )
         assert [row[0] for row in e.curve] == [row[0] for row in a.curve]
         for mine, theirs in zip(e.curve, a.curve, strict=True):
             assert mine[1] == pytest.approx(theirs[1], rel=1e-3)  # mean training loss
@@ -185,14 +209,17 @@ def test_every_transformer_seed_ends_as_it_does_alone(task, model, options):
         for split in ("train", "val", "test"):
             assert e.metrics[split] == pytest.approx(a.metrics[split], abs=0.02)
         for name, weight in folded.state_dict().items():
-            torch.testing.assert_close(weight, own.state_dict()[name], rtol=0, atol=1e-2,
-                                       msg=name)
+            torch.testing.assert_close(weight, own.state_dict()[name], rtol=0, atol=1e-2, msg=name)
 
 
 def with_configs(group, **changes_of_seed):
     """The group with seed ``s``'s train config changed by ``changes_of_seed[f"s{s}"]``."""
-    return [dataclasses.replace(c, train=dataclasses.replace(
-        c.train, **changes_of_seed.get(f"s{c.seed}", {}))) for c in group]
+    return [
+        dataclasses.replace(
+            c, train=dataclasses.replace(c.train, **changes_of_seed.get(f"s{c.seed}", {}))
+        )
+        for c in group
+    ]
 
 
 @pytest.mark.parametrize("model", ["resnet", "ddl"])
@@ -208,26 +235,31 @@ def test_a_diverging_member_is_frozen_and_the_others_go_on(model):
 
 @pytest.mark.parametrize("model", ["resnet", "ddl"])
 def test_members_with_their_own_rate_decay_warmup_and_clipping_end_as_alone(model):
-    group = with_configs(cells("overwrite", model),
-                         s0={"lr": 1e-2, "weight_decay": 0.1},
-                         s1={"lr": 3e-4, "warmup": 0.5, "grad_clip": 0.0},
-                         s2={"grad_clip": 0.05})
+    group = with_configs(
+        cells("overwrite", model),
+        s0={"lr": 1e-2, "weight_decay": 0.1},
+        s1={"lr": 3e-4, "warmup": 0.5, "grad_clip": 0.0},
+        s2={"grad_clip": 0.05},
+    )
     ensemble, alone = together(group), one_by_one(group)
     assert [r.metrics["ensemble"] for r in ensemble] == [3, 3, 3]
     for e, a in zip(ensemble, alone, strict=True):
         assert_same_run(e, a)
     # the configs matter: the same seed at the default config ends elsewhere
     plain = one_by_one(cells("overwrite", model))
-    assert all(p.metrics["test"] != pytest.approx(a.metrics["test"], rel=1e-3)
-               for p, a in zip(plain, alone, strict=True))
+    assert all(
+        p.metrics["test"] != pytest.approx(a.metrics["test"], rel=1e-3)
+        for p, a in zip(plain, alone, strict=True)
+    )
 
 
 def test_members_may_not_differ_in_their_budget():
     group = with_configs(cells("overwrite", "resnet"), s1={"steps": 20})
     built = [c.build() for c in group]
     with pytest.raises(ValueError, match="may differ only in the tunable fields"):
-        train_seeds(built[0][0], [m for _, m in built], [c.train for c in group],
-                    [c.seed for c in group])
+        train_seeds(
+            built[0][0], [m for _, m in built], [c.train for c in group], [c.seed for c in group]
+        )
 
 
 def test_a_member_that_reaches_the_target_stops_alone(monkeypatch):
@@ -273,8 +305,7 @@ def test_a_member_that_hits_the_solver_cap_does_not_stop_the_others():
 
 
 def test_odes_whose_solve_shares_its_steps_train_one_seed_at_a_time():
-    group = cells("sign-flip", "node", {"solver": "torchdiffeq"}, steps=3, eval_every=3,
-                  n_test=16)
+    group = cells("sign-flip", "node", {"solver": "torchdiffeq"}, steps=3, eval_every=3, n_test=16)
     ensemble = together(group)
     assert [r.metrics["ensemble"] for r in ensemble] == [1, 1, 1]
     for e, a in zip(ensemble, one_by_one(group), strict=True):
@@ -333,8 +364,9 @@ print(json.dumps(sorted({type(m).__name__ for m in ensemble.module.modules()}
 
 @pytest.mark.parametrize("first", ["family", "ensemble"])
 def test_a_transformer_folds_whichever_module_is_imported_first(first):
-    out = subprocess.run([sys.executable, "-c", _FOLD_FRESH, first], capture_output=True,
-                         text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", _FOLD_FRESH, first], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert json.loads(out[-1]) == ["EnsembleCausalConv", "EnsembleFloatLinear", "EnsembleScale"]
     if first == "ensemble":  # the generic folding loaded no family
         assert json.loads(out[0]) == ["ddl_dynamics.models.base", "ddl_dynamics.models.ensemble"]

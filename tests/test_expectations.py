@@ -10,7 +10,8 @@ from ddl_dynamics.analysis.run import run_of
 from ddl_dynamics.models.base import list_models, model_options
 
 DEFAULTS = {
-    family: {k: d for k, (d, _) in model_options(family).items()} for family in list_models()}
+    family: {k: d for k, (d, _) in model_options(family).items()} for family in list_models()
+}
 
 
 def cell(label, seed, test, family=None, status="ok", long=None, steps=100, **options):
@@ -18,10 +19,20 @@ def cell(label, seed, test, family=None, status="ok", long=None, steps=100, **op
     trained ``steps`` steps."""
     family = family or label
     config = {**DEFAULTS[family], "width": 32, "hidden": 40, **options}
-    return dd.RunResult(status=status, key=f"{label}-{seed}", task="t", model=label, seed=seed,
-                        params=1000, metrics={"test": test, "ood": {"long": long}},
-                        config={"model": family, "config": config,
-                                "train": {"steps": steps, "batch_size": 128, "n_train": 2048}})
+    return dd.RunResult(
+        status=status,
+        key=f"{label}-{seed}",
+        task="t",
+        model=label,
+        seed=seed,
+        params=1000,
+        metrics={"test": test, "ood": {"long": long}},
+        config={
+            "model": family,
+            "config": config,
+            "train": {"steps": steps, "batch_size": 128, "n_train": 2048},
+        },
+    )
 
 
 def judge(task, expectation, rows, higher_is_better):
@@ -31,8 +42,7 @@ def judge(task, expectation, rows, higher_is_better):
     run = run_of(rows)
     request = request_for(task, expectation, [row.cells[0] for row in run.rows.values()])
     judged = judge_all(run, [] if isinstance(request, str) else [request])
-    return judge_expectations([(task, expectation, request)], judged,
-                              {task: higher_is_better})[0]
+    return judge_expectations([(task, expectation, request)], judged, {task: higher_is_better})[0]
 
 
 def cells(label, values, **kwargs):
@@ -40,7 +50,7 @@ def cells(label, values, **kwargs):
 
 
 #: Six seeds: where a seed fails, the signed ranks that decide reach p < 0.05 (2 / 2⁶).
-WIN = [0.10, 0.12, 0.11, 0.13, 0.10, 0.12]      # an MSE well below LOSE on every seed
+WIN = [0.10, 0.12, 0.11, 0.13, 0.10, 0.12]  # an MSE well below LOSE on every seed
 LOSE = [0.50, 0.55, 0.52, 0.51, 0.56, 0.53]
 
 
@@ -114,34 +124,49 @@ LINEAR = {"tied": True, "context": "control"}
 
 
 def parity_rows(test_b2, long_b2, long_b1, test_b1=(1.0,) * 6):
-    rows = [cell("lin", s, t, family="ddl", long=x, beta_max=2.0, **LINEAR)
-            for s, (t, x) in enumerate(zip(test_b2, long_b2, strict=True))]
-    rows += [cell("lin-bmax1", s, t, family="ddl", long=x, beta_max=1.0, **LINEAR)
-             for s, (t, x) in enumerate(zip(test_b1, long_b1, strict=True))]
+    rows = [
+        cell("lin", s, t, family="ddl", long=x, beta_max=2.0, **LINEAR)
+        for s, (t, x) in enumerate(zip(test_b2, long_b2, strict=True))
+    ]
+    rows += [
+        cell("lin-bmax1", s, t, family="ddl", long=x, beta_max=1.0, **LINEAR)
+        for s, (t, x) in enumerate(zip(test_b1, long_b1, strict=True))
+    ]
     return rows + cells("ddl", [1.0] * 6, family="ddl")  # the state-dependent stack
 
 
 def parity_claim():
-    return dd.Expectation(dd.Subject("ddl", {**LINEAR, "beta_max": 2.0}), "better",
-                          dd.Subject("ddl", {**LINEAR, "beta_max": 1.0}), "Grazzi et al.",
-                          split="long", requires=0.95)
+    return dd.Expectation(
+        dd.Subject("ddl", {**LINEAR, "beta_max": 2.0}),
+        "better",
+        dd.Subject("ddl", {**LINEAR, "beta_max": 1.0}),
+        "Grazzi et al.",
+        split="long",
+        requires=0.95,
+    )
 
 
 def test_ood_claim_needs_both_rows_to_succeed_in_distribution():
     long_b2, long_b1 = [0.99, 1.0, 0.98, 0.99, 1.0, 0.97], [0.52, 0.50, 0.51, 0.5, 0.53, 0.5]
     fitted = [1.0, 1.0, 0.99, 1.0, 0.98, 1.0]
-    solved = judge("parity", parity_claim(), parity_rows(fitted, long_b2, long_b1),
-                   higher_is_better=True)
+    solved = judge(
+        "parity", parity_claim(), parity_rows(fitted, long_b2, long_b1), higher_is_better=True
+    )
     assert solved.verdict == CONFIRMED and (solved.model, solved.control) == ("lin", "lin-bmax1")
     assert solved.comparison.split == "long"
     # One seed that did not learn the trained length: the extrapolation means nothing.
-    v = judge("parity", parity_claim(), parity_rows([1.0, 0.55, *fitted[2:]], long_b2, long_b1),
-              True)
+    v = judge(
+        "parity", parity_claim(), parity_rows([1.0, 0.55, *fitted[2:]], long_b2, long_b1), True
+    )
     assert v.verdict == INSUFFICIENT and v.comparison.split == "test"
     assert "long not judged: lin reached test metric ≥ 0.95 on 5 of 6 seeds" in v.note
     # Nor when the control never fitted the trained length: that is a failure to fit.
-    v = judge("parity", parity_claim(),
-              parity_rows(fitted, long_b2, long_b1, test_b1=[0.47, 0.44, 0.45] * 2), True)
+    v = judge(
+        "parity",
+        parity_claim(),
+        parity_rows(fitted, long_b2, long_b1, test_b1=[0.47, 0.44, 0.45] * 2),
+        True,
+    )
     assert v.verdict == INSUFFICIENT
     assert "lin-bmax1 reached test metric ≥ 0.95 on 0 of 6 seeds" in v.note
 
@@ -154,9 +179,12 @@ def test_ood_claims_must_state_their_precondition():
 
 
 def test_a_family_name_means_its_plain_entry_sizes_aside():
-    rows = (cells("ddl", WIN) + cells("ddl-bmax1", WIN, family="ddl", beta_max=1.0)
-            + cells("ddl-tied", WIN, family="ddl", tied=True, hidden=90)
-            + cells("ddl-write", WIN))
+    rows = (
+        cells("ddl", WIN)
+        + cells("ddl-bmax1", WIN, family="ddl", beta_max=1.0)
+        + cells("ddl-tied", WIN, family="ddl", tied=True, hidden=90)
+        + cells("ddl-write", WIN)
+    )
     assert match(dd.Subject("ddl"), rows) == ["ddl"]
     assert match(dd.Subject("ddl", {"beta_max": 1.0}), rows) == ["ddl-bmax1"]
     assert match(dd.Subject("ddl", {"tied": True}), rows) == ["ddl-tied"]
@@ -164,11 +192,18 @@ def test_a_family_name_means_its_plain_entry_sizes_aside():
     assert match(dd.Subject("ddl", {"context": "control"}), rows) == []  # not run
     assert match(dd.Subject("no-such-family"), rows) == []
     # Two entries that differ only in an option the claim leaves free: ambiguous.
-    twins = cells("a", WIN, family="ddl", beta_init=0.1) + cells("b", WIN, family="ddl",
-                                                                 beta_init=0.9)
+    twins = cells("a", WIN, family="ddl", beta_init=0.1) + cells(
+        "b", WIN, family="ddl", beta_init=0.9
+    )
     assert match(dd.Subject("ddl"), twins) == []
-    v = judge("t", claim(control="ddl-write"), cells("ddl", WIN, tied=True) + cells(
-        "ddl-2", WIN, family="ddl", tied=True) + cells("ddl-write", LOSE), False)
+    v = judge(
+        "t",
+        claim(control="ddl-write"),
+        cells("ddl", WIN, tied=True)
+        + cells("ddl-2", WIN, family="ddl", tied=True)
+        + cells("ddl-write", LOSE),
+        False,
+    )
     assert v.verdict == INSUFFICIENT and "several entries match the model ddl: ddl, ddl-2" in v.note
 
 
@@ -200,8 +235,11 @@ def test_a_wider_compute_matched_baseline_beside_the_plain_one_leaves_the_claim_
     """charlm: `transformer` and `transformer-w40` (the same family, wider to match the Delta
     rows' FLOPs) both matched "transformer", and the claim read insufficient evidence. The
     control of the model's size is the one the claim names."""
-    rows = cells("ddl", WIN) + cells("resnet", LOSE) + cells("resnet-w40", LOSE,
-                                                             family="resnet", width=40)
+    rows = (
+        cells("ddl", WIN)
+        + cells("resnet", LOSE)
+        + cells("resnet-w40", LOSE, family="resnet", width=40)
+    )
     for r in rows:
         r.params = 1500 if r.model == "resnet-w40" else 1000
     v = judge("t", claim(), rows, False)

@@ -18,16 +18,19 @@ def _drawn(fig):
 
 def test_the_determinant_legend_is_below_the_axes_and_the_floor_is_labelled():
     rng = np.random.default_rng(0)
-    dets = {"depth-recall": np.r_[np.zeros(50), -np.full(50, 1e-20)],  # on the floor
-            "oscillator": 10.0 ** rng.uniform(-6, -3, 100) * rng.choice([-1, 1], 100)}
+    dets = {
+        "depth-recall": np.r_[np.zeros(50), -np.full(50, 1e-20)],  # on the floor
+        "oscillator": 10.0 ** rng.uniform(-6, -3, 100) * rng.choice([-1, 1], 100),
+    }
     fig = determinant_plot(dets, "ddl")
     renderer = _drawn(fig)
     (ax,) = fig.axes
     assert ax.get_legend() is None and len(fig.legends) == 1
     legend = fig.legends[0]
     assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
-    assert any("floor" in t.get_text() and f"{DET_FLOOR:g}" in t.get_text()
-               for t in legend.get_texts())
+    assert any(
+        "floor" in t.get_text() and f"{DET_FLOOR:g}" in t.get_text() for t in legend.get_texts()
+    )
     ticks = [t.get_text() for t in ax.get_xticklabels()]
     assert "100% on the floor" in ticks[0] and "0% on the floor" in ticks[1]
 
@@ -55,8 +58,12 @@ def test_the_crossover_axis_is_linear_so_1e_4_and_1e_2_are_apart():
 
 def test_a_lone_compare_panel_is_page_wide_and_its_caption_no_wider():
     rng = np.random.default_rng(0)
-    tables = {"char-lm": {m: (mu, 0.02, list(mu + 0.03 * rng.standard_normal(8)))
-                          for m, mu in (("transformer", 2.38), ("ddl-dv4", 2.22))}}
+    tables = {
+        "char-lm": {
+            m: (mu, 0.02, list(mu + 0.03 * rng.standard_normal(8)))
+            for m, mu in (("transformer", 2.38), ("ddl-dv4", 2.22))
+        }
+    }
     fig = comparison(tables, {"char-lm": "bpc"})
     renderer = _drawn(fig)
     assert fig.get_figwidth() >= 7.5

@@ -39,15 +39,22 @@ PLANTED = (2.0, 1.0, 0.0, 1.5)  # reflection, projection, identity, over-relaxed
 
 def planted_ddl(task):
     """A DDL stack whose gate on layer i is PLANTED[i] for every sample."""
-    model = dd.make_model("ddl", in_dim=task.in_dim, out_dim=task.out_dim,
-                          control_dim=task.control_dim, width=8, depth=len(PLANTED))
+    model = dd.make_model(
+        "ddl",
+        in_dim=task.in_dim,
+        out_dim=task.out_dim,
+        control_dim=task.control_dim,
+        width=8,
+        depth=len(PLANTED),
+    )
     with torch.no_grad():
         for i, beta in enumerate(PLANTED):
             out = model.layer(i).branch.out
             out.weight[model.d].zero_()
             # β = 2σ(logit); ±30 saturates the sigmoid to within 1e-13 of 0 or 2
-            out.bias[model.d] = 30.0 if beta == 2.0 else -30.0 if beta == 0.0 else (
-                gate_logit(beta))
+            out.bias[model.d] = (
+                30.0 if beta == 2.0 else -30.0 if beta == 0.0 else (gate_logit(beta))
+            )
     return model.eval()
 
 
@@ -71,8 +78,14 @@ def test_planted_gates_give_the_expected_atlas():
 def test_discrepancy_contracts_by_one_minus_beta_in_a_trained_stack():
     task = dd.make_task("overwrite", depth=4)
     torch.manual_seed(0)
-    model = dd.make_model("ddl", in_dim=task.in_dim, out_dim=task.out_dim,
-                          control_dim=task.control_dim, width=8, depth=4)
+    model = dd.make_model(
+        "ddl",
+        in_dim=task.in_dim,
+        out_dim=task.out_dim,
+        control_dim=task.control_dim,
+        width=8,
+        depth=4,
+    )
     cfg = dd.TrainConfig(steps=40, batch_size=64, n_train=256, n_test=128, eval_every=40)
     assert dd.train(task, model, cfg, seed=0).status == "ok"
     arrays = probe_model(task, model.eval(), seed=0, n=128)
@@ -82,8 +95,14 @@ def test_discrepancy_contracts_by_one_minus_beta_in_a_trained_stack():
     assert ok.mean() > 0.9
     np.testing.assert_allclose(measured[ok], expected[ok], atol=1e-4)
     # The write-only control has no such contraction: its readout keeps the old value.
-    write = dd.make_model("ddl-write", in_dim=task.in_dim, out_dim=task.out_dim,
-                          control_dim=task.control_dim, width=8, depth=4)
+    write = dd.make_model(
+        "ddl-write",
+        in_dim=task.in_dim,
+        out_dim=task.out_dim,
+        control_dim=task.control_dim,
+        width=8,
+        depth=4,
+    )
     arrays = probe_model(task, write.eval(), seed=0, n=128)
     ratio = contraction(arrays["e_pre"], arrays["e_post"])
     assert np.nanmax(np.abs(ratio - np.abs(1 - arrays["beta"]))) > 1e-2
@@ -135,8 +154,7 @@ def tiny_run(tmp_path_factory):
 
 
 # hops: test_hops.py; queries: test_swap_track.py; width: test_width.py
-@pytest.mark.parametrize("kind", [k for k in FIGURE_KINDS
-                                  if k not in ("hops", "queries", "width")])
+@pytest.mark.parametrize("kind", [k for k in FIGURE_KINDS if k not in ("hops", "queries", "width")])
 def test_every_plot_command_writes_images(tiny_run, kind, capsys):
     assert main(["plot", kind, str(tiny_run)]) == 0
     written = capsys.readouterr().out.split()
@@ -186,13 +204,21 @@ def test_report_judges_expectations_and_audits_regimes(tiny_run):
 
 
 def test_verdict_matrix_colours_each_mark():
-    cells = {"overwrite": {"ddl": ("win", "-0.4 ± 0.1"), "ddl-write": ("loss", "+0.2 ± 0.1"),
-                           "gated": ("equivalent", "+0.01 ± 0.01")},
-             "parity": {"ddl": ("inconclusive", "+0.01 ± 0.3"),
-                        "node": ("unequal budget", "no test"),
-                        "gated": ("unmatched size", "no test"),
-                        "ddl-lin": ("both solved", "+0 ± 0"), "ddl-write": ("fails", "—")},
-             "var-chain": {"ddl": ("both at floor", "+0 ± 0")}}
+    cells = {
+        "overwrite": {
+            "ddl": ("win", "-0.4 ± 0.1"),
+            "ddl-write": ("loss", "+0.2 ± 0.1"),
+            "gated": ("equivalent", "+0.01 ± 0.01"),
+        },
+        "parity": {
+            "ddl": ("inconclusive", "+0.01 ± 0.3"),
+            "node": ("unequal budget", "no test"),
+            "gated": ("unmatched size", "no test"),
+            "ddl-lin": ("both solved", "+0 ± 0"),
+            "ddl-write": ("fails", "—"),
+        },
+        "var-chain": {"ddl": ("both at floor", "+0 ± 0")},
+    }
     fig = verdict_matrix(cells)
     ax = fig.axes[0]
     drawn = {tuple(round(c, 3) for c in p.get_facecolor()[:3]) for p in ax.patches}
@@ -214,33 +240,61 @@ def test_html_report_is_self_contained(tiny_run):
     for section in ("Expectations", "Gate regimes", "oscillator", "parity", "torch"):
         assert section in page
     # A summary with the verdict matrix opens the report, the verdict table comes next.
-    order = [page.index(s) for s in ('<h2 id="summary">', 'alt="verdicts"', '<h2 id="verdicts">',
-                                     '<h2 id="expectations', '<h2 id="crossover">',
-                                     'alt="crossover_switched"', '<h2 id="results-per-task">',
-                                     '<h2 id="figures">')]
+    order = [
+        page.index(s)
+        for s in (
+            '<h2 id="summary">',
+            'alt="verdicts"',
+            '<h2 id="verdicts">',
+            '<h2 id="expectations',
+            '<h2 id="crossover">',
+            'alt="crossover_switched"',
+            '<h2 id="results-per-task">',
+            '<h2 id="figures">',
+        )
+    ]
     assert order == sorted(order) and page.count('alt="verdicts"') == 1
     assert page.count('alt="crossover_switched"') == 1 and "none in range" in page
     assert (tiny_run / "figures" / "verdicts.png").is_file()
     assert "probe_consistency" in page and "not evidence about training" in page
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None,
-                    reason="Debian's chromium is not installed (apt-get install chromium)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None,
+    reason="Debian's chromium is not installed (apt-get install chromium)",
+)
 def test_html_report_renders_in_headless_chromium(tiny_run, tmp_path):
     page = tiny_run / "report.html"
     if not page.exists():
         assert main(["report", str(tiny_run), "--format", "html"]) == 0
     shot = tmp_path / "shot.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
-    dom = subprocess.run(["chromium", *flags, "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
+    dom = subprocess.run(
+        ["chromium", *flags, "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert dom.stdout.count("<img") == page.read_text().count("<img")
     assert "Uncaught" not in dom.stderr and "CONSOLE" not in dom.stderr
-    subprocess.run(["chromium", *flags, f"--screenshot={shot}", "--window-size=1200,2000",
-                    page.as_uri()], capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        ["chromium", *flags, f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     pixels = shot.read_bytes()
     assert pixels.startswith(b"\x89PNG") and len(pixels) > 20_000  # not a blank page
 
@@ -286,9 +340,12 @@ def test_labels_that_differ_after_a_dot_get_a_figure_each(dotted_run, capsys):
     assert main(["plot", "all", str(dotted_run)]) == 0
     written = capsys.readouterr().out.split()
     names = {Path(path).name for path in written}
-    for stem in ("regime_atlas_ddl-b0.5", "regime_atlas_ddl-b0.25",
-                 "trajectories_oscillator[horizon=1.5]",
-                 "trajectories_oscillator[horizon=1.25]"):
+    for stem in (
+        "regime_atlas_ddl-b0.5",
+        "regime_atlas_ddl-b0.25",
+        "trajectories_oscillator[horizon=1.5]",
+        "trajectories_oscillator[horizon=1.25]",
+    ):
         assert {f"{stem}.png", f"{stem}.svg"} <= names
     assert len(names) == len(written) == len(list((dotted_run / "figures").iterdir()))
 
@@ -304,8 +361,11 @@ def test_a_probe_cut_short_counts_as_missing(dotted_run, capsys):
         cut, empty = probes[:2]
         cut.write_bytes(cut.read_bytes()[:200])
         empty.write_bytes(b"")
-        argv = ["report", str(dotted_run)] if command == "report" else ["plot", "regimes",
-                                                                         str(dotted_run)]
+        argv = (
+            ["report", str(dotted_run)]
+            if command == "report"
+            else ["plot", "regimes", str(dotted_run)]
+        )
         assert main(argv) == 0
         assert command == "plot" or "ddl-b0.5" in capsys.readouterr().out
         for path in (cut, empty):
@@ -317,8 +377,11 @@ def test_a_probe_cut_short_counts_as_missing(dotted_run, capsys):
 def test_a_plot_killed_while_probing_leaves_a_run_the_html_report_takes(dotted_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(dotted_run, run, ignore=shutil.ignore_patterns("probes", "figures"))
-    plot = subprocess.Popen([sys.executable, "-m", "ddl_dynamics.cli", "plot", "regimes",
-                             str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    plot = subprocess.Popen(
+        [sys.executable, "-m", "ddl_dynamics.cli", "plot", "regimes", str(run)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     probes = run / "probes"
     while plot.poll() is None and not (probes.is_dir() and any(probes.iterdir())):
         time.sleep(0.001)
@@ -327,8 +390,12 @@ def test_a_plot_killed_while_probing_leaves_a_run_the_html_report_takes(dotted_r
     for path in probes.glob("*.npz"):  # whole, or not there
         with np.load(path) as arrays:
             assert "beta" in arrays
-    report = subprocess.run([sys.executable, "-m", "ddl_dynamics.cli", "report", str(run),
-                             "--format", "html"], capture_output=True, text=True, timeout=300)
+    report = subprocess.run(
+        [sys.executable, "-m", "ddl_dynamics.cli", "report", str(run), "--format", "html"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert report.returncode == 0, report.stderr
     assert (run / "report.html").read_text().count('alt="regime_atlas_ddl-b0.') == 2
     assert len(list(probes.glob("*.npz"))) == 4
@@ -344,7 +411,7 @@ def _drawn(fig):
 
 
 def _overlap(boxes) -> bool:
-    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
 
 
 def _legend_colors(fig) -> dict[str, tuple]:
@@ -357,8 +424,12 @@ def _legend_colors(fig) -> dict[str, tuple]:
 
 
 def test_an_nfe_row_evaluated_once_shows_as_a_marker_on_an_axis_from_step_0():
-    curves = {"sign-flip": {"node": [np.array([[50.0, 56.0]]), np.array([[50.0, 62.0]])],
-                            "anode": [np.array([[50.0, 80.0]])]}}
+    curves = {
+        "sign-flip": {
+            "node": [np.array([[50.0, 56.0]]), np.array([[50.0, 62.0]])],
+            "anode": [np.array([[50.0, 80.0]])],
+        }
+    }
     fig = nfe_curves(curves)
     ax = fig.axes[0]
     points = [line for line in ax.get_lines() if line.get_marker() == "o"]
@@ -369,10 +440,16 @@ def test_an_nfe_row_evaluated_once_shows_as_a_marker_on_an_axis_from_step_0():
 
 def test_training_curves_have_one_legend_outside_the_axes_with_every_entry_drawn():
     steps = np.arange(0, 301, 100.0)
-    curves = {"overwrite": {"resnet": [np.c_[steps, [1.0, 0.5, 0.4, 0.3]]],
-                            "ddl": [np.c_[steps, [1.0, 0.1, 0.01, 0.002]]]},
-              "sign-flip": {"node": [np.array([[50.0, 1.08]])],  # evaluated once
-                            "anode": [np.c_[steps, [np.nan] * 4]]}}  # nothing finite
+    curves = {
+        "overwrite": {
+            "resnet": [np.c_[steps, [1.0, 0.5, 0.4, 0.3]]],
+            "ddl": [np.c_[steps, [1.0, 0.1, 0.01, 0.002]]],
+        },
+        "sign-flip": {
+            "node": [np.array([[50.0, 1.08]])],  # evaluated once
+            "anode": [np.c_[steps, [np.nan] * 4]],
+        },
+    }  # nothing finite
     metric = {"overwrite": "mse", "sign-flip": "mse"}
     fig = training_curves(curves, metric)
     renderer = _drawn(fig)
@@ -388,25 +465,43 @@ def test_training_curves_have_one_legend_outside_the_axes_with_every_entry_drawn
 
 def test_flops_and_log_ticks_do_not_overlap():
     flops = np.linspace(1.1e12, 3.4e12, 20)  # less than a decade: matplotlib labels minors
-    curves = {"overwrite": {m: [np.c_[flops * f, np.geomspace(1, 1e-3, 20) * f]]
-                            for m, f in (("resnet", 1.0), ("ddl", 1.3))}}
+    curves = {
+        "overwrite": {
+            m: [np.c_[flops * f, np.geomspace(1, 1e-3, 20) * f]]
+            for m, f in (("resnet", 1.0), ("ddl", 1.3))
+        }
+    }
     fig = training_curves(curves, {"overwrite": "mse"}, x="FLOPs")
     renderer = _drawn(fig)
     ax = fig.axes[0]
-    labels = [t for t in [*ax.get_xticklabels(), *ax.get_xticklabels(minor=True)]
-              if t.get_text() and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+    labels = [
+        t
+        for t in [*ax.get_xticklabels(), *ax.get_xticklabels(minor=True)]
+        if t.get_text() and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]
+    ]
     assert len(labels) >= 2
     assert not _overlap([t.get_window_extent(renderer) for t in labels])
 
 
 def test_compare_ticks_do_not_overlap_and_intervals_stay_in_the_metric_range():
-    names = ["resnet", "ddl", "ddl-write", "ddl-bmax1", "resnet-tied", "ddl-tied",
-             "ddl-tied-bmax1", "ddl-lin", "ddl-lin-bmax1", "node", "anode"]
-    mse = {m: (0.01 * (i + 1), 0.05, [0.001 * (i + 1), 0.02 * (i + 1)])
-           for i, m in enumerate(names)}
+    names = [
+        "resnet",
+        "ddl",
+        "ddl-write",
+        "ddl-bmax1",
+        "resnet-tied",
+        "ddl-tied",
+        "ddl-tied-bmax1",
+        "ddl-lin",
+        "ddl-lin-bmax1",
+        "node",
+        "anode",
+    ]
+    mse = {
+        m: (0.01 * (i + 1), 0.05, [0.001 * (i + 1), 0.02 * (i + 1)]) for i, m in enumerate(names)
+    }
     acc = {m: (0.98, 0.05, [0.95, 1.0]) for m in names}
-    fig = comparison({"overwrite": mse, "parity": acc},
-                           {"overwrite": "mse", "parity": "accuracy"})
+    fig = comparison({"overwrite": mse, "parity": acc}, {"overwrite": "mse", "parity": "accuracy"})
     renderer = _drawn(fig)
     for ax in fig.axes:
         labels = [t for t in [*ax.get_xticklabels(), *ax.get_yticklabels()] if t.get_text()]
@@ -421,16 +516,20 @@ def test_compare_ticks_do_not_overlap_and_intervals_stay_in_the_metric_range():
 
 
 def test_hop_gate_shares_are_clipped_to_0_and_1():
-    curves = {"projecting where it hops": ([1.0, 2.0], [0.95, 0.05], [0.2, 0.2]),
-              "projecting elsewhere": ([1.0, 2.0], [0.5, 0.5], [0.1, 0.1]),
-              "hops its attention looked at": ([1.0, 2.0], [1.0, 0.9], [0.3, 0.3])}
-    fig = hop_gates({"var-chain": (curves, {1.0: [0.9, 1.0], 2.0: [1.0, 1.1]})},
-                          "ddl-transformer", "hops")
+    curves = {
+        "projecting where it hops": ([1.0, 2.0], [0.95, 0.05], [0.2, 0.2]),
+        "projecting elsewhere": ([1.0, 2.0], [0.5, 0.5], [0.1, 0.1]),
+        "hops its attention looked at": ([1.0, 2.0], [1.0, 0.9], [0.3, 0.3]),
+    }
+    fig = hop_gates(
+        {"var-chain": (curves, {1.0: [0.9, 1.0], 2.0: [1.0, 1.1]})}, "ddl-transformer", "hops"
+    )
     left = fig.axes[0]
     ends = np.concatenate([c.lines[2][0].get_segments() for c in left.containers])[..., 1]
     assert ends.min() >= 0.0 and ends.max() <= 1.0
-    assert all("ddl-transformer" in ax.get_title() and "var-chain" in ax.get_title()
-               for ax in fig.axes)
+    assert all(
+        "ddl-transformer" in ax.get_title() and "var-chain" in ax.get_title() for ax in fig.axes
+    )
 
 
 def test_gate_figures_name_the_model_and_the_task():
@@ -494,8 +593,9 @@ def captured(monkeypatch):
 
 def test_a_model_keeps_its_colour_in_every_figure_of_a_run(tiny_run, captured):
     make_figures(tiny_run, ("curves", "compare", "trajectories"), progress=False)
-    run_colors = {m: to_rgb(c) for m, c in row_colors(
-        label for _, label in load_run(tiny_run).rows).items()}
+    run_colors = {
+        m: to_rgb(c) for m, c in row_colors(label for _, label in load_run(tiny_run).rows).items()
+    }
     seen = {name: _legend_colors(fig) for name, fig in captured.items() if name != "verdicts"}
     assert {"curves_step", "curves_flops", "nfe", "state_norms"} <= set(seen)
     assert "node" in seen["nfe"] and len(seen["curves_step"]) == 4

@@ -20,34 +20,67 @@ from ddl_dynamics.publish.pages import headline_figure, readme_block
 from ddl_dynamics.publish.study_page import study_page
 
 
-def comparison(task, model, control, label, model_values=(1.0, 2.0, 3.0),
-               control_values=(2.0, 3.0, 4.5), kinds=("declared",), **extra):
+def comparison(
+    task,
+    model,
+    control,
+    label,
+    model_values=(1.0, 2.0, 3.0),
+    control_values=(2.0, 3.0, 4.5),
+    kinds=("declared",),
+    **extra,
+):
     """A comparison in the report.json shape (lower is better: an MSE)."""
-    pairs = [[s, m, c] for s, (m, c) in enumerate(zip(model_values, control_values,
-                                                      strict=True))]
+    pairs = [[s, m, c] for s, (m, c) in enumerate(zip(model_values, control_values, strict=True))]
     diffs = [m - c for _, m, c in pairs]
-    paired = {"seeds": list(range(len(pairs))), "differences": diffs,
-              "mean": sum(diffs) / len(diffs), "ci": 0.1, "margin": 0.5, "pairs": pairs,
-              "failed": [], "control_failed": [], "both_failed": [], "test": "paired t",
-              "interval": [min(diffs), max(diffs)]}
+    paired = {
+        "seeds": list(range(len(pairs))),
+        "differences": diffs,
+        "mean": sum(diffs) / len(diffs),
+        "ci": 0.1,
+        "margin": 0.5,
+        "pairs": pairs,
+        "failed": [],
+        "control_failed": [],
+        "both_failed": [],
+        "test": "paired t",
+        "interval": [min(diffs), max(diffs)],
+    }
     paired.update(extra.pop("paired", {}))
-    return {"task": task, "model": model, "control": control, "split": "test",
-            "kinds": list(kinds), "metric": "mse", "higher_is_better": False, "label": label,
-            "paired": paired, "p_adjusted": extra.pop("p_adjusted", 0.01),
-            "detectable": extra.pop("detectable", None), "note": "", "asked_split": "",
-            **extra}
+    return {
+        "task": task,
+        "model": model,
+        "control": control,
+        "split": "test",
+        "kinds": list(kinds),
+        "metric": "mse",
+        "higher_is_better": False,
+        "label": label,
+        "paired": paired,
+        "p_adjusted": extra.pop("p_adjusted", 0.01),
+        "detectable": extra.pop("detectable", None),
+        "note": "",
+        "asked_split": "",
+        **extra,
+    }
 
 
 def report(*comparisons, name="study", crossovers=(), tables=()):
-    return {"name": name, "comparisons": list(comparisons), "crossovers": list(crossovers),
-            "tables": list(tables), "questions": []}
+    return {
+        "name": name,
+        "comparisons": list(comparisons),
+        "crossovers": list(crossovers),
+        "tables": list(tables),
+        "questions": [],
+    }
 
 
 def test_two_comparisons_with_the_same_per_seed_data_are_one_test():
     one = comparison("switched[event=overwrite,p=0]", "ddl", "resnet", WIN)
     two = comparison("switched[event=reflect,p=0]", "ddl", "resnet", WIN)
-    other = comparison("switched[event=reflect,p=0]", "ddl", "resnet", WIN,
-                       model_values=(1.0, 2.0, 3.5))
+    other = comparison(
+        "switched[event=reflect,p=0]", "ddl", "resnet", WIN, model_values=(1.0, 2.0, 3.5)
+    )
     found, left = finding.study_findings(report(one, two, other))
     assert len(found) == 2 and left == Counter({finding.REPEAT: 1})
     # asked on another split and judged on test: the same pairs, the same test
@@ -56,24 +89,43 @@ def test_two_comparisons_with_the_same_per_seed_data_are_one_test():
 
 
 def test_a_crossover_is_one_finding_stated_with_its_crossover_and_interval():
-    points = [[p, comparison(f"switched[p={p:g}]", "ddl", "ddl-write", label,
-                             model_values=(1.0, 2.0, 3.0 + p))]
-              for p, label in ((0.0, INCONCLUSIVE), (0.5, WIN), (1.0, WIN))]
-    crossing = {"setting": {"family": "switched", "knob": "p", "label": "event=overwrite"},
-                "model": "ddl", "control": "ddl-write", "star": 0.5, "interval": [0.5, None],
-                "points": points}
+    points = [
+        [
+            p,
+            comparison(
+                f"switched[p={p:g}]", "ddl", "ddl-write", label, model_values=(1.0, 2.0, 3.0 + p)
+            ),
+        ]
+        for p, label in ((0.0, INCONCLUSIVE), (0.5, WIN), (1.0, WIN))
+    ]
+    crossing = {
+        "setting": {"family": "switched", "knob": "p", "label": "event=overwrite"},
+        "model": "ddl",
+        "control": "ddl-write",
+        "star": 0.5,
+        "interval": [0.5, None],
+        "points": points,
+    }
     found, _ = finding.study_findings(report(*(c for _, c in points), crossovers=[crossing]))
     assert len(found) == 1
     (only,) = found
     assert only.question == finding.ERASE and only.label == WIN
-    assert only.text == ("`ddl` beats `ddl-write` on switched[event=overwrite] (study) from "
-                         "p* = 0.5 on (95% interval [0.5, none])")
+    assert only.text == (
+        "`ddl` beats `ddl-write` on switched[event=overwrite] (study) from "
+        "p* = 0.5 on (95% interval [0.5, none])"
+    )
     assert len(finding.points(only)) == 3  # the figure draws every knob value
 
 
 def test_a_ddl_win_over_hc_reads_with_ddl_first():
-    c = comparison("sign-flip-reflect", "hc", "ddl", LOSS, model_values=(3.0, 4.0, 5.0),
-                   control_values=(1.0, 2.0, 3.0))
+    c = comparison(
+        "sign-flip-reflect",
+        "hc",
+        "ddl",
+        LOSS,
+        model_values=(3.0, 4.0, 5.0),
+        control_values=(1.0, 2.0, 3.0),
+    )
     found, _ = finding.findings([report(c)])
     assert found[0].text == "`ddl` beats `hc` on sign-flip-reflect (study)"
     assert found[0].question == finding.PEERS and found[0].label == WIN
@@ -85,107 +137,173 @@ def test_a_ddl_win_over_hc_reads_with_ddl_first():
 
 
 def test_every_row_against_its_baseline_counts_and_a_loss_to_resnet_is_named():
-    wins = [comparison(t, m, "resnet", WIN, kinds=("baseline",),
-                       model_values=(1.0, 2.0, 3.0 + i / 10))
-            for i, (t, m) in enumerate((t, m) for t in ("overwrite", "depth-recall", "switched")
-                                       for m in ("ddl", "gated"))]
+    wins = [
+        comparison(t, m, "resnet", WIN, kinds=("baseline",), model_values=(1.0, 2.0, 3.0 + i / 10))
+        for i, (t, m) in enumerate(
+            (t, m) for t in ("overwrite", "depth-recall", "switched") for m in ("ddl", "gated")
+        )
+    ]
     wins.append(comparison("sign-flip", "anode", "node", WIN, kinds=("baseline",)))
-    lost = comparison("oscillator", "ddl", "resnet", LOSS, kinds=("baseline",),
-                      model_values=(3.0, 4.0, 5.0), control_values=(1.0, 2.0, 3.0))
-    same = comparison("parity", "ddl-tied", "resnet-tied", EQUIVALENT, kinds=("baseline",),
-                      p_adjusted=1.0)
+    lost = comparison(
+        "oscillator",
+        "ddl",
+        "resnet",
+        LOSS,
+        kinds=("baseline",),
+        model_values=(3.0, 4.0, 5.0),
+        control_values=(1.0, 2.0, 3.0),
+    )
+    same = comparison(
+        "parity", "ddl-tied", "resnet-tied", EQUIVALENT, kinds=("baseline",), p_adjusted=1.0
+    )
     found, _ = finding.findings([report(*wins, lost, same)])
     assert Counter(f.label for f in found) == {WIN: 7, LOSS: 1, EQUIVALENT: 1}
     assert {f.question for f in found} == {finding.BASELINE}
     text = "\n".join(finding.summary(found, {}))
-    assert "- **Where a Delta row loses**\n  - each row against its baseline: `ddl` does worse " \
-           "than `resnet` on oscillator" in text
+    assert (
+        "- **Where a Delta row loses**\n  - each row against its baseline: `ddl` does worse "
+        "than `resnet` on oscillator" in text
+    )
 
 
 def test_untested_comparisons_and_implementation_checks_are_outside_the_counts():
-    solved = comparison("parity", "ddl", "resnet", BOTH_SOLVED, model_values=(1.0,) * 3,
-                        control_values=(1.0,) * 3)
-    floor = comparison("var-chain[hops=3]", "ddl-dv1", "transformer", AT_FLOOR,
-                       model_values=(0.625,) * 3, control_values=(0.625,) * 3)
+    solved = comparison(
+        "parity", "ddl", "resnet", BOTH_SOLVED, model_values=(1.0,) * 3, control_values=(1.0,) * 3
+    )
+    floor = comparison(
+        "var-chain[hops=3]",
+        "ddl-dv1",
+        "transformer",
+        AT_FLOOR,
+        model_values=(0.625,) * 3,
+        control_values=(0.625,) * 3,
+    )
     check = comparison("var-chain[hops=2]", "ddl-vmap-dv1", "ddl-dv1", LOSS)
     kept = comparison("overwrite", "ddl", "ddl-write", WIN)
     found, left = finding.findings([report(solved, floor, check, kept)])
     assert [f.label for f in found] == [WIN]
     assert left == Counter({BOTH_SOLVED: 1, AT_FLOOR: 1, finding.CHECK: 1})
-    assert "1 both at floor, 1 both solved, 1 implementation check" in finding.summary(
-        found, left)[0]
+    assert (
+        "1 both at floor, 1 both solved, 1 implementation check" in finding.summary(found, left)[0]
+    )
 
 
 def test_an_equivalence_with_a_significant_difference_is_not_listed_as_equivalent():
-    both = comparison("sign-flip-reflect", "ddl-product", "ddl", EQUIVALENT, p_adjusted=0.005,
-                      model_values=(2.1, 3.1, 4.1), control_values=(2.0, 3.0, 4.0))
-    plain = comparison("overwrite", "ddl-decoupled", "ddl", EQUIVALENT, p_adjusted=0.8,
-                       model_values=(2.0, 3.1, 4.0), control_values=(2.0, 3.0, 4.0))
+    both = comparison(
+        "sign-flip-reflect",
+        "ddl-product",
+        "ddl",
+        EQUIVALENT,
+        p_adjusted=0.005,
+        model_values=(2.1, 3.1, 4.1),
+        control_values=(2.0, 3.0, 4.0),
+    )
+    plain = comparison(
+        "overwrite",
+        "ddl-decoupled",
+        "ddl",
+        EQUIVALENT,
+        p_adjusted=0.8,
+        model_values=(2.0, 3.1, 4.0),
+        control_values=(2.0, 3.0, 4.0),
+    )
     found, _ = finding.findings([report(both, plain)])
     assert Counter(f.label for f in found) == {finding.WITHIN_MARGIN: 1, EQUIVALENT: 1}
     (listed,) = [s for s in finding.summary(found, {}) if s.startswith("- **Equivalent")]
     (within,) = [s for s in finding.summary(found, {}) if s.startswith("- **Significantly")]
     assert "`ddl-decoupled` is equivalent to `ddl`" in listed and "ddl-product" not in listed
-    assert ("`ddl-product` does worse than `ddl` on sign-flip-reflect (study), by less than "
-            "the margin ±0.5") in within
+    assert (
+        "`ddl-product` does worse than `ddl` on sign-flip-reflect (study), by less than "
+        "the margin ±0.5"
+    ) in within
 
 
-@pytest.mark.parametrize(("model", "control", "baseline", "asked"), [
-    ("ddl", "ddl-write", False, finding.ERASE),
-    ("ddl-dv4", "additive-dv4", False, finding.ERASE),
-    ("ddl-tied", "ddl-tied-bmax1", False, finding.BETA),
-    ("ddl-dv4", "ddl-dv4-repeat", False, finding.STATE),
-    ("ddl-dv4-repeat", "ddl-dv1", False, finding.STATE),
-    ("additive-dv4", "transformer-ec", False, finding.STATE),
-    ("hc", "ddl", False, finding.PEERS),
-    ("mhc", "hc", False, finding.PEERS),
-    ("ddl-product-tied", "ddl-tied", False, finding.PEERS),
-    ("anode", "node", False, finding.DEPTH),
-    ("ddl", "resnet", True, finding.BASELINE),
-    ("hc", "resnet", True, finding.BASELINE),
-    ("ddl-lin", "ddl-tied", False, finding.OTHER),
-    ("ddl-vmap-dv1", "ddl-dv1", False, None),
-    ("ddl-vmap-dv1", "transformer", True, finding.BASELINE),
-])
+@pytest.mark.parametrize(
+    ("model", "control", "baseline", "asked"),
+    [
+        ("ddl", "ddl-write", False, finding.ERASE),
+        ("ddl-dv4", "additive-dv4", False, finding.ERASE),
+        ("ddl-tied", "ddl-tied-bmax1", False, finding.BETA),
+        ("ddl-dv4", "ddl-dv4-repeat", False, finding.STATE),
+        ("ddl-dv4-repeat", "ddl-dv1", False, finding.STATE),
+        ("additive-dv4", "transformer-ec", False, finding.STATE),
+        ("hc", "ddl", False, finding.PEERS),
+        ("mhc", "hc", False, finding.PEERS),
+        ("ddl-product-tied", "ddl-tied", False, finding.PEERS),
+        ("anode", "node", False, finding.DEPTH),
+        ("ddl", "resnet", True, finding.BASELINE),
+        ("hc", "resnet", True, finding.BASELINE),
+        ("ddl-lin", "ddl-tied", False, finding.OTHER),
+        ("ddl-vmap-dv1", "ddl-dv1", False, None),
+        ("ddl-vmap-dv1", "transformer", True, finding.BASELINE),
+    ],
+)
 def test_each_comparison_answers_the_question_its_rows_name(model, control, baseline, asked):
     assert finding.question(model, control, baseline) == asked
 
 
 def test_an_equivalent_sentence_gives_the_90_interval_and_a_binding_floor():
-    c = comparison("switched[p=0]", "ddl-product", "ddl", EQUIVALENT, p_adjusted=1.0,
-                   model_values=(5e-5, 6e-5, 7e-5), control_values=(4e-5, 5e-5, 6e-5),
-                   paired={"margin": 1e-3, "ci": 0.0031, "interval": [-2e-5, 4e-5]})
+    c = comparison(
+        "switched[p=0]",
+        "ddl-product",
+        "ddl",
+        EQUIVALENT,
+        p_adjusted=1.0,
+        model_values=(5e-5, 6e-5, 7e-5),
+        control_values=(4e-5, 5e-5, 6e-5),
+        paired={"margin": 1e-3, "ci": 0.0031, "interval": [-2e-5, 4e-5]},
+    )
     line = wording.sentence(c)
     assert "equivalent within the absolute floor ±0.001 = 17–20× the means" in line
     assert "90% interval [-2e-05, +4e-05]" in line and "0.0031" not in line
     assert "significantly" not in line
-    wide = comparison("overwrite", "ddl", "resnet", EQUIVALENT, p_adjusted=1.0,
-                      paired={"margin": 0.5})
+    wide = comparison(
+        "overwrite", "ddl", "resnet", EQUIVALENT, p_adjusted=1.0, paired={"margin": 0.5}
+    )
     assert "floor" not in wording.sentence(wide)
     significant = {**c, "p_adjusted": 0.004}
     assert wording.sentence(significant).endswith(
-        "; yet significantly worse, by less than the margin (Holm p = 0.004).")
+        "; yet significantly worse, by less than the margin (Holm p = 0.004)."
+    )
 
 
 def test_sentences_give_the_finished_pairs_beside_the_seeds_run():
-    c = comparison("overwrite", "ddl", "resnet", WIN, paired={
-        "seeds": [0, 1, 2, 3, 4, 5], "failed": [6], "control_failed": [7]})
+    c = comparison(
+        "overwrite",
+        "ddl",
+        "resnet",
+        WIN,
+        paired={"seeds": [0, 1, 2, 3, 4, 5], "failed": [6], "control_failed": [7]},
+    )
     assert "n = 6 of 8" in wording.sentence(c)
     assert "n = 3)" in wording.sentence(comparison("overwrite", "ddl", "resnet", WIN))
 
 
 def test_an_inconclusive_signed_rank_test_never_says_the_differences_do_not_vary():
-    c = comparison("overwrite", "ddl", "resnet", INCONCLUSIVE, p_adjusted=0.3,
-                   paired={"test": "signed rank, failures last"})
+    c = comparison(
+        "overwrite",
+        "ddl",
+        "resnet",
+        INCONCLUSIVE,
+        p_adjusted=0.3,
+        paired={"test": "signed rank, failures last"},
+    )
     line = wording.sentence(c)
     assert "do not vary" not in line and "exact test (signed rank, failures last)" in line
 
 
 def test_the_headline_is_at_most_1600_px_tall_and_redrawn_only_when_its_data_change(tmp_path):
-    many = [comparison(f"task-{i}", f"ddl-{i % 40}", "resnet",
-                       (WIN, LOSS, INCONCLUSIVE, EQUIVALENT)[i % 4], kinds=("baseline",),
-                       model_values=(1.0, 2.0, 3.0 + i / 100))
-            for i in range(400)]
+    many = [
+        comparison(
+            f"task-{i}",
+            f"ddl-{i % 40}",
+            "resnet",
+            (WIN, LOSS, INCONCLUSIVE, EQUIVALENT)[i % 4],
+            kinds=("baseline",),
+            model_values=(1.0, 2.0, 3.0 + i / 100),
+        )
+        for i in range(400)
+    ]
     reports = [report(*many, name="big")]
     path = headline_figure(reports, tmp_path / "headline.png")
     with Image.open(path) as image:
@@ -197,11 +315,13 @@ def test_the_headline_is_at_most_1600_px_tall_and_redrawn_only_when_its_data_cha
 
 
 def test_the_readme_block_groups_by_question_and_counts_each_study_once():
-    one = comparison("switched[event=overwrite,p=0]", "ddl", "resnet", WIN,
-                     kinds=("baseline",), chosen="lr=0.01")
+    one = comparison(
+        "switched[event=overwrite,p=0]", "ddl", "resnet", WIN, kinds=("baseline",), chosen="lr=0.01"
+    )
     two = {**one, "task": "switched[event=reflect,p=0]"}
-    tables = [{"task": one["task"], "rows": [{"model": "ddl", "chosen": "lr=0.01",
-                                              "baseline": "resnet"}]}]
+    tables = [
+        {"task": one["task"], "rows": [{"model": "ddl", "chosen": "lr=0.01", "baseline": "resnet"}]}
+    ]
     judged = {**report(one, two, name="tuned", tables=tables), "shipped": True}
     text = readme_block([judged, {**judged, "name": "legacy", "shipped": False}])
     assert "1 distinct finding: 1 win" in text and "1 repeat of a counted test" in text
@@ -214,10 +334,18 @@ def test_the_readme_block_groups_by_question_and_counts_each_study_once():
 
 def test_a_declared_question_is_answered_by_labels_alone():
     c = comparison("oscillator", "ddl-product", "resnet", WIN)
-    r = {**report(c, name="peers"), "questions": [
-        {"question": "A rotation is two reflections: does a second step remove the loss?",
-         "model": "ddl-product", "control": "resnet", "tasks": ["oscillator"],
-         "split": "test"}]}
+    r = {
+        **report(c, name="peers"),
+        "questions": [
+            {
+                "question": "A rotation is two reflections: does a second step remove the loss?",
+                "model": "ddl-product",
+                "control": "resnet",
+                "tasks": ["oscillator"],
+                "split": "test",
+            }
+        ],
+    }
     page = study_page(r, [])
     asked = page.split("## Questions", 1)[1].split("## Findings", 1)[0]
     answers = [line for line in asked.splitlines() if line.startswith("- ")]

@@ -10,15 +10,17 @@ from ddl_dynamics._task import make_task
 from ddl_dynamics._task_check import TaskCheckError, check_task
 
 
-@pytest.mark.parametrize(("spec", "floor"), [
-    ({"hops": 3}, 0.625),                    # 1/2 + 1/2 · 1/4
-    ({"hops": 3, "reassign": True}, 0.4375),  # 1/4 + 3/4 · 1/4
-    ({"hops": 1, "reassign": True}, 0.4375),
-    ({"hops": 2, "chains": 3, "values": 5}, 1 / 3 + 2 / 3 / 5),
-    ({"hops": 3, "negate": True, "values": 2}, 0.5),  # the answer is a coin to a shortcut
-])
-def test_the_var_chain_floor_is_the_score_of_answering_with_a_random_value_binding(spec,
-                                                                                  floor):
+@pytest.mark.parametrize(
+    ("spec", "floor"),
+    [
+        ({"hops": 3}, 0.625),  # 1/2 + 1/2 · 1/4
+        ({"hops": 3, "reassign": True}, 0.4375),  # 1/4 + 3/4 · 1/4
+        ({"hops": 1, "reassign": True}, 0.4375),
+        ({"hops": 2, "chains": 3, "values": 5}, 1 / 3 + 2 / 3 / 5),
+        ({"hops": 3, "negate": True, "values": 2}, 0.5),  # the answer is a coin to a shortcut
+    ],
+)
+def test_the_var_chain_floor_is_the_score_of_answering_with_a_random_value_binding(spec, floor):
     """The shortcut simulated on the task's own sequences: each query answered with the
     value of a random assignment that binds a value (a chain's start or a stale binding)."""
     task = make_task("var-chain", **spec)
@@ -27,8 +29,9 @@ def test_the_var_chain_floor_is_the_score_of_answering_with_a_random_value_bindi
     start = task.sequence_length - task.chains
     referent = (data.inputs[:, :start] - task.values - task.pool) % task.referents
     binds_value = (referent < task.values).float()
-    picks = torch.multinomial(binds_value, task.chains, replacement=True,
-                              generator=torch.Generator().manual_seed(1))
+    picks = torch.multinomial(
+        binds_value, task.chains, replacement=True, generator=torch.Generator().manual_seed(1)
+    )
     guess = referent.gather(1, picks)
     accuracy = (guess == data.targets[:, start:]).float().mean().item()
     assert accuracy == pytest.approx(floor, abs=0.02)  # 3000 · chains queries: SE ≤ 0.007

@@ -22,8 +22,10 @@ SMALL = {
     "seeds": [0, 1],
     "tasks": [{"name": "overwrite"}],
     "models": [{"name": "ddl"}, {"name": "resnet"}],
-    "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
-                 "train": {"steps": 4, "eval_every": 2, "n_train": 32, "n_test": 16}},
+    "defaults": {
+        "model": {"width": 8, "depth": 3, "hidden": 8},
+        "train": {"steps": 4, "eval_every": 2, "n_train": 32, "n_test": 16},
+    },
 }
 
 
@@ -34,7 +36,8 @@ def small_run(run_dir):
 
 
 def test_a_run_and_its_html_report_open_the_store_once_each_and_read_each_probe_once(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """The run saves every cell through its one store; the report reads the run folder
     through one store and each probe file at most once, however many tables and figures
     read the probe (a second report, on the probes the first one kept, reads each once)."""
@@ -89,12 +92,16 @@ def test_read_mode_refuses_a_missing_folder_and_write_mode_creates_it(tmp_path):
 
 
 def test_a_saved_cell_rebuilds_its_trained_model(tmp_path):
-    cfg = dd.parse_experiment({
-        "tasks": [{"name": "parity"}],
-        "models": [{"name": "ddl", "beta_init": 0.3}],
-        "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
-                     "train": {"steps": 5, "n_train": 64, "n_test": 32}},
-    })
+    cfg = dd.parse_experiment(
+        {
+            "tasks": [{"name": "parity"}],
+            "models": [{"name": "ddl", "beta_init": 0.3}],
+            "defaults": {
+                "model": {"width": 8, "depth": 3, "hidden": 8},
+                "train": {"steps": 5, "n_train": 64, "n_test": 32},
+            },
+        }
+    )
     cell = dd.expand_cells(cfg)[0]
     trained = run_cells([cell])
     folder = RunFolder.open(tmp_path, "w")
@@ -122,8 +129,9 @@ def test_each_probe_file_is_read_once_and_a_probe_put_is_written_and_kept(tmp_pa
     assert folder.probe("k") is arrays  # kept: not read back
     reads: list[str] = []
     load = np.load
-    monkeypatch.setattr(np, "load", lambda file, *a, **k: reads.append(str(file)) or load(
-        file, *a, **k))
+    monkeypatch.setattr(
+        np, "load", lambda file, *a, **k: reads.append(str(file)) or load(file, *a, **k)
+    )
     again = RunFolder.open(tmp_path)
     for _ in range(3):
         assert np.array_equal(again.probe("k")["beta"], arrays["beta"])
@@ -163,5 +171,3 @@ def test_kept_task_files_are_copied_hashed_and_imported_once(tmp_path):
     assert record["sha256"][:12] in copy.name and record["file"] == str(source)
     assert record["registers"] == ["task:kept-sum"] and "kept-sum" in dd.list_tasks()
     assert folder.keep_task_files([source]) == [record]  # not registered twice
-
-

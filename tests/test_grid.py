@@ -20,9 +20,13 @@ from ddl_dynamics.experiment.train import seed_groups
 
 
 def test_the_most_specific_level_fixes_or_searches_a_field():
-    grid, tune = expand([({"lr": 0.1}, {"warmup": (0.0, 0.1)}),
-                         ({}, {"lr": (1e-3, 1e-2), "grad_clip": (0.5,)}),
-                         ({"warmup": 0.2}, {})])
+    grid, tune = expand(
+        [
+            ({"lr": 0.1}, {"warmup": (0.0, 0.1)}),
+            ({}, {"lr": (1e-3, 1e-2), "grad_clip": (0.5,)}),
+            ({"warmup": 0.2}, {}),
+        ]
+    )
     assert tune == {"lr": [1e-3, 1e-2]}  # warmup fixed again, a one-value grid fixes its field
     assert [(c.lr, c.warmup, c.grad_clip) for c in grid] == [(1e-3, 0.2, 0.5), (1e-2, 0.2, 0.5)]
 
@@ -32,24 +36,32 @@ def test_the_first_searched_field_is_outermost():
     assert [(c.lr, c.warmup) for c in grid] == [(1.0, 0.0), (1.0, 0.5), (2.0, 0.0), (2.0, 0.5)]
 
 
-@pytest.mark.parametrize(("table", "fragment"), [
-    ({"steps": [10, 20]}, "not tunable"),
-    ({"lrr": [0.1]}, "Did you mean 'lr'?"),
-    ({"lr": []}, "non-empty list"),
-    ({"lr": [0.1, 0.1]}, "listed twice"),
-    ({"lr": ["fast"]}, "tune.lr[0]"),
-])
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ({"steps": [10, 20]}, "not tunable"),
+        ({"lrr": [0.1]}, "Did you mean 'lr'?"),
+        ({"lr": []}, "non-empty list"),
+        ({"lr": [0.1, 0.1]}, "listed twice"),
+        ({"lr": ["fast"]}, "tune.lr[0]"),
+    ],
+)
 def test_a_bad_tune_table_names_its_key(table, fragment):
     with pytest.raises(ConfigError, match=fragment.replace("[", r"\[").replace("?", r"\?")):
         check_tune(table, "defaults.tune", "x.toml")
 
 
 def _cells(**tune):
-    data = {"seeds": [0, 1], "tasks": [{"name": "overwrite"}],
-            "models": [{"name": "resnet"}, {"name": "ddl"}],
-            "defaults": {"model": {"width": 4, "depth": 2, "hidden": 4},
-                         "train": {"steps": 2, "n_train": 8, "n_test": 8, "batch_size": 4},
-                         "tune": tune}}
+    data = {
+        "seeds": [0, 1],
+        "tasks": [{"name": "overwrite"}],
+        "models": [{"name": "resnet"}, {"name": "ddl"}],
+        "defaults": {
+            "model": {"width": 4, "depth": 2, "hidden": 4},
+            "train": {"steps": 2, "n_train": 8, "n_test": 8, "batch_size": 4},
+            "tune": tune,
+        },
+    }
     return dd.expand_cells(dd.parse_experiment(data))
 
 
@@ -67,9 +79,19 @@ def test_a_rows_cells_share_one_identity_and_differ_in_their_grid_value():
 def test_the_trainers_groups_are_the_reports_rows():
     cells = _cells(lr=[1e-3, 1e-2])
     groups = seed_groups(cells)
-    results = [RunResult(task=c.task_label, model=c.label, seed=c.seed, config=c.to_dict(),
-                         key=c.key, status="ok") for c in cells]
+    results = [
+        RunResult(
+            task=c.task_label,
+            model=c.label,
+            seed=c.seed,
+            config=c.to_dict(),
+            key=c.key,
+            status="ok",
+        )
+        for c in cells
+    ]
     rows = run_of(results).rows
     assert sorted(len(g) for g in groups) == sorted(len(r.cells) for r in rows.values()) == [4, 4]
     assert {frozenset(c.key for c in g) for g in groups} == {
-        frozenset(c.key for c in r.cells) for r in rows.values()}
+        frozenset(c.key for c in r.cells) for r in rows.values()
+    }

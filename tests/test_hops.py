@@ -77,10 +77,16 @@ def test_hop_audit_of_a_run_and_its_figure(tmp_path, capsys):
     assert main(["plot", "hops", str(run_dir)]) == 0
     written = capsys.readouterr().out.split()
     assert sorted(p.rsplit("/", 1)[-1] for p in written) == [
-        "hop_gates_ddl-transformer.png", "hop_gates_ddl-transformer.svg"]  # erase only
+        "hop_gates_ddl-transformer.png",
+        "hop_gates_ddl-transformer.svg",
+    ]  # erase only
     (audit,) = hop_audit(load_run(run_dir))
     assert (audit.model, audit.family, audit.knob, audit.setting) == (
-        "ddl-transformer", "var-chain", "hops", "")
+        "ddl-transformer",
+        "var-chain",
+        "hops",
+        "",
+    )
     assert [v for v, _ in audit.at_hops] == [1.0, 2.0] == [v for v, _ in audit.followed]
     assert all(e.n == 2 and 0 <= e.mean <= 1 for _, e in audit.followed)
     assert all(len(betas) == 4 for _, betas in audit.profile)  # 2 blocks, 2 sublayers each

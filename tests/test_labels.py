@@ -29,9 +29,17 @@ from ddl_dynamics.analysis.report.wording import sentence, undetected
 from ddl_dynamics.publish.study_page import study_page
 
 #: A throw-away label: a win by more than a quarter of the metric's range.
-CLEAR = Label("clear win", "a win by more than 0.25", "clearly beats, with the difference",
-              "clear win, the model is far better ({delta})", "#123456", text="white",
-              ink="#654321", shows=BETTER, tested=True)
+CLEAR = Label(
+    "clear win",
+    "a win by more than 0.25",
+    "clearly beats, with the difference",
+    "clear win, the model is far better ({delta})",
+    "#123456",
+    text="white",
+    ink="#654321",
+    shows=BETTER,
+    tested=True,
+)
 
 
 @pytest.fixture
@@ -90,23 +98,34 @@ def _inconclusive(rows):
 NOISY = [v + 0.01 * (-1) ** s for s, v in enumerate(BASE8)]
 
 
-@pytest.mark.parametrize(("rows", "why"), [
-    # a failed seed: the signed ranks decide, over differences that vary
-    ([*row("resnet", BASE8), *row("gated", NOISY[:7]), cell("gated", 7, None, "failed")],
-     "decided by an exact test (signed rank, failures last), which has no detectable size"),
-    # the same at three pairs: outside the family, its p cannot reach the level
-    ([*row("resnet", BASE8[:4]), *row("gated", NOISY[:3]), cell("gated", 3, None, "failed")],
-     "decided by an exact test (signed rank, failures last), whose p cannot fall below 0.125 "
-     "at this n"),
-    # identical where both finished, but a seed failed: not identical on every seed
-    ([*row("resnet", BASE8), *row("gated", BASE8[:7]), cell("gated", 7, None, "failed")],
-     "decided by an exact test (signed rank, failures last), whose p cannot fall below 1 at "
-     "this n"),
-    (row("resnet", BASE8[:4]) + row("gated", BASE8[:4]), "identical on every seed"),
-    (row("resnet", BASE8[:2]) + row("gated", NOISY[:2]), "too few seeds for a test"),
-    (row("resnet", BASE8) + row("gated", [v + 0.3 * (-1) ** s for s, v in enumerate(BASE8)]),
-     "detectable ±0.37"),
-])
+@pytest.mark.parametrize(
+    ("rows", "why"),
+    [
+        # a failed seed: the signed ranks decide, over differences that vary
+        (
+            [*row("resnet", BASE8), *row("gated", NOISY[:7]), cell("gated", 7, None, "failed")],
+            "decided by an exact test (signed rank, failures last), which has no detectable size",
+        ),
+        # the same at three pairs: outside the family, its p cannot reach the level
+        (
+            [*row("resnet", BASE8[:4]), *row("gated", NOISY[:3]), cell("gated", 3, None, "failed")],
+            "decided by an exact test (signed rank, failures last), whose p cannot fall "
+            "below 0.125 at this n",
+        ),
+        # identical where both finished, but a seed failed: not identical on every seed
+        (
+            [*row("resnet", BASE8), *row("gated", BASE8[:7]), cell("gated", 7, None, "failed")],
+            "decided by an exact test (signed rank, failures last), whose p cannot fall below 1 at "
+            "this n",
+        ),
+        (row("resnet", BASE8[:4]) + row("gated", BASE8[:4]), "identical on every seed"),
+        (row("resnet", BASE8[:2]) + row("gated", NOISY[:2]), "too few seeds for a test"),
+        (
+            row("resnet", BASE8) + row("gated", [v + 0.3 * (-1) ** s for s, v in enumerate(BASE8)]),
+            "detectable ±0.37",
+        ),
+    ],
+)
 def test_an_inconclusive_comparison_says_why_in_the_same_words_everywhere(rows, why):
     """The sentence once said "the differences do not vary" beside signed ranks over
     differences that vary, while the report's table said otherwise: one source now."""

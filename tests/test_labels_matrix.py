@@ -24,12 +24,17 @@ def _rows(page, heading):
 
 
 def test_each_pair_is_a_row_with_a_cell_per_study_and_task():
-    one = _study("one", comparison("parity", "hc", "ddl", WIN, paired={"mean": -0.5, "ci": 0.1}),
-                 comparison("overwrite", "ddl", "hc", INCONCLUSIVE, detectable=0.02))
+    one = _study(
+        "one",
+        comparison("parity", "hc", "ddl", WIN, paired={"mean": -0.5, "ci": 0.1}),
+        comparison("overwrite", "ddl", "hc", INCONCLUSIVE, detectable=0.02),
+    )
     two = _study("two", comparison("parity", "ddl", "ddl-write", BOTH_SOLVED))
     head, rows = _rows(labels_page([one, two]), "Peers")
-    assert head == "| first − second | [`one`](one.md) overwrite (mse ↓) | [`one`](one.md) " \
-                   "parity (mse ↓) |"
+    assert (
+        head == "| first − second | [`one`](one.md) overwrite (mse ↓) | [`one`](one.md) "
+        "parity (mse ↓) |"
+    )
     # hc's win over ddl reads as ddl's loss, the difference from ddl's side
     assert rows["`ddl` − `hc`"].endswith("| inconclusive (±0.02) | **loss** +0.5 ± 0.1 |")
     _, erase = _rows(labels_page([one, two]), "The erase term")
@@ -37,8 +42,12 @@ def test_each_pair_is_a_row_with_a_cell_per_study_and_task():
 
 
 def test_studies_outside_the_finding_are_named_with_why():
-    page = labels_page([_study("new", comparison("parity", "ddl", "hc", WIN)),
-                        _study("old", comparison("parity", "ddl", "mhc", WIN), shipped=False)])
+    page = labels_page(
+        [
+            _study("new", comparison("parity", "ddl", "hc", WIN)),
+            _study("old", comparison("parity", "ddl", "mhc", WIN), shipped=False),
+        ]
+    )
     assert "(old.md)" not in page.split("## Outside the matrix")[0]
     assert "- [`old`](old.md): published without its cells" in page
 

@@ -77,8 +77,14 @@ def test_check_model_finds_a_parameter_without_gradient():
 
 @pytest.mark.parametrize(
     "variant",
-    [("resnet", {}), ("gated", {}), ("ddl", {}), ("ddl", {"value_channels": 4}),
-     ("ddl", {"value_source": "input"}), ("ddl-write", {"value_channels": 2})],
+    [
+        ("resnet", {}),
+        ("gated", {}),
+        ("ddl", {}),
+        ("ddl", {"value_channels": 4}),
+        ("ddl", {"value_source": "input"}),
+        ("ddl-write", {"value_channels": 2}),
+    ],
     ids=variant_id,
 )
 def test_gradcheck_one_step(variant):
@@ -124,8 +130,11 @@ def test_controls_change_the_output_and_are_validated():
     m, x = model("resnet", control_dim=2), torch.randn(4, 3)
     u = torch.randn(4, 4, 2)
     assert not torch.allclose(m(x, u), m(x, torch.zeros_like(u)))
-    for bad_u, message in [(None, "needs controls"), (torch.randn(4, 3, 2), "u must be"),
-                           (torch.randn(4, 4), "u must be")]:
+    for bad_u, message in [
+        (None, "needs controls"),
+        (torch.randn(4, 3, 2), "u must be"),
+        (torch.randn(4, 4), "u must be"),
+    ]:
         with pytest.raises(ValueError, match=message):
             m(x, bad_u, steps=4)
     with pytest.raises(ValueError, match="control_dim=0"):
@@ -137,8 +146,15 @@ def test_controls_change_the_output_and_are_validated():
 
 
 def test_identity_encoder_and_decoder():
-    m = model("resnet", in_dim=1, out_dim=1, width=1, encoder="identity", decoder="identity",
-              augment_dim=2)
+    m = model(
+        "resnet",
+        in_dim=1,
+        out_dim=1,
+        width=1,
+        encoder="identity",
+        decoder="identity",
+        augment_dim=2,
+    )
     x = torch.randn(6, 1)
     traj = m.trajectory(x)
     assert m.state_dim == 3 and traj.shape == (6, 5, 3)
@@ -222,18 +238,27 @@ def test_control_context_makes_the_transition_independent_of_the_state(name, val
     u = torch.randn(6, 2)
     state, other = torch.randn(6, 8), 10 * torch.randn(6, 8)
     for context in ("control", "state"):
-        m = model(name, context=context, control_dim=2, value_source=value_source,
-                  value_channels=2)
+        m = model(name, context=context, control_dim=2, value_source=value_source, value_channels=2)
         randomize_gates(m)
-        same = [torch.equal(a, b) for a, b in zip(m.generators(1, state, u),
-                                                  m.generators(1, other, u), strict=True)]
+        same = [
+            torch.equal(a, b)
+            for a, b in zip(m.generators(1, state, u), m.generators(1, other, u), strict=True)
+        ]
         assert all(same) if context == "control" else not any(same)
     # so a step is affine in the state: f(x + y) − f(0) = (f(x) − f(0)) + (f(y) − f(0))
     stack = model(name, context="control", control_dim=2, value_channels=2)
-    f = {key: stack.step(1, x, u) for key, x in
-         (("x", state), ("y", other), ("x+y", state + other), ("0", torch.zeros_like(state)))}
-    torch.testing.assert_close(f["x+y"] - f["0"], (f["x"] - f["0"]) + (f["y"] - f["0"]),
-                               atol=1e-4, rtol=1e-5)
+    f = {
+        key: stack.step(1, x, u)
+        for key, x in (
+            ("x", state),
+            ("y", other),
+            ("x+y", state + other),
+            ("0", torch.zeros_like(state)),
+        )
+    }
+    torch.testing.assert_close(
+        f["x+y"] - f["0"], (f["x"] - f["0"]) + (f["y"] - f["0"]), atol=1e-4, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize(

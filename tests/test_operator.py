@@ -203,15 +203,17 @@ def test_a_state_held_channels_first_is_updated_in_its_layout(name, update, eras
     first = X.mT.clone().requires_grad_()
     inputs = (first, *(t.clone().requires_grad_() for t in (k, v, beta.clamp(0.1, 1.9))))
     fast = name == "triton"  # interpreted: random projections of the Jacobians only
-    assert torch.autograd.gradcheck(lambda Xt, *rest: update(Xt.mT, *rest, backend=name),
-                                    inputs, fast_mode=fast)
+    assert torch.autograd.gradcheck(
+        lambda Xt, *rest: update(Xt.mT, *rest, backend=name), inputs, fast_mode=fast
+    )
     ops = torch.ops.ddl_dynamics
     assert ops.rank_one_update(X, k, v, beta, erase, name).stride() == X.stride()
     G = torch.randn_like(out).contiguous()  # an upstream gradient in the other layout
     dX = ops.rank_one_update_backward(G, X, k, v, beta, erase, name)[0]
     assert dX.stride() == X.stride()
-    torch.testing.assert_close(dX, ops.rank_one_update_backward(
-        G, X.contiguous(), k, v, beta, erase, name)[0])
+    torch.testing.assert_close(
+        dX, ops.rank_one_update_backward(G, X.contiguous(), k, v, beta, erase, name)[0]
+    )
 
 
 def test_gradcheck_through_normalisation_and_gate():
@@ -411,14 +413,14 @@ def test_generated_update_matches_the_dense_reference_and_gradcheck(name, d_v, e
     X, raw = (t.requires_grad_() for t in generated_case((5,), 4, d_v, seed=d_v))
 
     def layer(X, raw):
-        return generated_update(X, raw, value_channels=d_v, beta_max=1.5, erase=erase,
-                                   backend=name)
+        return generated_update(X, raw, value_channels=d_v, beta_max=1.5, erase=erase, backend=name)
 
     out, ref = layer(X, raw), dense_generated(X, raw, d_v, 1.5, erase)
     torch.testing.assert_close(out, ref)
     G = torch.randn_like(out)
-    for got, want in zip(torch.autograd.grad(out, (X, raw), G),
-                         torch.autograd.grad(ref, (X, raw), G), strict=True):
+    for got, want in zip(
+        torch.autograd.grad(out, (X, raw), G), torch.autograd.grad(ref, (X, raw), G), strict=True
+    ):
         torch.testing.assert_close(got, want)
     fast = name == "triton"
     assert torch.autograd.gradcheck(layer, (X, raw), fast_mode=fast)
@@ -439,8 +441,9 @@ def test_generated_update_is_one_node_on_the_cpu_kernel_and_equals_the_compositi
     for got, w in zip(torch.autograd.grad(fused, (X, raw), G), want, strict=True):
         torch.testing.assert_close(got, w)
     # An input that needs no gradient gets none, also through a differentiable backward.
-    (dX,) = torch.autograd.grad(generated_update(X, raw.detach(), value_channels=d_v), X, G,
-                                create_graph=True)
+    (dX,) = torch.autograd.grad(
+        generated_update(X, raw.detach(), value_channels=d_v), X, G, create_graph=True
+    )
     torch.testing.assert_close(dX, want[0])
 
 
@@ -464,8 +467,9 @@ def test_generated_update_names_the_shapes_it_needs():
 # --- FLOP counts: the update is one op with a registered formula, forward and backward
 
 
-@pytest.mark.parametrize(("update", "forward", "backward"),
-                         [(dd.delta_update, 4, 10), (dd.write_update, 2, 4)])
+@pytest.mark.parametrize(
+    ("update", "forward", "backward"), [(dd.delta_update, 4, 10), (dd.write_update, 2, 4)]
+)
 @pytest.mark.parametrize("d_v", [None, 3])
 def test_flop_counter_counts_the_update(update, forward, backward, d_v):
     X, k, v, beta = (t.float().requires_grad_() for t in random_case((5, 2), 16, d_v))
@@ -515,8 +519,9 @@ def test_vmap_matches_a_loop(d_v):
     torch.testing.assert_close(vmap(dd.delta_update)(*case), loop)
     X, k, v, beta = case
     shared = torch.stack([dd.delta_update(Xi, k[0], vi, bi) for Xi, _, vi, bi in members(case)])
-    torch.testing.assert_close(vmap(dd.delta_update, in_dims=(0, None, 0, 0))(X, k[0], v, beta),
-                               shared)
+    torch.testing.assert_close(
+        vmap(dd.delta_update, in_dims=(0, None, 0, 0))(X, k[0], v, beta), shared
+    )
     inner = vmap(dd.delta_update, in_dims=1, out_dims=1)(*case)  # a non-leading axis
     torch.testing.assert_close(inner, dd.delta_update(*case))
 
@@ -558,8 +563,11 @@ def test_vmapped_ensemble_of_ddl_models_matches_each_member():
     models = []
     for seed in range(3):
         torch.manual_seed(seed)
-        models.append(dd.make_model("ddl", in_dim=3, out_dim=2, width=8, depth=3,
-                                    value_channels=2, hidden=8).double())
+        models.append(
+            dd.make_model(
+                "ddl", in_dim=3, out_dim=2, width=8, depth=3, value_channels=2, hidden=8
+            ).double()
+        )
     params, buffers = stack_module_state(models)
     skeleton = copy.deepcopy(models[0]).to("meta")
     x, y = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, 2, dtype=torch.float64)
@@ -594,8 +602,9 @@ def test_fused_kernels_match_the_reference(name, erase, dtype, batch, d, d_v):
     X, k, v, beta = (t.to(dtype) for t in random_case(batch, d, d_v, seed=d))
     G = torch.randn_like(X)
     fused, reference = BACKENDS[name], BACKENDS["reference"]
-    torch.testing.assert_close(fused.forward(X, k, v, beta, erase),
-                               reference.forward(X, k, v, beta, erase))
+    torch.testing.assert_close(
+        fused.forward(X, k, v, beta, erase), reference.forward(X, k, v, beta, erase)
+    )
     got = fused.backward(G, X, k, v, beta, erase)
     want = reference.backward(G, X, k, v, beta, erase)
     for g, w in zip(got, want, strict=True):
@@ -610,10 +619,14 @@ def test_triton_kernels_take_bfloat16_states_with_a_float32_gate(name):
     X, k, v, beta = X.bfloat16(), k.bfloat16(), v.bfloat16(), beta.float()
     G = torch.randn_like(X)
     fused, reference = BACKENDS[name], BACKENDS["reference"]
-    torch.testing.assert_close(fused.forward(X, k, v, beta, True),
-                               reference.forward(X, k, v, beta, True))
-    for g, w in zip(fused.backward(G, X, k, v, beta, True),
-                    reference.backward(G, X, k, v, beta, True), strict=True):
+    torch.testing.assert_close(
+        fused.forward(X, k, v, beta, True), reference.forward(X, k, v, beta, True)
+    )
+    for g, w in zip(
+        fused.backward(G, X, k, v, beta, True),
+        reference.backward(G, X, k, v, beta, True),
+        strict=True,
+    ):
         assert g.dtype == w.dtype
         torch.testing.assert_close(g, w)
 
@@ -623,9 +636,17 @@ def test_the_triton_kernels_do_not_import_the_backend_choice(name):
     """The backends' modules import one way: the choice loads the Triton kernels, never the
     reverse (they share their input layout through a module of its own)."""
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, ddl_dynamics.models._delta_triton; "
-         "print(sorted(m for m in sys.modules if m.startswith('ddl_dynamics.models.')))"],
-        capture_output=True, text=True, check=True, env={**os.environ, "TRITON_INTERPRET": "1"})
+        [
+            sys.executable,
+            "-c",
+            "import sys, ddl_dynamics.models._delta_triton; "
+            "print(sorted(m for m in sys.modules if m.startswith('ddl_dynamics.models.')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
     assert "ddl_dynamics.models.delta_kernels" not in loaded.stdout
     assert "ddl_dynamics.models._delta_triton" in loaded.stdout
 
@@ -694,16 +715,23 @@ def test_cpu_kernel_splits_large_calls_across_threads(name):
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        got = (BACKENDS[name].forward(X, k, v, beta, True),
-               *BACKENDS[name].backward(G, X, k, v, beta, True),
-               *delta_kernels.cpu_generated(flat, raw, 4, 2.0, 1e-5, True, G.flatten(-2)))
+        got = (
+            BACKENDS[name].forward(X, k, v, beta, True),
+            *BACKENDS[name].backward(G, X, k, v, beta, True),
+            *delta_kernels.cpu_generated(flat, raw, 4, 2.0, 1e-5, True, G.flatten(-2)),
+        )
     finally:
         torch.set_num_threads(threads)
-    want = (BACKENDS["reference"].forward(X, k, v, beta, True),
-            *BACKENDS["reference"].backward(G, X, k, v, beta, True),
-            *torch.autograd.grad(
-                generated_update(flat.requires_grad_(), raw.requires_grad_(),
-                                    value_channels=4, backend="reference"),
-                (flat, raw), G.flatten(-2)))
+    want = (
+        BACKENDS["reference"].forward(X, k, v, beta, True),
+        *BACKENDS["reference"].backward(G, X, k, v, beta, True),
+        *torch.autograd.grad(
+            generated_update(
+                flat.requires_grad_(), raw.requires_grad_(), value_channels=4, backend="reference"
+            ),
+            (flat, raw),
+            G.flatten(-2),
+        ),
+    )
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)

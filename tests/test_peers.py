@@ -43,22 +43,35 @@ def test_the_peers_are_listed_with_one_line_each():
         assert described[name] and "\n" not in described[name]
 
 
-@pytest.mark.parametrize("variant", [
-    ("ddl-product", {}), ("ddl-product", {"product": 3, "value_channels": 2}),
-    ("ddl-product", {"product": 2, "tied": True, "control_dim": 2, "value_source": "input"}),
-    ("ddl-product", {"context": "control", "control_dim": 2}),
-    ("ddl-decoupled", {}), ("ddl-decoupled", {"value_channels": 4, "beta_max": 1.0}),
-    ("ddl-decoupled", {"tied": True, "control_dim": 2, "value_source": "input"}),
-    ("hc", {}), ("hc", {"streams": 2, "tied": True, "control_dim": 2}), ("hc", {"streams": 1}),
-    ("mhc", {}), ("mhc", {"streams": 3, "control_dim": 1}), ("mhc", {"width": 1}),
-], ids=str)
+@pytest.mark.parametrize(
+    "variant",
+    [
+        ("ddl-product", {}),
+        ("ddl-product", {"product": 3, "value_channels": 2}),
+        ("ddl-product", {"product": 2, "tied": True, "control_dim": 2, "value_source": "input"}),
+        ("ddl-product", {"context": "control", "control_dim": 2}),
+        ("ddl-decoupled", {}),
+        ("ddl-decoupled", {"value_channels": 4, "beta_max": 1.0}),
+        ("ddl-decoupled", {"tied": True, "control_dim": 2, "value_source": "input"}),
+        ("hc", {}),
+        ("hc", {"streams": 2, "tied": True, "control_dim": 2}),
+        ("hc", {"streams": 1}),
+        ("mhc", {}),
+        ("mhc", {"streams": 3, "control_dim": 1}),
+        ("mhc", {"width": 1}),
+    ],
+    ids=str,
+)
 def test_check_model_passes(variant):
     name, options = variant
     check_model(model(name, **options))
 
 
-@pytest.mark.parametrize("options", [{}, {"value_source": "input", "value_channels": 2},
-                                     {"tied": True, "control_dim": 2}], ids=str)
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"value_source": "input", "value_channels": 2}, {"tied": True, "control_dim": 2}],
+    ids=str,
+)
 def test_one_householder_step_per_layer_is_ddl(options):
     ddl, product = model("ddl", **options), model("ddl-product", product=1, **options)
     product.load_state_dict(ddl.state_dict())  # the same parameters, name for name
@@ -86,8 +99,7 @@ def test_a_product_layer_takes_its_updates_in_turn_from_one_context():
 
 @pytest.mark.parametrize("options", [{}, {"value_channels": 2}], ids=str)
 def test_one_write_per_layer_is_ddl_write(options):
-    write, product = model("ddl-write", **options), model("ddl-write-product", product=1,
-                                                          **options)
+    write, product = model("ddl-write", **options), model("ddl-write-product", product=1, **options)
     product.load_state_dict(write.state_dict())
     x = torch.randn(5, 3)
     torch.testing.assert_close(product.trajectory(x), write.trajectory(x), rtol=0, atol=0)
@@ -113,8 +125,9 @@ def test_decoupled_update_matches_the_dense_form_and_gradcheck():
     v = torch.randn(3, 2, dtype=torch.float64, generator=g)
     beta_e, beta_w = (2 * torch.rand(3, dtype=torch.float64, generator=g) for _ in range(2))
     eye = torch.eye(5, dtype=torch.float64)
-    want = (eye - beta_e[:, None, None] * k[:, :, None] * k[:, None, :]) @ X \
-        + beta_w[:, None, None] * k[:, :, None] * v[:, None, :]
+    want = (eye - beta_e[:, None, None] * k[:, :, None] * k[:, None, :]) @ X + beta_w[
+        :, None, None
+    ] * k[:, :, None] * v[:, None, :]
     torch.testing.assert_close(decoupled_update(X, k, v, beta_e, beta_w), want)
     inputs = tuple(t.clone().requires_grad_() for t in (X, k, v, beta_e, beta_w))
     assert torch.autograd.gradcheck(decoupled_update, inputs)
@@ -142,9 +155,15 @@ def tie_gates(ddl, decoupled, d: int, d_v: int, value_source: str) -> None:
     decoupled.load_state_dict(own)
 
 
-@pytest.mark.parametrize("options", [{}, {"value_channels": 2, "beta_init": 1.7},
-                                     {"value_source": "input", "control_dim": 2, "tied": True}],
-                         ids=str)
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"value_channels": 2, "beta_init": 1.7},
+        {"value_source": "input", "control_dim": 2, "tied": True},
+    ],
+    ids=str,
+)
 def test_decoupled_with_tied_gates_is_ddl(options):
     ddl, decoupled = model("ddl", **options), model("ddl-decoupled", **options)
     d_v = options.get("value_channels", 1)
@@ -170,8 +189,9 @@ def test_product_probe_has_a_row_per_update_with_its_own_contraction():
     probe = m.probe(torch.randn(16, 3))
     assert probe.beta.shape == (16, 4 * 2)
     assert not torch.allclose(probe.beta[:, 0], probe.beta[:, 1])  # each update its own gate
-    torch.testing.assert_close(probe.e_post, (1 - probe.beta).unsqueeze(-1) * probe.e_pre,
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        probe.e_post, (1 - probe.beta).unsqueeze(-1) * probe.e_pre, atol=1e-5, rtol=1e-4
+    )
     assert probe.beta_write is None and "beta_write" not in _gate_arrays(probe)
     assert probe.update.tolist() == [0, 1] * 4  # layer-major: each layer's first, then second
 
@@ -184,8 +204,9 @@ def test_decoupled_probe_shows_both_gates_and_keeps_the_contraction():
     probe = m.probe(torch.randn(16, 3))
     assert probe.beta.shape == probe.beta_write.shape == (16, 4)
     assert not torch.allclose(probe.beta, probe.beta_write)
-    torch.testing.assert_close(probe.e_post, (1 - probe.beta).unsqueeze(-1) * probe.e_pre,
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        probe.e_post, (1 - probe.beta).unsqueeze(-1) * probe.e_pre, atol=1e-5, rtol=1e-4
+    )
     arrays = _gate_arrays(probe)
     np.testing.assert_array_equal(arrays["beta_write"], probe.beta_write.numpy())
 
@@ -218,8 +239,7 @@ def test_mhc_mixing_is_doubly_stochastic_and_hc_is_not():
         assert torch.allclose(traj[:, -1], traj[:, 0], atol=1e-5) is keeps, name
 
 
-@pytest.mark.parametrize("options", [{}, {"streams": 3, "tied": True}, {"streams": 1}],
-                         ids=str)
+@pytest.mark.parametrize("options", [{}, {"streams": 3, "tied": True}, {"streams": 1}], ids=str)
 def test_a_fresh_hc_mixes_its_streams_by_the_identity(options):
     mixing = model("hc", **options).stream_mixing()
     streams = options.get("streams", 4)
@@ -241,8 +261,9 @@ def test_mhc_stream_mixing_is_the_packages_sinkhorn_and_not_the_identity_at_star
             layer.connection.static_alpha.normal_()
     mixing = m.stream_mixing()
     for layer, got in zip(m.layers, mixing, strict=True):
-        torch.testing.assert_close(got, log_domain_sinkhorn_knopps(
-            layer.connection.static_alpha[:, 1:].detach()))
+        torch.testing.assert_close(
+            got, log_domain_sinkhorn_knopps(layer.connection.static_alpha[:, 1:].detach())
+        )
     for dim in (-1, -2):
         torch.testing.assert_close(mixing.sum(dim), torch.ones(BASE["depth"], 3))
     assert not torch.allclose(mixing, fresh, atol=1e-2)
@@ -254,13 +275,20 @@ def test_parameters_match_resnet_within_ten_percent(name, width):
     common = {"in_dim": 3, "out_dim": 2, "control_dim": 2, "width": width, "depth": 8}
     target = count_parameters(make_model("resnet", hidden=32, **common))
     hidden = match_hidden(name, target, **common)
-    assert abs(count_parameters(make_model(name, hidden=hidden, **common)) - target) \
-        <= 0.1 * target
+    assert abs(count_parameters(make_model(name, hidden=hidden, **common)) - target) <= 0.1 * target
 
 
-@pytest.mark.parametrize("variant", [("ddl-product", {}), ("ddl-decoupled", {}), ("hc", {}),
-                                     ("mhc", {}), ("mhc", {"tied": True, "streams": 2})],
-                         ids=str)
+@pytest.mark.parametrize(
+    "variant",
+    [
+        ("ddl-product", {}),
+        ("ddl-decoupled", {}),
+        ("hc", {}),
+        ("mhc", {}),
+        ("mhc", {"tied": True, "streams": 2}),
+    ],
+    ids=str,
+)
 def test_peers_fold_into_ensembles(variant):
     """The members' outputs and gradients, computed as one folded ensemble (hc and mhc: the
     package's layers under vmap over the stacked weights)."""
@@ -274,8 +302,7 @@ def test_peers_fold_into_ensembles(variant):
     assert ensemble is not None and ensemble.size == 3
     x, u = torch.randn(3 * 4, 3), torch.randn(3 * 4, 4, 2)
     folded = ensemble.module(x, u)
-    own = torch.cat([m(x[4 * s : 4 * s + 4], u[4 * s : 4 * s + 4])
-                     for s, m in enumerate(members)])
+    own = torch.cat([m(x[4 * s : 4 * s + 4], u[4 * s : 4 * s + 4]) for s, m in enumerate(members)])
     torch.testing.assert_close(folded, own, atol=1e-5, rtol=1e-4)
     folded.square().sum().backward()
     own.square().sum().backward()
@@ -284,11 +311,14 @@ def test_peers_fold_into_ensembles(variant):
             torch.testing.assert_close(stack.grad[s], p.grad, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name, options, message", [
-    ("ddl-product", {"product": 0}, "product must be an integer >= 1"),
-    ("hc", {"streams": 0}, "streams must be an integer >= 1"),
-    ("mhc", {"streams": 1.5}, "streams must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "name, options, message",
+    [
+        ("ddl-product", {"product": 0}, "product must be an integer >= 1"),
+        ("hc", {"streams": 0}, "streams must be an integer >= 1"),
+        ("mhc", {"streams": 1.5}, "streams must be an integer >= 1"),
+    ],
+)
 def test_bad_options_raise(name, options, message):
     with pytest.raises(ValueError, match=message):
         model(name, **options)
@@ -355,12 +385,23 @@ def test_gate_use_reads_every_update_of_a_product_layer(tmp_path):
     for p in (0.5, 1.0):
         task = f"switched[event=reflect,p={p:g}]"
         r = dd.RunResult(
-            status="ok", message="", key=f"{task}-ddl-product-0", task=task,
-            model="ddl-product", seed=0, params=100, flops=1.0, wall_time=1.0,
-            config={"task": "switched", "spec": {"depth": 8, "p": p, "event": "reflect",
-                                                 "dim": 4},
-                    "model": "ddl-product", "config": {}},
-            metrics={"metric": "mse", "higher_is_better": False, "test": 0.1})
+            status="ok",
+            message="",
+            key=f"{task}-ddl-product-0",
+            task=task,
+            model="ddl-product",
+            seed=0,
+            params=100,
+            flops=1.0,
+            wall_time=1.0,
+            config={
+                "task": "switched",
+                "spec": {"depth": 8, "p": p, "event": "reflect", "dim": 4},
+                "model": "ddl-product",
+                "config": {},
+            },
+            metrics={"metric": "mse", "higher_is_better": False, "test": 0.1},
+        )
         store.put(r)
         for path in (folder.model_path(r.key), folder.probe_path(r.key)):
             path.parent.mkdir(exist_ok=True)
@@ -409,10 +450,15 @@ name = "ddl-decoupled"
     figures = {p.stem for p in dd.make_figures(run_dir, ("regimes",), progress=False)}
     assert {"regime_atlas_ddl-product", "regime_atlas_ddl-decoupled"} <= figures
     regimes = {row.model: row for row in dd.build_report(run_dir).regimes}
-    assert set(regimes) == {"ddl-product", "ddl-product (update 1)", "ddl-product (update 2)",
-                            "ddl-decoupled"}
-    pooled = np.mean([list(regimes[f"ddl-product (update {h})"].fractions.values())
-                      for h in (1, 2)], axis=0)  # two updates a layer, equally many each
+    assert set(regimes) == {
+        "ddl-product",
+        "ddl-product (update 1)",
+        "ddl-product (update 2)",
+        "ddl-decoupled",
+    }
+    pooled = np.mean(
+        [list(regimes[f"ddl-product (update {h})"].fractions.values()) for h in (1, 2)], axis=0
+    )  # two updates a layer, equally many each
     np.testing.assert_allclose(list(regimes["ddl-product"].fractions.values()), pooled)
     run = load_run(run_dir)
     arrays = {row.model: run.folder.probe(row.key) for row in usable_rows(run)}
@@ -450,8 +496,10 @@ def test_the_report_says_how_far_the_stream_mixing_moved(mixing_run, tmp_path):
     start = torch.linalg.matrix_norm(log_domain_sinkhorn_knopps(eye) - eye).item()
     moved = torch.linalg.matrix_norm(p - log_domain_sinkhorn_knopps(eye)).item()
     layers = 2 * 3  # seeds × depth
-    want = {"hc": (0.5 / layers, 0.5, 0.5 / layers, 0.5, 0.0),
-            "mhc": ((5 * start + 0.5) / layers, start, moved / layers, moved, start)}
+    want = {
+        "hc": (0.5 / layers, 0.5, 0.5 / layers, 0.5, 0.0),
+        "mhc": ((5 * start + 0.5) / layers, start, moved / layers, moved, start),
+    }
     assert start == pytest.approx(0.5379, abs=1e-4) and moved > 0.01
     for r in report.mixing:
         got = (r.from_identity, r.from_identity_max, r.from_start, r.from_start_max, r.start)

@@ -10,10 +10,12 @@ from ddl_dynamics.experiment.runner import run_experiment
 
 #: Two groups (one per task) of two seeds, 10 steps each.
 TWO_GROUPS = {
-    "name": "two-groups", "seeds": [0, 1],
-    "defaults": {"model": {"width": 8, "depth": 2},
-                 "train": {"steps": 10, "batch_size": 32, "n_train": 64, "n_test": 32,
-                           "eval_every": 5}},
+    "name": "two-groups",
+    "seeds": [0, 1],
+    "defaults": {
+        "model": {"width": 8, "depth": 2},
+        "train": {"steps": 10, "batch_size": 32, "n_train": 64, "n_test": 32, "eval_every": 5},
+    },
     "tasks": [{"name": "overwrite"}, {"name": "parity"}],
     "models": [{"name": "resnet"}],
 }

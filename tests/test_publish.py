@@ -39,16 +39,18 @@ def edited(tiny_study: Path, tmp_path: Path, *sql: str) -> Path:
 
 
 def tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 # --- names are never paths ---------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["../victim", ".", "..", "/tmp/elsewhere", "", "  ",
-                                  "a\u202eb", "a/b"])
-def test_a_name_that_is_not_one_plain_path_component_is_refused(tiny_study, tmp_path, capsys,
-                                                                  name):
+
+@pytest.mark.parametrize(
+    "name", ["../victim", ".", "..", "/tmp/elsewhere", "", "  ", "a\u202eb", "a/b"]
+)
+def test_a_name_that_is_not_one_plain_path_component_is_refused(tiny_study, tmp_path, capsys, name):
     results = tmp_path / "results"
     (results / "kept").mkdir(parents=True)
     (results / "kept" / "report.json").write_text("{}")
@@ -77,13 +79,18 @@ def test_a_folder_that_is_not_a_study_is_not_replaced(tiny_study, tmp_path, caps
 
 # --- unfinished runs -----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("sql", "said"), [
-    ("UPDATE runs SET ended_at = NULL", "the run did not end"),
-    ("DELETE FROM results WHERE seed = 2", "4 of 12 cells missing"),
-    ("UPDATE results SET status = 'failed'", "no cell finished"),
-])
-def test_an_unfinished_run_is_refused_unless_allowed_and_then_said(tiny_study, tmp_path, capsys,
-                                                                   sql, said):
+
+@pytest.mark.parametrize(
+    ("sql", "said"),
+    [
+        ("UPDATE runs SET ended_at = NULL", "the run did not end"),
+        ("DELETE FROM results WHERE seed = 2", "4 of 12 cells missing"),
+        ("UPDATE results SET status = 'failed'", "no cell finished"),
+    ],
+)
+def test_an_unfinished_run_is_refused_unless_allowed_and_then_said(
+    tiny_study, tmp_path, capsys, sql, said
+):
     run = edited(tiny_study, tmp_path, sql)
     results = tmp_path / "results"
     line = refused(capsys, "publish", str(run), "--results", str(results))
@@ -123,8 +130,9 @@ sys.exit(main(json.loads(sys.argv[1])))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("moment", ["write_text:1", "write_text:3", "copyfile:1", "rename:1",
-                                    "rename:2", "rmtree:1"])
+@pytest.mark.parametrize(
+    "moment", ["write_text:1", "write_text:3", "copyfile:1", "rename:1", "rename:2", "rmtree:1"]
+)
 def test_a_killed_publish_leaves_the_old_or_the_new_study_whole(tiny_study, tmp_path, moment):
     results, expected = tmp_path / "results", tmp_path / "expected"
     study = results / "tiny"
@@ -135,8 +143,11 @@ def test_a_killed_publish_leaves_the_old_or_the_new_study_whole(tiny_study, tmp_
     (expected / "tiny" / "changes.md").write_text("Hand-written.\n")
     new = tree(expected / "tiny")
     argv = ["publish", str(tiny_study), "--results", str(results), "--command", "new"]
-    child = subprocess.Popen([sys.executable, "-c", _STOPPED, json.dumps(argv), moment],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _STOPPED, json.dumps(argv), moment],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout is not None and child.stdout.readline() == "stopped\n"
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
@@ -149,8 +160,7 @@ def test_a_killed_publish_leaves_the_old_or_the_new_study_whole(tiny_study, tmp_
     assert sorted(p.name for p in results.iterdir()) == ["tiny"]
 
 
-def test_docs_skip_a_study_being_published_and_name_one_moved_aside(tiny_study, tmp_path,
-                                                                     capsys):
+def test_docs_skip_a_study_being_published_and_name_one_moved_aside(tiny_study, tmp_path, capsys):
     results = tmp_path / "results"
     assert main(["publish", str(tiny_study), "--results", str(results)]) == 0
     shutil.copytree(results / "tiny", results / ".other.new")  # a publish under way

@@ -6,8 +6,17 @@ from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGE = (DOCS / "reading-the-report.md").read_text()
-KINDS = ("Regime atlas", "β histogram", "Determinant", "Probe consistency", "Crossover", "Width",
-         "Gates at query tokens", "Compare", "Verdicts")
+KINDS = (
+    "Regime atlas",
+    "β histogram",
+    "Determinant",
+    "Probe consistency",
+    "Crossover",
+    "Width",
+    "Gates at query tokens",
+    "Compare",
+    "Verdicts",
+)
 
 
 def test_a_verdict_box_comes_before_the_figures_and_the_rules():

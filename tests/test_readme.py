@@ -18,8 +18,9 @@ TASK_PAGE = (ROOT / "docs" / "adding-a-task.md").read_text()
 
 def block(first_line: str) -> str:
     """The code block of the adding-a-task page that starts with ``first_line``."""
-    (body,) = [b for _, b in re.findall(r"```(\w+)\n(.*?)```", TASK_PAGE, re.S)
-               if b.startswith(first_line)]
+    (body,) = [
+        b for _, b in re.findall(r"```(\w+)\n(.*?)```", TASK_PAGE, re.S) if b.startswith(first_line)
+    ]
     return body
 
 

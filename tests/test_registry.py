@@ -51,8 +51,11 @@ def _edges(modules: dict[str, Path]) -> tuple[dict[str, set[str]], dict[str, set
     for module, path in modules.items():
         package = _package(module, path)
         tree = ast.parse(path.read_text())
-        groups = {id(k.value) for k in ast.walk(tree)
-                  if isinstance(k, ast.keyword) and k.arg == "entry_point_group"}
+        groups = {
+            id(k.value)
+            for k in ast.walk(tree)
+            if isinstance(k, ast.keyword) and k.arg == "entry_point_group"
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 imports[module].update(a.name for a in node.names if a.name in modules)
@@ -63,13 +66,21 @@ def _edges(modules: dict[str, Path]) -> tuple[dict[str, set[str]], dict[str, set
                     if source == "ddl_dynamics" and alias.name in home:
                         child = home[alias.name]
                     imports[module].add(child if child in modules else source)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(
-                    r"\.*[A-Za-z_][\w.]*", node.value) and id(node) not in groups:
-                named[module].update({_resolve(node.value, package)} & modules.keys()
-                                     - {"ddl_dynamics"})
-            elif isinstance(node, ast.JoinedStr) and node.values and isinstance(
-                    node.values[0], ast.Constant) and str(node.values[0].value).startswith(
-                    "ddl_dynamics."):
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and re.fullmatch(r"\.*[A-Za-z_][\w.]*", node.value)
+                and id(node) not in groups
+            ):
+                named[module].update(
+                    {_resolve(node.value, package)} & modules.keys() - {"ddl_dynamics"}
+                )
+            elif (
+                isinstance(node, ast.JoinedStr)
+                and node.values
+                and isinstance(node.values[0], ast.Constant)
+                and str(node.values[0].value).startswith("ddl_dynamics.")
+            ):
                 prefix = str(node.values[0].value)
                 named[module].update(m for m in modules if m.startswith(prefix))
     return imports, named
@@ -92,23 +103,37 @@ def test_no_module_names_a_module_that_imports_it():
     imports, named = _edges(modules)
     assert {"ddl_dynamics._task", "ddl_dynamics.tasks.oscillators"} <= modules.keys()
     assert _reaches("ddl_dynamics.tasks.oscillators", "ddl_dynamics._task", imports)
-    loops = sorted((module, target) for module, targets in named.items() for target in targets
-                   if target != module and _reaches(target, module, imports, named))
+    loops = sorted(
+        (module, target)
+        for module, targets in named.items()
+        for target in targets
+        if target != module and _reaches(target, module, imports, named)
+    )
     assert loops == []
 
 
-@pytest.mark.parametrize("how", ["import ddl_dynamics._task as dd",
-                                 "from ddl_dynamics import make_task, make_model",
-                                 "import ddl_dynamics.models.base as dd"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "import ddl_dynamics._task as dd",
+        "from ddl_dynamics import make_task, make_model",
+        "import ddl_dynamics.models.base as dd",
+    ],
+)
 def test_built_ins_resolve_from_a_fresh_interpreter(how):
-    calls = {"import ddl_dynamics._task as dd": "dd.make_task('oscillator')",
-             "from ddl_dynamics import make_task, make_model": "make_task('oscillator'), "
-             "make_model('resnet', in_dim=2, out_dim=1)",
-             "import ddl_dynamics.models.base as dd": "dd.make_model('ddl', in_dim=2, out_dim=1)"}
-    out = subprocess.run([sys.executable, "-c", f"{how}\nprint([type(x).__name__ for x in "
-                          f"[{calls[how]}]])"], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() in ("['Oscillator']", "['Oscillator', 'ResNet']",
-                                  "['DeltaModel']")
+    calls = {
+        "import ddl_dynamics._task as dd": "dd.make_task('oscillator')",
+        "from ddl_dynamics import make_task, make_model": "make_task('oscillator'), "
+        "make_model('resnet', in_dim=2, out_dim=1)",
+        "import ddl_dynamics.models.base as dd": "dd.make_model('ddl', in_dim=2, out_dim=1)",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", f"{how}\nprint([type(x).__name__ for x in [{calls[how]}]])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() in ("['Oscillator']", "['Oscillator', 'ResNet']", "['DeltaModel']")
 
 
 def test_an_option_is_described_by_a_docstring_body_never_by_a_summary_line(monkeypatch):
@@ -118,8 +143,11 @@ def test_an_option_is_described_by_a_docstring_body_never_by_a_summary_line(monk
 
     from ddl_dynamics._registry import option_docs
 
-    module = ModuleType("summarised", "A system: one knob ``p`` from calm to storm.\n\n"
-                                      "Every step an event happens with probability ``p``.")
+    module = ModuleType(
+        "summarised",
+        "A system: one knob ``p`` from calm to storm.\n\n"
+        "Every step an event happens with probability ``p``.",
+    )
     monkeypatch.setitem(sys.modules, "summarised", module)
     knob = type("Knob", (), {"__module__": "summarised", "__doc__": "Knob ``p`` of a system."})
     assert option_docs(knob)["p"] == "Every step an event happens with probability ``p``"

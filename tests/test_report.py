@@ -13,15 +13,40 @@ from ddl_dynamics.analysis.judge.stats import holm, mean_ci
 from ddl_dynamics.analysis.render.formats import render
 
 
-def row(model, seed, test, status="ok", task="parity", message="", long=None, params=100,
-        higher=True, key_suffix="", **config):
+def row(
+    model,
+    seed,
+    test,
+    status="ok",
+    task="parity",
+    message="",
+    long=None,
+    params=100,
+    higher=True,
+    key_suffix="",
+    **config,
+):
     return dd.RunResult(
-        status=status, message=message, key=f"{task}-{model}-{seed}{key_suffix}", task=task,
-        model=model, seed=seed, params=params, flops=2e3, wall_time=1.0, config=config,
-        metrics={"metric": "accuracy" if higher else "mse", "higher_is_better": higher,
-                 "test": test, "val": test, "train": test, "ood": {"long": long},
-                 "skipped": {} if long is not None else
-                 {"long": "an untied model cannot run 32 steps"}, "extra": {"drift": 0.1}},
+        status=status,
+        message=message,
+        key=f"{task}-{model}-{seed}{key_suffix}",
+        task=task,
+        model=model,
+        seed=seed,
+        params=params,
+        flops=2e3,
+        wall_time=1.0,
+        config=config,
+        metrics={
+            "metric": "accuracy" if higher else "mse",
+            "higher_is_better": higher,
+            "test": test,
+            "val": test,
+            "train": test,
+            "ood": {"long": long},
+            "skipped": {} if long is not None else {"long": "an untied model cannot run 32 steps"},
+            "extra": {"drift": 0.1},
+        },
     )
 
 
@@ -36,8 +61,16 @@ def run_dir(tmp_path):
     for seed, (a, b) in enumerate(zip(RESNET, DDL, strict=True)):
         store.put(row("resnet", seed, a))
         store.put(row("ddl", seed, b, long=b - 0.1, params=110))
-    store.put(row("ddl", 3, float("nan"), status="diverged", message="loss became nan at step 7",
-                  params=110))
+    store.put(
+        row(
+            "ddl",
+            3,
+            float("nan"),
+            status="diverged",
+            message="loss became nan at step 7",
+            params=110,
+        )
+    )
     store.put(row("ddl", 4, 0.99, status="capped", message="time cap of 5 s", params=110))
     for seed in (3, 4):  # the seeds ddl did not finish, which resnet did
         store.put(row("resnet", seed, 0.5))
@@ -131,8 +164,9 @@ def test_p_values_are_holm_adjusted_over_every_test_of_the_report(tmp_path):
     rows = seeds("resnet", BASE8)
     shifts = {"a": 0.3, "b": 0.02, "c": 0.015}  # one clear win, two small effects
     for name, shift in shifts.items():
-        rows += seeds(name, [v + shift + 0.01 * (-1) ** s * (s % 3) for s, v in
-                             enumerate(BASE8)], params=100)
+        rows += seeds(
+            name, [v + shift + 0.01 * (-1) ** s * (s % 3) for s, v in enumerate(BASE8)], params=100
+        )
     report = dd.build_report(store_rows(tmp_path, rows))
     raw = [c.paired.p for c in report.comparisons]
     assert [c.p_adjusted for c in report.comparisons] == pytest.approx(holm(raw))
@@ -157,22 +191,33 @@ def test_equivalent_only_inside_the_tasks_margin(tmp_path):
     assert found["near"].label == "win" and found["near"].tost_adjusted > 0.05
 
 
-@pytest.mark.parametrize(("change", "why"), [
-    ({"lr": 0.03}, "lr=0.003/0.03"),
-    ({"warmup": 0.5}, "warmup=0.05/0.5"),
-    ({"n_test": 128}, "n_test=128/512"),
-    ({"grad_clip": 0.0}, "grad_clip=0.0/1.0"),
-])
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"lr": 0.03}, "lr=0.003/0.03"),
+        ({"warmup": 0.5}, "warmup=0.05/0.5"),
+        ({"n_test": 128}, "n_test=128/512"),
+        ({"grad_clip": 0.0}, "grad_clip=0.0/1.0"),
+    ],
+)
 def test_any_difference_in_the_training_config_is_an_unequal_budget(tmp_path, change, why):
-    train = {"steps": 100, "lr": 0.003, "warmup": 0.05, "n_test": 512, "grad_clip": 1.0,
-             "seed": None}
+    train = {
+        "steps": 100,
+        "lr": 0.003,
+        "warmup": 0.05,
+        "n_test": 512,
+        "grad_clip": 1.0,
+        "seed": None,
+    }
     rows = seeds("resnet", BASE8, train=train)
     rows += seeds("ddl", BETTER8, train={**train, **change})
     report = dd.build_report(store_rows(tmp_path, rows))
     [c] = report.comparisons
     assert c.label == "unequal budget" and c.paired is None and why.split("/")[0] in c.note
-    assert any(line.startswith("| parity (accuracy ↑) | ddl | resnet |")
-               and "| unequal budget |" in line for line in render(report).splitlines())
+    assert any(
+        line.startswith("| parity (accuracy ↑) | ddl | resnet |") and "| unequal budget |" in line
+        for line in render(report).splitlines()
+    )
 
 
 def test_an_early_stop_and_a_size_mismatch_get_no_verdict(tmp_path):
@@ -194,8 +239,15 @@ def tuned(model, values_by_lr, val_by_lr, **kwargs):
     out = []
     for lr, values in values_by_lr.items():
         for s, v in enumerate(values):
-            r = row(model, s, v, key_suffix=f"lr{lr}", tune={"lr": sorted(values_by_lr)},
-                    train={"lr": lr}, **kwargs)
+            r = row(
+                model,
+                s,
+                v,
+                key_suffix=f"lr{lr}",
+                tune={"lr": sorted(values_by_lr)},
+                train={"lr": lr},
+                **kwargs,
+            )
             r.metrics["val"] = val_by_lr[lr]
             out.append(r)
     return out
@@ -216,7 +268,8 @@ def test_a_tuned_row_is_reported_at_its_best_val_value_and_says_if_its_sign_hold
     assert "| lr=0.01 (grid edge) / lr=0.001 (grid edge) |" in md
     table = {r.model: r for r in report.tables[0].rows}
     assert table["ddl"].chosen == "lr=0.01 (grid edge)" and table["ddl"].test.mean == pytest.approx(
-        sum(good) / 8)
+        sum(good) / 8
+    )
     assert table["ddl"].run == 8  # the row's seeds at its chosen value, not the whole grid
 
 
@@ -248,14 +301,17 @@ def test_only_the_newest_config_of_a_row_is_shown_and_the_rest_is_counted(tmp_pa
     table = dd.build_report(tmp_path).tables[0]
     ddl = next(r for r in table.rows if r.model == "ddl")
     assert ddl.per_seed == {0: 0.90, 1: 0.95} and ddl.older == 3
-    assert any(p.status == "older config left out" and "3 cell(s)" in p.message
-               for p in table.problems)
+    assert any(
+        p.status == "older config left out" and "3 cell(s)" in p.message for p in table.problems
+    )
 
 
 def test_declared_comparisons_are_drawn_beside_the_baseline(tmp_path):
-    config = ('name = "demo"\n[[comparisons]]\nmodel = "ddl"\ncontrol = "ddl-write"\n'
-              '[[comparisons]]\nmodel = "ddl"\ncontrol = "resnet"\nsplit = "long"\n'
-              'requires = 0.99\n')
+    config = (
+        'name = "demo"\n[[comparisons]]\nmodel = "ddl"\ncontrol = "ddl-write"\n'
+        '[[comparisons]]\nmodel = "ddl"\ncontrol = "resnet"\nsplit = "long"\n'
+        "requires = 0.99\n"
+    )
     rows = seeds("resnet", BASE8) + seeds("ddl", BETTER8) + seeds("ddl-write", BASE8)
     report = dd.build_report(store_rows(tmp_path, rows, config))
     found = {(c.model, c.control, c.split): c for c in report.comparisons}
@@ -266,15 +322,19 @@ def test_declared_comparisons_are_drawn_beside_the_baseline(tmp_path):
     assert moved.kinds == ("baseline",) or moved.asked_split == "long"
     ood = [c for c in report.comparisons if c.asked_split == "long"]
     assert len(ood) == 1 and (
-        "long not judged: ddl reached test accuracy ≥ 0.99 on 0 of 8" in ood[0].note)
+        "long not judged: ddl reached test accuracy ≥ 0.99 on 0 of 8" in ood[0].note
+    )
 
 
 def test_reconstruction_flag_marks_the_row_and_the_verdict(tmp_path):
     rows = [row("resnet", s, 0.5 + 0.01 * s) for s in range(3)]
     for s in range(3):
         r = row("node", s, 0.6 + 0.02 * s)
-        r.metrics |= {"reconstruction_error": 0.2, "reconstruction_tolerance": 0.01,
-                      "reconstruction_flag": s == 1}
+        r.metrics |= {
+            "reconstruction_error": 0.2,
+            "reconstruction_tolerance": 0.01,
+            "reconstruction_flag": s == 1,
+        }
         rows.append(r)
     report = dd.build_report(store_rows(tmp_path, rows))
     node = next(r for r in report.tables[0].rows if r.model == "node")
@@ -287,12 +347,13 @@ def test_reconstruction_flag_marks_the_row_and_the_verdict(tmp_path):
 def test_stored_baselines_override_the_default(tmp_path):
     rows = [row("resnet", s, 0.5, baseline=None) for s in range(3)]
     rows += [row("resnet-tied", s, v, baseline=None, params=50) for s, v in enumerate(RESNET)]
-    rows += [row("ddl-tied", s, v, baseline="resnet-tied", params=55)
-             for s, v in enumerate(DDL)]
+    rows += [row("ddl-tied", s, v, baseline="resnet-tied", params=55) for s, v in enumerate(DDL)]
     rows += [row("node", s, 0.6) for s in range(3)]  # stored without the key: resnet
     report = dd.build_report(store_rows(tmp_path, rows))
     assert {(c.model, c.control) for c in report.comparisons} == {
-        ("ddl-tied", "resnet-tied"), ("node", "resnet")}
+        ("ddl-tied", "resnet-tied"),
+        ("node", "resnet"),
+    }
     rows = {r.model: r for r in report.tables[0].rows}
     assert rows["ddl-tied"].params_ratio == pytest.approx(1.1)
     assert [r.model for r in report.tables[0].rows][:2] == ["resnet", "resnet-tied"]
@@ -358,11 +419,15 @@ def test_a_report_during_a_run_says_it_is_unfinished(tmp_path):
 
 
 def test_a_report_without_any_grid_says_its_verdicts_rest_on_fixed_rates(run_dir, tmp_path):
-    assert "No row was tuned" not in render(dd.build_report(store_rows(
-        tmp_path / "tuned", tuned("resnet", {1e-3: BASE8, 1e-2: BASE8},
-                                  {1e-3: 0.5, 1e-2: 0.4}))))
-    assert "**No row was tuned: every row trained at the rates" in render(
-        dd.build_report(run_dir))
+    assert "No row was tuned" not in render(
+        dd.build_report(
+            store_rows(
+                tmp_path / "tuned",
+                tuned("resnet", {1e-3: BASE8, 1e-2: BASE8}, {1e-3: 0.5, 1e-2: 0.4}),
+            )
+        )
+    )
+    assert "**No row was tuned: every row trained at the rates" in render(dd.build_report(run_dir))
 
 
 def test_reports_lead_with_the_run_and_a_summary(tiny_study):
@@ -373,8 +438,12 @@ def test_reports_lead_with_the_run_and_a_summary(tiny_study):
     assert md[2] == "a tiny study for the tests: 2 tasks, 2 models, 3 seeds, 20 steps"
     page = render_html(report)
     assert "<th></th>" not in page  # the run-info table has no empty header row
-    assert page.index('<nav class="toc">') < page.index('<h2 id="summary">') < page.index(
-        '<h2 id="verdicts">') < page.index('<h2 id="results-per-task">')
+    assert (
+        page.index('<nav class="toc">')
+        < page.index('<h2 id="summary">')
+        < page.index('<h2 id="verdicts">')
+        < page.index('<h2 id="results-per-task">')
+    )
     assert page.count("<table") == page.count('<div class="wide"><table')  # tables scroll
     assert "no difference detected" in page.split('<h2 id="verdicts">')[0]
 
@@ -394,7 +463,9 @@ def test_the_html_report_keeps_p_values_whole_and_opens_with_the_file_it_ran(tmp
     assert '<th class="p">p</th><th class="p">p Holm</th>' in page
     assert '<td class="p">0.250 (flip)</td><td class="p">—</td>' in page
     assert ".p { white-space: nowrap; }" in page and "td { overflow-wrap: anywhere" not in page
-    folded = ('<details class="config"><summary>Experiment file, as run</summary>'
-              f"<pre>name = &quot;demo&quot;\ndescription = &quot;{'a long line ' * 40}")
+    folded = (
+        '<details class="config"><summary>Experiment file, as run</summary>'
+        f"<pre>name = &quot;demo&quot;\ndescription = &quot;{'a long line ' * 40}"
+    )
     assert folded in page and "white-space: pre-wrap" in page
     assert page.index(folded) < page.index('<nav class="toc">')  # what ran, before the rest

@@ -57,8 +57,12 @@ name = "resnet"
 
 
 def report(run: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ddl_dynamics.cli", "report", str(run),
-                           *flags], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ddl_dynamics.cli", "report", str(run), *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -68,8 +72,19 @@ def test_report_without_task_files_imports_nothing_from_the_folder(tmp_path):
     task_file.write_text(TASK.format(mark=str(mark)))
     (tmp_path / "exp.toml").write_text(EXPERIMENT.format(task="trust-sum"))
     run = tmp_path / "run"
-    assert main(["run", str(tmp_path / "exp.toml"), "--run-dir", str(run), "--task-file",
-                 str(task_file)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(tmp_path / "exp.toml"),
+                "--run-dir",
+                str(run),
+                "--task-file",
+                str(task_file),
+            ]
+        )
+        == 0
+    )
     mark.unlink()
     task_file.unlink()  # the folder's copy is what a reader would import
     refused = report(run, "--no-task-files")

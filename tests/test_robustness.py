@@ -63,9 +63,13 @@ def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 # --- bounds on the new options -------------------------------------------------------------
 
+
 def test_a_sequence_length_beyond_any_sane_run_is_refused_at_load_time(tmp_path, capsys):
-    exp = experiment(tmp_path, '[[tasks]]\nname = "mqar"\nspec = { length = 1000000 }\n'
-                               '[[models]]\nname = "transformer"\n', base="")
+    exp = experiment(
+        tmp_path,
+        '[[tasks]]\nname = "mqar"\nspec = { length = 1000000 }\n[[models]]\nname = "transformer"\n',
+        base="",
+    )
     start = time.perf_counter()
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
     assert "sequence length 1,000,000" in line and "DDL_DYNAMICS_NO_LIMITS" in line
@@ -73,68 +77,99 @@ def test_a_sequence_length_beyond_any_sane_run_is_refused_at_load_time(tmp_path,
 
 
 def test_a_grid_beyond_any_sane_run_is_refused_before_it_expands(tmp_path, capsys):
-    values = {f: [round(0.001 * (i + 1), 6) for i in range(40)]
-              for f in ("lr", "weight_decay", "warmup", "grad_clip")}
+    values = {
+        f: [round(0.001 * (i + 1), 6) for i in range(40)]
+        for f in ("lr", "weight_decay", "warmup", "grad_clip")
+    }
     grid = "\n".join(f"{f} = {json.dumps(v)}" for f, v in values.items())
-    exp = experiment(tmp_path, f'[defaults.tune]\n{grid}\n[[tasks]]\nname = "overwrite"\n'
-                               '[[models]]\nname = "resnet"\n')
+    exp = experiment(
+        tmp_path,
+        f'[defaults.tune]\n{grid}\n[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n',
+    )
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
     assert "defaults.tune" in line and "2,560,000 combinations of grid values" in line
 
 
 def test_bench_repeats_are_bounded(tmp_path, capsys):
-    line = refused(capsys, "bench", "--parts", "operator", "--repeats", "1000000000",
-                   "--output", str(tmp_path / "b.json"))
+    line = refused(
+        capsys,
+        "bench",
+        "--parts",
+        "operator",
+        "--repeats",
+        "1000000000",
+        "--output",
+        str(tmp_path / "b.json"),
+    )
     assert "--repeats" in line and "1,000,000,000" not in line and "10,000" in line
 
 
 def test_requires_must_be_finite(tmp_path, capsys):
     for value in ("nan", "inf"):
-        exp = experiment(tmp_path, '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n'
-                                   '[[models]]\nname = "ddl"\n[[comparisons]]\nmodel = "ddl"\n'
-                                   f'control = "resnet"\nrequires = {value}\n')
+        exp = experiment(
+            tmp_path,
+            '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n'
+            '[[models]]\nname = "ddl"\n[[comparisons]]\nmodel = "ddl"\n'
+            f'control = "resnet"\nrequires = {value}\n',
+        )
         line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
         assert "comparisons[0].requires: expected a finite number" in line
 
 
 def test_a_comparison_on_a_split_an_untied_row_cannot_run_is_refused(tmp_path, capsys):
-    exp = experiment(tmp_path, '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n'
-                               '[[models]]\nname = "ddl"\n[[comparisons]]\nmodel = "ddl"\n'
-                               'control = "resnet"\nsplit = "long"\nrequires = 0.9\n')
+    exp = experiment(
+        tmp_path,
+        '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n'
+        '[[models]]\nname = "ddl"\n[[comparisons]]\nmodel = "ddl"\n'
+        'control = "resnet"\nsplit = "long"\nrequires = 0.9\n',
+    )
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
     assert "comparisons[0].split" in line and "cannot run split 'long'" in line
     assert "tied = true" in line
 
 
 def test_a_comparison_and_its_mirror_are_refused(tmp_path, capsys):
-    exp = experiment(tmp_path, '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n'
-                               '[[models]]\nname = "ddl"\n[[models]]\nname = "ddl-write"\n'
-                               '[[comparisons]]\nmodel = "ddl"\ncontrol = "ddl-write"\n'
-                               '[[comparisons]]\nmodel = "ddl-write"\ncontrol = "ddl"\n')
+    exp = experiment(
+        tmp_path,
+        '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n'
+        '[[models]]\nname = "ddl"\n[[models]]\nname = "ddl-write"\n'
+        '[[comparisons]]\nmodel = "ddl"\ncontrol = "ddl-write"\n'
+        '[[comparisons]]\nmodel = "ddl-write"\ncontrol = "ddl"\n',
+    )
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
     assert "comparisons[1]: mirrors comparisons[0]" in line
 
 
 def test_a_model_entry_that_runs_on_no_task_is_named_and_its_options_checked(tmp_path, capsys):
-    exp = experiment(tmp_path, '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n'
-                               '[[models]]\nname = "transformer"\nheads = 3\n'
-                               'tune = { lr = [-1.0, 0.01] }\n', base="")
+    exp = experiment(
+        tmp_path,
+        '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n'
+        '[[models]]\nname = "transformer"\nheads = 3\n'
+        "tune = { lr = [-1.0, 0.01] }\n",
+        base="",
+    )
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
     assert "models[1]: 'transformer' runs on no task" in line and "sequence" in line
     assert "models[1].tune.lr: lr must be positive" in line
 
 
 def test_a_field_fixed_and_tuned_at_one_level_is_refused(tmp_path, capsys):
-    exp = experiment(tmp_path, '[defaults.tune]\nlr = [0.001, 0.01]\n[[tasks]]\n'
-                               'name = "overwrite"\n[[models]]\nname = "resnet"\n',
-                     base=TINY.replace("steps = 4", "steps = 4\nlr = 0.003"))
+    exp = experiment(
+        tmp_path,
+        "[defaults.tune]\nlr = [0.001, 0.01]\n[[tasks]]\n"
+        'name = "overwrite"\n[[models]]\nname = "resnet"\n',
+        base=TINY.replace("steps = 4", "steps = 4\nlr = 0.003"),
+    )
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
     assert "defaults.tune.lr: lr is also fixed in defaults.train" in line
 
 
 def test_ode_max_steps_is_bounded_like_steps(tmp_path, capsys):
-    exp = experiment(tmp_path, '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n',
-                     base=TINY.replace("steps = 4", f"steps = 4\node_max_steps = {10**30}"))
+    exp = experiment(
+        tmp_path,
+        '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n',
+        base=TINY.replace("steps = 4", f"steps = 4\node_max_steps = {10**30}"),
+    )
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
     assert "ode_max_steps" in line and "beyond any sane run" in line
 
@@ -149,8 +184,16 @@ def test_run_on_something_not_a_regular_file_says_so(tmp_path, capsys, kind):
 
 
 def test_bench_checks_the_experiment_before_timing_anything(tmp_path, capsys):
-    code, out, err = cli(capsys, "bench", "--parts", "operator,suite", "--experiment",
-                         str(tmp_path / "nope.toml"), "--output", str(tmp_path / "b.json"))
+    code, out, err = cli(
+        capsys,
+        "bench",
+        "--parts",
+        "operator,suite",
+        "--experiment",
+        str(tmp_path / "nope.toml"),
+        "--output",
+        str(tmp_path / "b.json"),
+    )
     assert code == 2 and "no such file" in err and "nope.toml" in err
     assert "Delta update" not in out  # nothing was timed first
 
@@ -164,20 +207,28 @@ def test_bench_into_a_folder_that_is_a_file_says_so(tmp_path, capsys):
 
 # --- the config items: every error at once, fixes named, resizing warned -------------------
 
+
 def test_every_error_of_a_file_is_reported_at_once(tmp_path, capsys):
-    exp = experiment(tmp_path, '[[tasks]]\nname = "overwrite"\ntrain = { steps = -1 }\n'
-                               '[[tasks]]\nname = "parityy"\n[[models]]\nname = "resnet"\n'
-                               'widht = 3\n[[comparisons]]\nmodel = "resnet"\n')
+    exp = experiment(
+        tmp_path,
+        '[[tasks]]\nname = "overwrite"\ntrain = { steps = -1 }\n'
+        '[[tasks]]\nname = "parityy"\n[[models]]\nname = "resnet"\n'
+        'widht = 3\n[[comparisons]]\nmodel = "resnet"\n',
+    )
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
     assert "4 errors" in line
-    for where in ("tasks[0].train: steps must be positive", "tasks[1].name", "models[0].widht",
-                  "comparisons[0].control"):
+    for where in (
+        "tasks[0].train: steps must be positive",
+        "tasks[1].name",
+        "models[0].widht",
+        "comparisons[0].control",
+    ):
         assert where in line
 
 
 def test_a_trajectory_task_without_supervise_trajectory_names_the_fix(tmp_path, capsys):
     tasks = tmp_path / "tasks.py"
-    tasks.write_text('''
+    tasks.write_text("""
 from dataclasses import dataclass
 import torch
 from ddl_dynamics import Task, TaskData, register_task, split_generator
@@ -199,18 +250,23 @@ class PerStep(Task):
     def sample(self, n, seed, split="train"):
         x = torch.randn(n, 2, generator=split_generator(seed, split))
         return TaskData(x, x[:, None].repeat(1, self.depth, 1), self.depth)
-''')
+""")
     exp = experiment(tmp_path, '[[tasks]]\nname = "per-step"\n[[models]]\nname = "resnet"\n')
-    line = refused(capsys, "run", str(exp), "--task-file", str(tasks), "--run-dir",
-                   str(tmp_path / "run"))
+    line = refused(
+        capsys, "run", str(exp), "--task-file", str(tasks), "--run-dir", str(tmp_path / "run")
+    )
     assert "set supervise = 'trajectory'" in line
 
 
 def test_match_params_across_tied_and_untied_rows_is_warned(tmp_path, capsys):
-    exp = experiment(tmp_path, '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n'
-                               '[[models]]\nname = "node"\n[[models]]\nname = "ddl"\n',
-                     base=TINY.replace("hidden = 8", 'hidden = 8\nmatch_params = "resnet"')
-                     .replace("steps = 4", "steps = 2\node_max_steps = 20"))
+    exp = experiment(
+        tmp_path,
+        '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n'
+        '[[models]]\nname = "node"\n[[models]]\nname = "ddl"\n',
+        base=TINY.replace("hidden = 8", 'hidden = 8\nmatch_params = "resnet"').replace(
+            "steps = 4", "steps = 2\node_max_steps = 20"
+        ),
+    )
     _, _, err = cli(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"), "--seeds", "1")
     warned = [x for x in err.splitlines() if "match_params" in x]
     assert len(warned) == 1 and "sizes 'node'" in warned[0] and "hidden = " in warned[0]
@@ -219,11 +275,24 @@ def test_match_params_across_tied_and_untied_rows_is_warned(tmp_path, capsys):
 
 # --- damaged run folders --------------------------------------------------------------------
 
+
 def scored(label: str, seed: int, test: float, **config) -> dd.RunResult:
-    return dd.RunResult(status="ok", key=f"parity-{label}-{seed}", task="parity", model=label,
-                        seed=seed, params=100, config={"task": "parity", **config},
-                        metrics={"metric": "accuracy", "higher_is_better": True, "test": test,
-                                 "val": test, "train": test})
+    return dd.RunResult(
+        status="ok",
+        key=f"parity-{label}-{seed}",
+        task="parity",
+        model=label,
+        seed=seed,
+        params=100,
+        config={"task": "parity", **config},
+        metrics={
+            "metric": "accuracy",
+            "higher_is_better": True,
+            "test": test,
+            "val": test,
+            "train": test,
+        },
+    )
 
 
 @pytest.fixture
@@ -242,15 +311,27 @@ def damage(run_dir: Path, sql: str, *args: object) -> None:
         con.execute(sql, args)
 
 
-@pytest.mark.parametrize(("sql", "why"), [
-    ("UPDATE results SET seed = 'x' WHERE key = 'parity-ddl-1'", "seed is not an integer"),
-    ("UPDATE results SET status = 'weird' WHERE key = 'parity-ddl-1'", "unknown status 'weird'"),
-    ("UPDATE results SET metrics = json_set(metrics, '$.test', 'abc') "
-     "WHERE key = 'parity-ddl-1'", "test metric is not a number"),
-    ("UPDATE results SET metrics = json_set(metrics, '$.val', 'abc') "
-     "WHERE key = 'parity-ddl-1'", "val metric is not a number"),
-    ("UPDATE results SET metrics = '{}' WHERE key = 'parity-ddl-1'", "without metrics"),
-])
+@pytest.mark.parametrize(
+    ("sql", "why"),
+    [
+        ("UPDATE results SET seed = 'x' WHERE key = 'parity-ddl-1'", "seed is not an integer"),
+        (
+            "UPDATE results SET status = 'weird' WHERE key = 'parity-ddl-1'",
+            "unknown status 'weird'",
+        ),
+        (
+            "UPDATE results SET metrics = json_set(metrics, '$.test', 'abc') "
+            "WHERE key = 'parity-ddl-1'",
+            "test metric is not a number",
+        ),
+        (
+            "UPDATE results SET metrics = json_set(metrics, '$.val', 'abc') "
+            "WHERE key = 'parity-ddl-1'",
+            "val metric is not a number",
+        ),
+        ("UPDATE results SET metrics = '{}' WHERE key = 'parity-ddl-1'", "without metrics"),
+    ],
+)
 def test_a_row_with_bad_values_is_named_as_damaged(stored, capsys, sql, why):
     damage(stored, sql)
     line = refused(capsys, "report", str(stored))
@@ -281,8 +362,11 @@ def test_a_damaged_claim_owner_is_named(tmp_path, capsys, owner):
 
 
 def tuned_cells(tmp_path: Path) -> list[dd.Cell]:
-    exp = experiment(tmp_path, '[defaults.tune]\nlr = [0.003, 0.01]\n[[tasks]]\n'
-                               'name = "overwrite"\n[[models]]\nname = "resnet"\n')
+    exp = experiment(
+        tmp_path,
+        "[defaults.tune]\nlr = [0.003, 0.01]\n[[tasks]]\n"
+        'name = "overwrite"\n[[models]]\nname = "resnet"\n',
+    )
     return dd.expand_cells(dd.load_experiment(exp))
 
 
@@ -292,8 +376,14 @@ def test_a_row_whose_config_is_not_its_keys_is_named_as_damaged(tmp_path, capsys
     store = dd.RunFolder.open(tmp_path / "run", "w").store
     store.start_run("exp", "", cells=[c.key for c in cells])
     for i, cell in enumerate(cells):
-        store.put(stamp(dd.RunResult(status="ok", metrics={"metric": "mse", "test": 0.1 * i,
-                                                           "val": 0.1 * i}), cell))
+        store.put(
+            stamp(
+                dd.RunResult(
+                    status="ok", metrics={"metric": "mse", "test": 0.1 * i, "val": 0.1 * i}
+                ),
+                cell,
+            )
+        )
     if config == "strip tune":
         config = json.dumps({k: v for k, v in cells[0].to_dict().items() if k != "tune"})
     damage(tmp_path / "run", "UPDATE results SET config = ? WHERE key = ?", config, cells[0].key)
@@ -306,10 +396,22 @@ def test_the_report_of_a_tuned_row_where_every_cell_failed(tmp_path, capsys):
     store.start_run("demo", 'name = "demo"')
     for seed in range(2):
         for lr in (0.001, 0.01):
-            store.put(dd.RunResult(status="failed", message="boom", key=f"k{seed}{lr}",
-                                   task="parity", model="resnet", seed=seed,
-                                   config={"task": "parity", "spec": {},
-                                           "tune": {"lr": [0.001, 0.01]}, "train": {"lr": lr}}))
+            store.put(
+                dd.RunResult(
+                    status="failed",
+                    message="boom",
+                    key=f"k{seed}{lr}",
+                    task="parity",
+                    model="resnet",
+                    seed=seed,
+                    config={
+                        "task": "parity",
+                        "spec": {},
+                        "tune": {"lr": [0.001, 0.01]},
+                        "train": {"lr": lr},
+                    },
+                )
+            )
     code, out, _ = cli(capsys, "report", str(tmp_path))
     task = dd.make_task("parity")
     assert code == 0 and "no grid value finished" in out and "lr=0.001" not in out
@@ -326,8 +428,11 @@ def small_run(tmp_path: Path, capsys, body: str, *flags: str) -> Path:
 
 
 def test_figures_say_which_shown_cells_have_no_weights(tmp_path, capsys):
-    run = small_run(tmp_path, capsys, 'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
-                                      '[[models]]\nname = "ddl"\n')
+    run = small_run(
+        tmp_path,
+        capsys,
+        'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n[[models]]\nname = "ddl"\n',
+    )
     gone = dd.RunFolder.open(run, "w").store.rows()[0]
     RunFolder.open(run).model_path(gone.key).unlink()
     _, _, err = cli(capsys, "plot", "regimes", str(run))
@@ -336,13 +441,16 @@ def test_figures_say_which_shown_cells_have_no_weights(tmp_path, capsys):
 
 
 def test_resuming_a_tuned_run_compares_cells_at_the_same_grid_value(tmp_path, capsys):
-    body = '[defaults.tune]\nlr = [0.003, 0.01]\n[[tasks]]\nname = "overwrite"\n' \
-           '[[models]]\nname = "resnet"\n'
+    body = (
+        '[defaults.tune]\nlr = [0.003, 0.01]\n[[tasks]]\nname = "overwrite"\n'
+        '[[models]]\nname = "resnet"\n'
+    )
     run = small_run(tmp_path, capsys, body, "--no-vectorize")
     cells = tuned_cells(tmp_path)
     damage(run, "DELETE FROM results WHERE key = ?", cells[-1].key)  # one grid value missing
-    code, _, err = cli(capsys, "run", str(tmp_path / "exp.toml"), "--run-dir", str(run),
-                       "--no-vectorize")
+    code, _, err = cli(
+        capsys, "run", str(tmp_path / "exp.toml"), "--run-dir", str(run), "--no-vectorize"
+    )
     assert code == 0 and "another config" not in err
 
 
@@ -358,8 +466,10 @@ def test_the_report_notes_seeds_trained_in_different_ensembles(tmp_path, capsys)
 
 # --- a run stopped mid-ensemble resumes to the same bits ------------------------------------
 
-ENSEMBLE = 'seeds = [0, 1, 2, 3]\n[[tasks]]\nname = "overwrite"\n[[models]]\nname = "ddl"\n' \
-           '[[models]]\nname = "resnet"\n'
+ENSEMBLE = (
+    'seeds = [0, 1, 2, 3]\n[[tasks]]\nname = "overwrite"\n[[models]]\nname = "ddl"\n'
+    '[[models]]\nname = "resnet"\n'
+)
 
 
 def outcome(run: Path) -> dict[str, tuple[object, ...]]:
@@ -368,10 +478,15 @@ def outcome(run: Path) -> dict[str, tuple[object, ...]]:
     folder = RunFolder.open(run)
     for row in folder.store.rows():
         weights = torch.load(folder.model_path(row.key), weights_only=True)
-        found[row.key] = (row.status, row.metrics["train"], row.metrics["val"],
-                          row.metrics["test"], row.metrics["ensemble"],
-                          row.metrics.get("ensemble_id"),
-                          {k: v.tolist() for k, v in weights.items()})
+        found[row.key] = (
+            row.status,
+            row.metrics["train"],
+            row.metrics["val"],
+            row.metrics["test"],
+            row.metrics["ensemble"],
+            row.metrics.get("ensemble_id"),
+            {k: v.tolist() for k, v in weights.items()},
+        )
     return found
 
 
@@ -388,8 +503,11 @@ def test_a_store_write_failing_mid_group_resumes_bit_identical(tmp_path, uninter
     run = tmp_path / "run"
     dd.RunFolder.open(run, "w")
     # the disk "fills" as the second row of a run is written: mid-group
-    damage(run, "CREATE TRIGGER full AFTER INSERT ON results WHEN (SELECT count(*) FROM results)"
-                " = 2 BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+    damage(
+        run,
+        "CREATE TRIGGER full AFTER INSERT ON results WHEN (SELECT count(*) FROM results)"
+        " = 2 BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+    )
     with pytest.raises((OSError, ValueError)):
         dd.run_experiment(exp, run, progress=False)
     damage(run, "DROP TRIGGER full")
@@ -413,19 +531,36 @@ def test_a_killed_runs_claims_do_not_split_an_ensemble_on_resume(tmp_path, unint
 
 # --- Ctrl-C with workers -------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_ctrl_c_to_the_process_group_with_workers_prints_one_line(tmp_path):
-    exp = experiment(tmp_path, 'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
-                               '[[tasks]]\nname = "parity"\n[[tasks]]\nname = "depth-recall"\n'
-                               '[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n',
-                     base=TINY.replace("steps = 4", "steps = 20000"))
+    exp = experiment(
+        tmp_path,
+        'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
+        '[[tasks]]\nname = "parity"\n[[tasks]]\nname = "depth-recall"\n'
+        '[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n',
+        base=TINY.replace("steps = 4", "steps = 20000"),
+    )
     rng = random.Random(0)
     for trial in range(20):
         run = tmp_path / f"run{trial}"
         child = subprocess.Popen(
-            [sys.executable, "-m", "ddl_dynamics.cli", "run", str(exp), "--jobs", "2",
-             "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "ddl_dynamics.cli",
+                "run",
+                str(exp),
+                "--jobs",
+                "2",
+                "--run-dir",
+                str(run),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not _claimed(run):
             time.sleep(0.1)
@@ -456,10 +591,13 @@ def _claimed(run: Path) -> bool:
 
 # --- names, links, compile and short char-lm contexts --------------------------------------
 
-@pytest.mark.parametrize(("name", "said"), [("   ", "is blank"),
-                                            ("ab\u202ecd", "invisible format character")])
-def test_an_experiment_name_blank_or_with_format_characters_is_refused(tmp_path, capsys, name,
-                                                                      said):
+
+@pytest.mark.parametrize(
+    ("name", "said"), [("   ", "is blank"), ("ab\u202ecd", "invisible format character")]
+)
+def test_an_experiment_name_blank_or_with_format_characters_is_refused(
+    tmp_path, capsys, name, said
+):
     exp = experiment(tmp_path, '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n')
     exp.write_text(f'name = "{name}"\n' + exp.read_text())  # a top-level key goes first
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
@@ -477,8 +615,12 @@ def test_a_broken_link_as_run_folder_says_so(tmp_path, capsys, link):
 
 
 def test_char_lm_contexts_too_short_to_hold_out_are_refused_at_check_time(tmp_path, capsys):
-    exp = experiment(tmp_path, '[[tasks]]\nname = "char-lm"\nspec = { length = 8, vocab = 16 }\n'
-                               '[[models]]\nname = "transformer"\n', base="")
+    exp = experiment(
+        tmp_path,
+        '[[tasks]]\nname = "char-lm"\nspec = { length = 8, vocab = 16 }\n'
+        '[[models]]\nname = "transformer"\n',
+        base="",
+    )
     line = refused(capsys, "run", str(exp), "--run-dir", str(tmp_path / "run"))
     assert "fails check_task" in line and "of the val windows have a context" in line
     assert not (tmp_path / "run").exists()  # refused before anything trained
@@ -486,14 +628,30 @@ def test_char_lm_contexts_too_short_to_hold_out_are_refused_at_check_time(tmp_pa
 
 @pytest.mark.slow
 def test_compile_without_a_compiler_is_said_once_in_one_line(tmp_path):
-    exp = experiment(tmp_path, 'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
-                               '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n',
-                     base=TINY + "compile = true\n")
-    done = subprocess.run([sys.executable, "-m", "ddl_dynamics.cli", "run", str(exp), "--jobs",
-                           "2", "--run-dir", str(tmp_path / "run")], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "CXX": "/nonexistent"})
+    exp = experiment(
+        tmp_path,
+        'seeds = [0, 1]\n[[tasks]]\nname = "overwrite"\n'
+        '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n',
+        base=TINY + "compile = true\n",
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddl_dynamics.cli",
+            "run",
+            str(exp),
+            "--jobs",
+            "2",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CXX": "/nonexistent"},
+    )
     assert done.returncode == 0, done.stderr
-    said = [line for line in done.stderr.replace("\r", "\n").splitlines()
-            if "compile" in line]
+    said = [line for line in done.stderr.replace("\r", "\n").splitlines() if "compile" in line]
     assert len(said) == 1 and said[0].startswith("ddl-dyn: warning:"), said
     assert "torch.compile is unavailable here: no C++ compiler" in said[0]

@@ -108,8 +108,9 @@ VAR_CHAINS = [
 ]
 
 
-@pytest.mark.parametrize("spec", VAR_CHAINS,
-                         ids=lambda spec: "-".join(f"{k}={v}" for k, v in spec.items()))
+@pytest.mark.parametrize(
+    "spec", VAR_CHAINS, ids=lambda spec: "-".join(f"{k}={v}" for k, v in spec.items())
+)
 def test_var_chain_answers_as_an_interpreter_reads_the_program(spec):
     task = make_task("var-chain", **spec)
     hops, chains = spec["hops"], spec.get("chains", 2)
@@ -213,21 +214,26 @@ def test_small_mqar_run_learns_recall():
     stayed near 1/4 for 2,000 steps when we tried it (not asserted here)."""
     task = make_task("mqar", vocab=32, length=24, pairs=4)
     torch.manual_seed(0)
-    model = make_model("ddl-transformer", in_dim=32, out_dim=32, width=64, depth=2,
-                       value_channels=4)
+    model = make_model(
+        "ddl-transformer", in_dim=32, out_dim=32, width=64, depth=2, value_channels=4
+    )
     cfg = TrainConfig(steps=500, batch_size=64, lr=3e-3, n_train=20000, n_test=512)
     result = train(task, model, cfg, seed=0)
     assert result.status == "ok" and result.metrics["test"] > 0.6
 
 
 def test_sequence_cells_run_through_runner_report_and_regime_figures(tmp_path):
-    config = parse_experiment({
-        "name": "seq",
-        "tasks": [{"name": "seq-parity", "spec": {"length": 6}}],
-        "models": [{"name": "transformer"}, {"name": "ddl-transformer", "value_channels": 2}],
-        "defaults": {"model": {"width": 8, "depth": 1, "heads": 2},
-                     "train": {"steps": 3, "n_train": 16, "n_test": 8, "batch_size": 8}},
-    })
+    config = parse_experiment(
+        {
+            "name": "seq",
+            "tasks": [{"name": "seq-parity", "spec": {"length": 6}}],
+            "models": [{"name": "transformer"}, {"name": "ddl-transformer", "value_channels": 2}],
+            "defaults": {
+                "model": {"width": 8, "depth": 1, "heads": 2},
+                "train": {"steps": 3, "n_train": 16, "n_test": 8, "batch_size": 8},
+            },
+        }
+    )
     summary = run_experiment(config, tmp_path, progress=False)
     assert summary.counts == {"ok": 2}
     (table,) = build_report(tmp_path).tables

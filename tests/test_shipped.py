@@ -61,8 +61,17 @@ def test_the_shipped_cells_judge_as_the_run_folder(which, tiny_study, tuned_run,
     with (study / CELLS).open(newline="") as file:
         rows = list(csv.DictReader(file))
     assert len(rows) == len(load_results(run_dir)) >= 12  # the tuned grid grew past its edge
-    assert {"task", "model", "seed", "status", "test", "params", "flops", "config",
-            "metrics"} <= set(rows[0])
+    assert {
+        "task",
+        "model",
+        "seed",
+        "status",
+        "test",
+        "params",
+        "flops",
+        "config",
+        "metrics",
+    } <= set(rows[0])
     assert load_results(study) == load_results(run_dir)
     own = build_report(load_run(run_dir))
     own = replace(own, name=which, run_dir=f"runs/{which}")
@@ -77,8 +86,10 @@ def test_a_study_keeps_its_stream_mixing_and_an_older_record_has_none(mixing_run
     assert main(["publish", str(mixing_run), "--results", str(tmp_path)]) == 0
     study = tmp_path / "mixing"
     record = json.loads((study / RECORD).read_text())
-    assert [(r["task"], r["model"]) for r in record["mixing"]] == [("overwrite", "hc"),
-                                                                   ("overwrite", "mhc")]
+    assert [(r["task"], r["model"]) for r in record["mixing"]] == [
+        ("overwrite", "hc"),
+        ("overwrite", "mhc"),
+    ]
     assert study_report(study).mixing == build_report(load_run(mixing_run)).mixing
     page = study_page(load_study(study), [])
     assert "## Stream mixing of the trained Hyper-Connections stacks" in page
@@ -91,8 +102,11 @@ def test_a_study_keeps_its_stream_mixing_and_an_older_record_has_none(mixing_run
 
 def _docs_tree(tmp_path: Path, results: Path) -> dict[str, bytes]:
     assert main(["docs", "--results", str(results), "--out", str(tmp_path)]) == 0
-    paths = [tmp_path / "README.md", *sorted((tmp_path / "docs").rglob("*")),
-             *sorted(results.rglob("*"))]
+    paths = [
+        tmp_path / "README.md",
+        *sorted((tmp_path / "docs").rglob("*")),
+        *sorted(results.rglob("*")),
+    ]
     return {str(p.relative_to(tmp_path)): p.read_bytes() for p in paths if p.is_file()}
 
 
@@ -134,25 +148,39 @@ def _damage_cells(study: Path, column: str, value: str) -> None:
         writer.writerows(rows)
 
 
-@pytest.mark.parametrize(("where", "damage"), [
-    ("cells", ("seed", "abc")), ("cells", ("metrics", "{not json")),
-    ("cells", ("config", "[]")), ("cells", ("params", "1.5e")),
-    ("record", {"run_dir": "runs/tiny"}), ("record", "[]"),
-    ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": 3, "regimes": []}),
-    ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": "", "regimes": [{}]}),
-    ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": "", "regimes": [],
-                "mixing": [{"task": "overwrite"}]}),
-])
-def test_damaged_shipped_cells_are_one_clear_message(tiny_study, tmp_path, capsys, where,
-                                                    damage):
+@pytest.mark.parametrize(
+    ("where", "damage"),
+    [
+        ("cells", ("seed", "abc")),
+        ("cells", ("metrics", "{not json")),
+        ("cells", ("config", "[]")),
+        ("cells", ("params", "1.5e")),
+        ("record", {"run_dir": "runs/tiny"}),
+        ("record", "[]"),
+        ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": 3, "regimes": []}),
+        ("record", {"run_dir": "runs/tiny", "experiment": {}, "progress": "", "regimes": [{}]}),
+        (
+            "record",
+            {
+                "run_dir": "runs/tiny",
+                "experiment": {},
+                "progress": "",
+                "regimes": [],
+                "mixing": [{"task": "overwrite"}],
+            },
+        ),
+    ],
+)
+def test_damaged_shipped_cells_are_one_clear_message(tiny_study, tmp_path, capsys, where, damage):
     results = tmp_path / "results"
     assert main(["publish", str(tiny_study), "--results", str(results)]) == 0
     study = results / "tiny"
     if where == "cells":
         _damage_cells(study, *damage)
     else:
-        (study / "record.json").write_text(damage if isinstance(damage, str)
-                                           else json.dumps(damage))
+        (study / "record.json").write_text(
+            damage if isinstance(damage, str) else json.dumps(damage)
+        )
     for name in ("README.md", "mkdocs.yml", "docs"):
         source = ROOT / name
         (shutil.copytree if source.is_dir() else shutil.copyfile)(source, tmp_path / name)

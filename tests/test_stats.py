@@ -39,7 +39,8 @@ from ddl_dynamics.analysis.judge.stats import (
 values = st.floats(-1e3, 1e3, allow_nan=False)
 samples = st.lists(values, min_size=2, max_size=8).filter(lambda xs: max(xs) - min(xs) > 1e-3)
 pairs = st.lists(st.tuples(values, values), min_size=T_MIN_PAIRS, max_size=12).filter(
-    lambda ps: max(a - b for a, b in ps) - min(a - b for a, b in ps) > 1e-3)
+    lambda ps: max(a - b for a, b in ps) - min(a - b for a, b in ps) > 1e-3
+)
 
 
 def by_enumeration(differences):
@@ -47,8 +48,9 @@ def by_enumeration(differences):
     d = np.array([x for x in differences if x])
     ranks = stats.rankdata(np.abs(d))
     observed = abs((np.sign(d) * ranks).sum())
-    flips = [abs((np.array(signs) * ranks).sum())
-             for signs in itertools.product((-1, 1), repeat=len(d))]
+    flips = [
+        abs((np.array(signs) * ranks).sum()) for signs in itertools.product((-1, 1), repeat=len(d))
+    ]
     return np.mean(np.array(flips) >= observed - 1e-9)
 
 
@@ -83,20 +85,28 @@ def test_a_bound_is_tested_with_scipys_one_sample_t_test():
     assert paired_t_ps(rows) == pytest.approx(stats.ttest_1samp(rows, 0.0, axis=1).pvalue)
 
 
-@given(st.lists(st.floats(-10, 10, allow_nan=False).filter(lambda x: abs(x) > 1e-6),
-                min_size=1, max_size=10, unique=True))
+@given(
+    st.lists(
+        st.floats(-10, 10, allow_nan=False).filter(lambda x: abs(x) > 1e-6),
+        min_size=1,
+        max_size=10,
+        unique=True,
+    )
+)
 def test_signed_rank_matches_scipys_exact_wilcoxon_without_ties(diffs):
     if len({abs(d) for d in diffs}) == len(diffs):
         expected = stats.wilcoxon(diffs, method="exact").pvalue
         assert signed_rank_p(diffs) == pytest.approx(expected, rel=1e-9)
 
 
-@pytest.mark.parametrize("diffs", [[1, 1, 2, -2, 3, 3, 3, 0.5], [5, 5, 5, 5, -5, 0, 1],
-                                   [-9, -9, 0.1, 0.2, 0.3]])
+@pytest.mark.parametrize(
+    "diffs", [[1, 1, 2, -2, 3, 3, 3, 0.5], [5, 5, 5, 5, -5, 0, 1], [-9, -9, 0.1, 0.2, 0.3]]
+)
 def test_signed_rank_is_exact_with_ties_and_zeros(diffs):
     assert signed_rank_p(diffs) == pytest.approx(by_enumeration(diffs), rel=1e-12)
     assert signed_rank_ps(np.array([diffs, np.negative(diffs)])) == pytest.approx(
-        [by_enumeration(diffs)] * 2, rel=1e-12)
+        [by_enumeration(diffs)] * 2, rel=1e-12
+    )
 
 
 def test_differences_that_do_not_vary_take_the_t_statistics_limit():
@@ -111,21 +121,35 @@ def test_differences_that_do_not_vary_take_the_t_statistics_limit():
 def by_sign_flips(differences, side=0):
     """The sign-flip p by listing every sign pattern: the definition."""
     d = np.array(differences, dtype=float)
-    sums = np.array([(np.array(signs) * d).sum()
-                     for signs in itertools.product((-1, 1), repeat=len(d))])
+    sums = np.array(
+        [(np.array(signs) * d).sum() for signs in itertools.product((-1, 1), repeat=len(d))]
+    )
     observed, slack = d.sum(), 1e-9 * np.abs(d).sum()
-    hit = (np.abs(sums) >= abs(observed) - slack if side == 0
-           else sums >= observed - slack if side > 0 else sums <= observed + slack)
+    hit = (
+        np.abs(sums) >= abs(observed) - slack
+        if side == 0
+        else sums >= observed - slack
+        if side > 0
+        else sums <= observed + slack
+    )
     return hit.mean()
 
 
-@pytest.mark.parametrize("diffs", [[0.3, -0.1, 0.2], [1, 1, 2, -2, 3, 3, 3, 0.5],
-                                   [5, 5, 5, 5, -5, 0, 1], [-9, -9, 0.1, 0.2, 0.3]])
+@pytest.mark.parametrize(
+    "diffs",
+    [
+        [0.3, -0.1, 0.2],
+        [1, 1, 2, -2, 3, 3, 3, 0.5],
+        [5, 5, 5, 5, -5, 0, 1],
+        [-9, -9, 0.1, 0.2, 0.3],
+    ],
+)
 def test_the_sign_flip_test_counts_every_sign_pattern(diffs):
     assert sign_flip_p(diffs) == pytest.approx(by_sign_flips(diffs), rel=1e-12)
     for side in (1, -1):
         assert sign_flip_ps(np.array([diffs]), side)[0] == pytest.approx(
-            by_sign_flips(diffs, side), rel=1e-12)
+            by_sign_flips(diffs, side), rel=1e-12
+        )
     padded = np.array([[*diffs, np.nan], [*np.negative(diffs), np.nan]])
     assert sign_flip_ps(padded) == pytest.approx([by_sign_flips(diffs)] * 2, rel=1e-12)
     assert sign_flip_floor(diffs) == pytest.approx(by_sign_flips(np.abs(diffs)), rel=1e-12)
@@ -137,44 +161,50 @@ def test_the_sign_flip_test_counts_every_sign_pattern(diffs):
 def test_three_seeds_at_one_against_0_999_are_decided_by_the_exact_test():
     """Before: the t statistic of constant differences is infinite, p = 0, a win after any
     family; the exact test's p is 2/2³ = 0.25, its floor."""
-    paired = Paired.of(dict.fromkeys(range(3), 1.0), dict.fromkeys(range(3), 0.999), True,
-                       margin=0.01)
+    paired = Paired.of(
+        dict.fromkeys(range(3), 1.0), dict.fromkeys(range(3), 0.999), True, margin=0.01
+    )
     assert paired.test == SIGN_FLIP and paired.p == paired.floor == 0.25
     # its equivalence test is exact too: every one of 3 differences inside, p = 1/2³
     assert paired.tost == paired.tost_floor == 0.125
     assert paired.interval == pytest.approx((0.001, 0.001))
 
 
-@pytest.mark.parametrize(("model", "test"), [
-    ([0.9 + 0.01 * s for s in range(5)], SIGN_FLIP),  # five pairs: too few for normal tails
-    ([0.9 + 0.01 * s for s in range(6)], PAIRED_T),   # six that vary
-    ([0.9] * 8, SIGN_FLIP),                           # eight that do not
-    ([0.9 + 3e-8 * (-1) ** s for s in range(8)], SIGN_FLIP),  # nor up to float32 rounding
-    ([0.9 + 1e-4 * (-1) ** s for s in range(8)], PAIRED_T),
-])
+@pytest.mark.parametrize(
+    ("model", "test"),
+    [
+        ([0.9 + 0.01 * s for s in range(5)], SIGN_FLIP),  # five pairs: too few for normal tails
+        ([0.9 + 0.01 * s for s in range(6)], PAIRED_T),  # six that vary
+        ([0.9] * 8, SIGN_FLIP),  # eight that do not
+        ([0.9 + 3e-8 * (-1) ** s for s in range(8)], SIGN_FLIP),  # nor up to float32 rounding
+        ([0.9 + 1e-4 * (-1) ** s for s in range(8)], PAIRED_T),
+    ],
+)
 def test_the_t_test_decides_from_six_pairs_whose_differences_vary(model, test):
     paired = Paired.of(dict(enumerate(model)), dict.fromkeys(range(len(model)), 0.6), True)
     assert paired.test == test
     differences = [m - 0.6 for m in model]
-    expected = (stats.ttest_1samp(differences, 0.0).pvalue if test == PAIRED_T
-                else 2 / 2 ** len(model))
+    expected = (
+        stats.ttest_1samp(differences, 0.0).pvalue if test == PAIRED_T else 2 / 2 ** len(model)
+    )
     assert paired.p == pytest.approx(expected, rel=1e-9)
     assert paired.floor == (0.0 if test == PAIRED_T else pytest.approx(expected))
 
 
 def test_sign_flip_tost_is_the_larger_one_sided_exact_p():
     diffs = [0.002, -0.001, 0.004, 0.0]
-    assert sign_flip_tost_p(diffs, 0.01) == pytest.approx(max(
-        by_sign_flips(np.add(diffs, 0.01), 1), by_sign_flips(np.subtract(diffs, 0.01), -1)))
+    assert sign_flip_tost_p(diffs, 0.01) == pytest.approx(
+        max(by_sign_flips(np.add(diffs, 0.01), 1), by_sign_flips(np.subtract(diffs, 0.01), -1))
+    )
     assert sign_flip_tost_p([0.02] * 4, 0.01) == 1.0  # outside the margin on every seed
     assert sign_flip_tost_p([0.0], 0.01) is None and sign_flip_tost_p([0.0] * 3, None) is None
 
 
 def test_tarone_leaves_out_the_tests_that_cannot_reach_their_holm_level():
     # 29 t-tests and one exact test at 8 seeds (floor 2/2⁸ = 0.0078): 0.05/29 lies below it
-    assert tarone([0.0] * 29 + [2 / 2 ** 8]) == pytest.approx(ALPHA / 29)
+    assert tarone([0.0] * 29 + [2 / 2**8]) == pytest.approx(ALPHA / 29)
     # beside two tests it counts: 0.0078 < 0.05/3
-    assert tarone([0.0, 0.0, 2 / 2 ** 8]) == pytest.approx(ALPHA / 3)
+    assert tarone([0.0, 0.0, 2 / 2**8]) == pytest.approx(ALPHA / 3)
     # three seeds' floor 0.25 never counts; K = 3 is the first with at most K floors below
     assert tarone([0.0, 0.0, 0.25, 0.0078]) == pytest.approx(ALPHA / 3)
     assert tarone([]) == ALPHA
@@ -200,8 +230,7 @@ def test_the_tests_are_continuous_as_one_seed_moves_off_a_tie(d):
 
 def test_holm_adjusts_a_known_family_in_place():
     # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → raised to 0.06
-    assert holm([0.01, 0.04, None, 0.03, 0.005]) == pytest.approx(
-        [0.03, 0.06, None, 0.06, 0.02])
+    assert holm([0.01, 0.04, None, 0.03, 0.005]) == pytest.approx([0.03, 0.06, None, 0.06, 0.02])
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
     assert holm([]) == [] and holm([None]) == [None]
 
@@ -221,16 +250,18 @@ def test_tost_is_the_larger_of_two_one_sided_scipy_t_tests():
     assert tost_p([0.01], 0.05) is None and tost_p([0.01, 0.02], None) is None
 
 
-@given(st.lists(st.floats(-0.05, 0.05, allow_nan=False), min_size=2, max_size=10),
-       st.floats(0.001, 0.05))
-def test_tost_passes_exactly_when_its_90_percent_interval_lies_inside_the_margin(diffs,
-                                                                                 margin):
+@given(
+    st.lists(st.floats(-0.05, 0.05, allow_nan=False), min_size=2, max_size=10),
+    st.floats(0.001, 0.05),
+)
+def test_tost_passes_exactly_when_its_90_percent_interval_lies_inside_the_margin(diffs, margin):
     low, high = tost_interval(diffs)
     mean, sem = np.mean(diffs), stats.sem(diffs)
     if sem > 0:
         assert (low + high) / 2 == pytest.approx(mean, abs=1e-12)
-        assert high - low == pytest.approx(2 * stats.t.ppf(0.95, len(diffs) - 1) * sem,
-                                           rel=1e-6, abs=1e-15)
+        assert high - low == pytest.approx(
+            2 * stats.t.ppf(0.95, len(diffs) - 1) * sem, rel=1e-6, abs=1e-15
+        )
     inside = -margin < low and high < margin
     if min(abs(low + margin), abs(high - margin)) > 1e-9:  # away from a rounding tie
         assert (tost_p(diffs, margin) < ALPHA) == inside
@@ -280,8 +311,9 @@ def test_a_failed_seed_ranks_as_its_sides_worst_outcome():
     assert paired.p == pytest.approx(by_enumeration([0.1, 0.12, 0.11, -1, -1]))
     assert paired.better(True) is False  # ranks 4 + 5 against, 1 + 2 + 3 for
     # the same failures for the control count for the model; both failing is a tie
-    theirs = Paired.of({s: 0.6 for s in range(5)}, {0: 0.5, 1: None, 2: 0.5, 3: None,
-                                                    4: None}, True)
+    theirs = Paired.of(
+        {s: 0.6 for s in range(5)}, {0: 0.5, 1: None, 2: 0.5, 3: None, 4: None}, True
+    )
     assert theirs.control_failed == (1, 3, 4) and theirs.better(True) is True
     both = Paired.of({0: None, 1: 0.6, 2: 0.7}, {0: None, 1: 0.5, 2: 0.5}, True)
     assert both.both_failed == (0,) and both.total == 3 and both.test == SIGN_FLIP
@@ -289,14 +321,20 @@ def test_a_failed_seed_ranks_as_its_sides_worst_outcome():
     mse = Paired.of({0: 0.1, 1: None, 2: None}, {0: 0.2, 1: 0.2, 2: 0.2}, False)
     assert mse.better(False) is False
     # one failure against two small wins balances: neither side is favoured
-    assert Paired.of({0: 0.1, 1: None, 2: 0.1}, {0: 0.2, 1: 0.2, 2: 0.2}, False).better(
-        False) is None
+    assert (
+        Paired.of({0: 0.1, 1: None, 2: 0.1}, {0: 0.2, 1: 0.2, 2: 0.2}, False).better(False) is None
+    )
 
 
-@pytest.mark.parametrize(("higher_is_better", "shift", "better"), [
-    (False, -0.2, True), (False, 0.2, False),  # MSE: lower is better
-    (True, 0.2, True), (True, -0.2, False),    # accuracy: higher is better
-])
+@pytest.mark.parametrize(
+    ("higher_is_better", "shift", "better"),
+    [
+        (False, -0.2, True),
+        (False, 0.2, False),  # MSE: lower is better
+        (True, 0.2, True),
+        (True, -0.2, False),  # accuracy: higher is better
+    ],
+)
 def test_the_direction_follows_the_metric(higher_is_better, shift, better):
     control = {0: 0.50, 1: 0.55, 2: 0.52}
     model = {s: v + shift + 0.01 * s for s, v in control.items()}
@@ -309,6 +347,7 @@ def test_holm_at_adjusts_one_p_among_the_others_as_holm_does():
         ps = rng.uniform(0, 1, rng.integers(1, 8)) ** 3
         for j in range(len(ps)):
             assert holm_at(np.array([ps[j]]), np.delete(ps, j))[0] == pytest.approx(
-                holm(list(ps))[j], abs=1e-12)
+                holm(list(ps))[j], abs=1e-12
+            )
     # a p that ranks first among four at 0.9 takes the multiplier 5
     assert holm_at(np.array([0.012]), [0.9] * 4)[0] == pytest.approx(0.06)

@@ -15,10 +15,21 @@ from ddl_dynamics.experiment.store import SCHEMA_VERSION, ResultStore
 
 def result(key, status="ok", task="parity", model="ddl", seed=0, test=0.5):
     return dd.RunResult(
-        status=status, message=f"msg {key}", key=key, task=task, model=model, seed=seed,
+        status=status,
+        message=f"msg {key}",
+        key=key,
+        task=task,
+        model=model,
+        seed=seed,
         metrics={"metric": "mse", "test": test, "ood": {"long": None}, "extra": {"e": 1.5}},
-        curve=[[10, 0.3, 0.4, 1e6]], params=123, flops=456.0, nfe_forward=12.5,
-        nfe_backward=0.0, wall_time=1.25, peak_mem=2**20, config={"seed": seed, "x": [1, 2]},
+        curve=[[10, 0.3, 0.4, 1e6]],
+        params=123,
+        flops=456.0,
+        nfe_forward=12.5,
+        nfe_backward=0.0,
+        wall_time=1.25,
+        peak_mem=2**20,
+        config={"seed": seed, "x": [1, 2]},
     )
 
 
@@ -93,8 +104,12 @@ def test_a_store_created_while_another_connection_writes_waits_for_it(tmp_path):
 def test_run_metadata(tmp_path):
     store = ResultStore(tmp_path / "r.sqlite")
     assert store.experiment() is None
-    record = {"file": "/x/tasks.py", "sha256": "ab", "copy": "task_files/tasks-ab.py",
-              "registers": ["task:x"]}
+    record = {
+        "file": "/x/tasks.py",
+        "sha256": "ab",
+        "copy": "task_files/tasks-ab.py",
+        "registers": ["task:x"],
+    }
     run_id = store.start_run("quick", 'name = "quick"', [record])
     meta = store.experiment()
     assert meta["name"] == "quick" and meta["config"] == 'name = "quick"'
@@ -155,8 +170,11 @@ def test_a_store_of_another_schema_version_is_refused_and_left_alone(tmp_path, f
             con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     before = path.read_bytes()
     for create in (True, False):
-        with pytest.raises(ValueError, match=f"a results store of schema version {version}; "
-                           f"this version of ddl_dynamics reads version {SCHEMA_VERSION} alone"):
+        with pytest.raises(
+            ValueError,
+            match=f"a results store of schema version {version}; "
+            f"this version of ddl_dynamics reads version {SCHEMA_VERSION} alone",
+        ):
             ResultStore(path, create=create)
     assert path.read_bytes() == before
 
@@ -216,8 +234,9 @@ def test_claims_are_taken_in_one_transaction(tmp_path):
 
     def race(owner):
         store = ResultStore(path)
-        won[owner] = [k for k in map(str, range(20))
-                      if store.claim(k, owner, 0, stale_after=60) == "claimed"]
+        won[owner] = [
+            k for k in map(str, range(20)) if store.claim(k, owner, 0, stale_after=60) == "claimed"
+        ]
 
     threads = [threading.Thread(target=race, args=(f"w{i}",)) for i in range(8)]
     for t in threads:
@@ -262,8 +281,15 @@ def test_a_run_folder_that_is_a_file_is_refused(tmp_path):
 
 def test_a_result_written_again_keeps_the_one_it_replaces_as_an_attempt(tmp_path):
     store = ResultStore(tmp_path / "results.sqlite")
-    first = dd.RunResult(status="diverged", message="loss became nan", key="k", task="t",
-                         model="m", seed=3, metrics={"test": None})
+    first = dd.RunResult(
+        status="diverged",
+        message="loss became nan",
+        key="k",
+        task="t",
+        model="m",
+        seed=3,
+        metrics={"test": None},
+    )
     store.put(first)
     assert store.attempts() == []
     store.put(dataclasses.replace(first, status="ok", message="", metrics={"test": 0.5}))
@@ -272,7 +298,9 @@ def test_a_result_written_again_keeps_the_one_it_replaces_as_an_attempt(tmp_path
     assert store.rows()[0].metrics == {"test": 0.25}
     history = store.attempts()
     assert [(r.status, r.message, r.metrics) for r in history] == [
-        ("diverged", "loss became nan", {"test": None}), ("ok", "", {"test": 0.5})]
+        ("diverged", "loss became nan", {"test": None}),
+        ("ok", "", {"test": 0.5}),
+    ]
     assert all((r.key, r.seed) == ("k", 3) and r.created_at for r in history)
     # read-only opening sees the history too
     assert ResultStore(tmp_path / "results.sqlite", create=False).attempts() == history

@@ -19,13 +19,17 @@ from ddl_dynamics.experiment.train import stamp
 
 
 def experiment(tasks, models=("resnet", "ddl"), steps=10, **defaults):
-    return dd.parse_experiment({
-        "name": "t",
-        "tasks": [{"name": t} for t in tasks],
-        "models": [{"name": m} for m in models],
-        "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
-                     "train": {"steps": steps, "n_train": 64, "n_test": 32, **defaults}},
-    })
+    return dd.parse_experiment(
+        {
+            "name": "t",
+            "tasks": [{"name": t} for t in tasks],
+            "models": [{"name": m} for m in models],
+            "defaults": {
+                "model": {"width": 8, "depth": 3, "hidden": 8},
+                "train": {"steps": steps, "n_train": 64, "n_test": 32, **defaults},
+            },
+        }
+    )
 
 
 def snapshot(run_dir):
@@ -53,8 +57,7 @@ def test_seeds_of_a_cell_train_together_unless_told_not_to(tmp_path, capsys):
     assert (summary.ran, summary.skipped) == (2, 1)  # seeds 0 and 2, together
     together = {r.seed: r for r in dd.RunFolder.open(tmp_path / "v", "w").store.rows()}
     assert {s: r.metrics["ensemble"] for s, r in together.items()} == {0: 2, 1: 1, 2: 2}
-    apart = dd.run_experiment(cfg, tmp_path / "n", seeds=[0, 1, 2], vectorize=False,
-                              progress=False)
+    apart = dd.run_experiment(cfg, tmp_path / "n", seeds=[0, 1, 2], vectorize=False, progress=False)
     assert apart.ran == 3
     alone = {r.seed: r for r in dd.RunFolder.open(tmp_path / "n", "w").store.rows()}
     assert {s: r.metrics["ensemble"] for s, r in alone.items()} == {0: 1, 1: 1, 2: 1}
@@ -67,7 +70,8 @@ def test_failed_cells_rerun(tmp_path):
     cfg = experiment(["overwrite"], models=["resnet"])
     cell = dd.expand_cells(cfg)[0]
     dd.RunFolder.open(tmp_path, "w").store.put(
-        stamp(dd.RunResult(status="failed", message="boom"), cell))
+        stamp(dd.RunResult(status="failed", message="boom"), cell)
+    )
     summary = dd.run_experiment(cfg, tmp_path, progress=False)
     assert summary.ran == 1 and summary.counts == {"ok": 1}
 
@@ -84,13 +88,15 @@ def test_diverged_cell_is_recorded_and_the_suite_goes_on(tmp_path, infinite_loss
 
 
 def test_capped_cells_are_failures_of_the_run(tmp_path):
-    summary = dd.run_experiment(experiment(["overwrite"], models=["resnet"], max_seconds=1e-9),
-                                tmp_path, progress=False)
+    summary = dd.run_experiment(
+        experiment(["overwrite"], models=["resnet"], max_seconds=1e-9), tmp_path, progress=False
+    )
     assert summary.counts == {"capped": 1} and not summary.ok
 
 
 def test_retry_failed_trains_again_only_the_diverged_capped_and_failed_cells(
-        tmp_path, monkeypatch, infinite_loss):
+    tmp_path, monkeypatch, infinite_loss
+):
     cfg = experiment(["oscillator", "overwrite", "parity"], models=["resnet"])
     infinite_loss(dd.make_task("oscillator"))
     assert dd.run_experiment(cfg, tmp_path, progress=False).counts == {"ok": 2, "diverged": 1}
@@ -110,9 +116,11 @@ def test_retry_failed_trains_again_only_the_diverged_capped_and_failed_cells(
 
 def test_retry_failed_from_the_cli(tmp_path, capsys, infinite_loss, monkeypatch):
     exp = tmp_path / "exp.toml"
-    exp.write_text('[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n'
-                   '[defaults.model]\nwidth = 8\ndepth = 3\nhidden = 8\n'
-                   '[defaults.train]\nsteps = 10\nn_train = 64\nn_test = 32\n')
+    exp.write_text(
+        '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n'
+        "[defaults.model]\nwidth = 8\ndepth = 3\nhidden = 8\n"
+        "[defaults.train]\nsteps = 10\nn_train = 64\nn_test = 32\n"
+    )
     argv = ["run", str(exp), "--run-dir", str(tmp_path / "run")]
     infinite_loss(dd.make_task("overwrite"))
     assert main(argv) == 1
@@ -131,8 +139,12 @@ def test_a_finite_blow_up_is_diverged_not_ok(tmp_path):
 
 
 def run_cli(*args):
-    return subprocess.Popen([sys.executable, "-m", "ddl_dynamics.cli", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddl_dynamics.cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
@@ -140,15 +152,19 @@ def test_two_concurrent_runs_train_each_cell_once_in_total(tmp_path):
     config = tmp_path / "exp.toml"
     config.write_text(
         'name = "split"\nseeds = [0, 1, 2, 3]\n[defaults.model]\nwidth = 16\n'
-        'depth = 4\n[defaults.train]\nsteps = 150\nn_train = 256\nn_test = 64\n'
-        '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n')
+        "depth = 4\n[defaults.train]\nsteps = 150\nn_train = 256\nn_test = 64\n"
+        '[[tasks]]\nname = "overwrite"\n[[models]]\nname = "resnet"\n'
+    )
     runs = [run_cli("run", config, "--run-dir", tmp_path / "run") for _ in range(2)]
     outputs = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
     trained = []
     for out, _ in outputs:  # each run waits for the other's cells, so both see all four
-        line = re.search(r"split: 4 ok \((\d+) trained, (\d+) already done(, \d+ by other "
-                         r"runs)?\)", out)
+        line = re.search(
+            r"split: 4 ok \((\d+) trained, (\d+) already done(, \d+ by other "
+            r"runs)?\)",
+            out,
+        )
         assert line, out
         trained.append(int(line.group(1)))
     assert sum(trained) == 4, trained
@@ -188,12 +204,15 @@ def test_killing_the_parent_of_a_pool_run_leaves_no_process(tmp_path):
     config.write_text(
         'name = "orphans"\nseeds = [0, 1, 2, 3]\n[defaults.model]\nwidth = 16\n'
         'depth = 4\n[defaults.train]\nsteps = 100000\n[[tasks]]\nname = "overwrite"\n'
-        '[[models]]\nname = "resnet"\n')
+        '[[models]]\nname = "resnet"\n'
+    )
     run = run_cli("run", config, "--run-dir", tmp_path / "run", "--jobs", "2")
     deadline, children = time.monotonic() + 120, []
     try:
-        while not list((tmp_path / "run").glob("results.sqlite")) or len(
-                children := descendants(run.pid)) < 3:  # workers (and forkserver, tracker)
+        while (
+            not list((tmp_path / "run").glob("results.sqlite"))
+            or len(children := descendants(run.pid)) < 3
+        ):  # workers (and forkserver, tracker)
             assert run.poll() is None, run.communicate()
             assert time.monotonic() < deadline, "no worker started within 120 s"
             time.sleep(0.2)
@@ -215,11 +234,14 @@ def test_killed_run_resumes_without_losing_finished_cells(tmp_path):
     config = tmp_path / "exp.toml"
     config.write_text(
         'name = "kill"\nseeds = [0, 1]\n[defaults.model]\nwidth = 16\ndepth = 4\n'
-        '[defaults.train]\nsteps = 150\nn_train = 256\nn_test = 64\n'
-        '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n')
+        "[defaults.train]\nsteps = 150\nn_train = 256\nn_test = 64\n"
+        '[[tasks]]\nname = "parity"\n[[models]]\nname = "resnet"\n[[models]]\nname = "ddl"\n'
+    )
     run_dir = tmp_path / "run"
-    code = ("import sys, ddl_dynamics as dd; "
-            "dd.run_experiment(sys.argv[1], run_dir=sys.argv[2], progress=False)")
+    code = (
+        "import sys, ddl_dynamics as dd; "
+        "dd.run_experiment(sys.argv[1], run_dir=sys.argv[2], progress=False)"
+    )
     worker = subprocess.Popen([sys.executable, "-c", code, str(config), str(run_dir)])
     store, deadline = run_dir / "results.sqlite", time.monotonic() + 120
     try:

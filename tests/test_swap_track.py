@@ -9,8 +9,12 @@ from ddl_dynamics.tasks.swap_track import FLOOR_SAMPLE
 from ddl_dynamics import IGNORE_INDEX, REGIMES, check_task, make_model, make_task
 from ddl_dynamics._task import content_split
 
-SPECS = [{"items": 3, "swaps": 3}, {"items": 4, "swaps": 5}, {"items": 5, "swaps": 1},
-         {"items": 5, "swaps": 4, "commute": True}]
+SPECS = [
+    {"items": 3, "swaps": 3},
+    {"items": 4, "swaps": 5},
+    {"items": 5, "swaps": 1},
+    {"items": 5, "swaps": 4, "commute": True},
+]
 
 
 def arrangement_after(word: list[tuple[int, int]], items: int) -> list[int]:
@@ -54,20 +58,31 @@ def test_commuting_words_use_disjoint_pairs() -> None:
         assert len(touched) == len(set(touched)) and len(used) <= 2  # repeats, never overlaps
 
 
-@pytest.mark.parametrize("spec", [{"swaps": 2}, {"swaps": 4, "items": 4},
-                                  {"swaps": 3, "commute": True}])
+@pytest.mark.parametrize(
+    "spec", [{"swaps": 2}, {"swaps": 4, "items": 4}, {"swaps": 3, "commute": True}]
+)
 def test_val_and_test_words_never_occur_in_train(spec: dict) -> None:
     task = make_task("swap-track", **spec)
-    words = {split: {tuple(r) for r in task.sample(512, 0, split).inputs[:, : task.swaps].tolist()}
-             for split in ("train", "val", "test")}
+    words = {
+        split: {tuple(r) for r in task.sample(512, 0, split).inputs[:, : task.swaps].tolist()}
+        for split in ("train", "val", "test")
+    }
     assert words["val"] and words["test"]
     assert not words["train"] & (words["val"] | words["test"])
     words = task.sample(64, 0, "val").inputs[:, : task.swaps] - task.items  # pair indices
     assert set(content_split(words)) == {"val"}  # held out by the word alone
 
 
-@pytest.mark.parametrize("spec", [{"swaps": 1}, {"swaps": 2}, {"swaps": 4},
-                                  {"swaps": 3, "items": 4}, {"swaps": 2, "commute": True}])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"swaps": 1},
+        {"swaps": 2},
+        {"swaps": 4},
+        {"swaps": 3, "items": 4},
+        {"swaps": 2, "commute": True},
+    ],
+)
 def test_shortcut_levels_are_the_guesses_accuracies_on_test(spec: dict) -> None:
     """Each level against the guess it names, computed here on the same test examples."""
     task = make_task("swap-track", **spec)
@@ -77,13 +92,18 @@ def test_shortcut_levels_are_the_guesses_accuracies_on_test(spec: dict) -> None:
     guesses = {"start": asked}
     if L > 1:
         last = [tuple(task.pairs[t - n].tolist()) for t in data.inputs[:, L - 1].tolist()]
-        guesses["last swap"] = [[arrangement_after([p], n).index(q) for q in row]
-                                for p, row in zip(last, asked, strict=True)]
+        guesses["last swap"] = [
+            [arrangement_after([p], n).index(q) for q in row]
+            for p, row in zip(last, asked, strict=True)
+        ]
     levels = task.shortcut_levels
     assert set(levels) == {"chance", *guesses} and levels["chance"] == 1 / n
     for name, guess in guesses.items():
-        right = sum(g == a for gs, ans in zip(guess, answers, strict=True)
-                    for g, a in zip(gs, ans, strict=True))
+        right = sum(
+            g == a
+            for gs, ans in zip(guess, answers, strict=True)
+            for g, a in zip(gs, ans, strict=True)
+        )
         assert levels[name] == pytest.approx(right / (len(answers) * n), abs=1e-6), name
     assert task.floor == max(levels.values()) < 1
 
@@ -106,12 +126,15 @@ def test_floors() -> None:
     assert make_task("swap-track", commute=True, swaps=4).floor == pytest.approx(0.6, abs=0.02)
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ({"swaps": 0}, "at least 1 swap"),
-    ({"items": 2}, "items must be at least 3"),
-    ({"items": 3, "commute": True}, "4 with commute"),
-    ({"length": 7}, "length follows from the word"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"swaps": 0}, "at least 1 swap"),
+        ({"items": 2}, "items must be at least 3"),
+        ({"items": 3, "commute": True}, "4 with commute"),
+        ({"length": 7}, "length follows from the word"),
+    ],
+)
 def test_bad_specs_raise(spec: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_task("swap-track", **spec)
@@ -120,12 +143,15 @@ def test_bad_specs_raise(spec: dict, message: str) -> None:
 # --- the vector twin: one swap per depth step
 
 
-@pytest.mark.parametrize(("name", "spec"), [
-    ("swap-track", {"items": 4, "commute": True, "swaps": 6}),
-    ("swap-track", {"items": 3, "swaps": 1}),
-    ("swap-track-depth", {"items": 4, "commute": True, "depth": 6}),
-    ("swap-track-depth", {"depth": 1}),
-])
+@pytest.mark.parametrize(
+    ("name", "spec"),
+    [
+        ("swap-track", {"items": 4, "commute": True, "swaps": 6}),
+        ("swap-track", {"items": 3, "swaps": 1}),
+        ("swap-track-depth", {"items": 4, "commute": True, "depth": 6}),
+        ("swap-track-depth", {"depth": 1}),
+    ],
+)
 def test_check_task_on_variants(name: str, spec: dict) -> None:
     check_task(make_task(name, **spec))
 
@@ -136,8 +162,9 @@ def test_depth_twin_follows_the_queried_item_one_swap_per_step(split: str) -> No
     data = task.sample(64, 0, split)
     assert data.steps == (12 if split == "long" else 3)
     pairs = [tuple(p) for p in task.pairs.tolist()]
-    for x, u, y, path in zip(data.inputs, data.controls, data.targets, data.trajectory,
-                             strict=True):
+    for x, u, y, path in zip(
+        data.inputs, data.controls, data.targets, data.trajectory, strict=True
+    ):
         q = int(x.argmax())
         assert x.sum() == 1 and (u.sum(-1) == 1).all()
         word = [pairs[int(s)] for s in u.argmax(-1)]
@@ -153,7 +180,8 @@ def test_depth_twin_metric_reads_the_argmax() -> None:
     data = task.sample(1024, 0, "test")
     assert task.metric(data.targets + 0.3, data.targets) == 1.0
     assert task.metric(data.inputs, data.targets) == pytest.approx(
-        task.shortcut_levels["start"], abs=0.04)
+        task.shortcut_levels["start"], abs=0.04
+    )
 
 
 def test_a_reflection_per_step_solves_the_depth_twin() -> None:
@@ -197,18 +225,23 @@ def test_beta_max_scales_the_gate_and_defaults_to_two() -> None:
     one = make_model("ddl-transformer", seed=0, **SIZE, beta_max=1.0, beta_init=0.5)
     assert torch.equal(default(TOKENS), two(TOKENS))
     one.load_state_dict(default.state_dict())
-    torch.testing.assert_close(one.probe(TOKENS).beta[..., 0],
-                               default.probe(TOKENS).beta[..., 0] / 2, rtol=1e-6, atol=0)
+    torch.testing.assert_close(
+        one.probe(TOKENS).beta[..., 0], default.probe(TOKENS).beta[..., 0] / 2, rtol=1e-6, atol=0
+    )
     first = default.blocks[0].residuals[0]
     c = torch.randn(4, 16)
-    torch.testing.assert_close(first.generators(c, c, c)[2],
-                               2 * torch.sigmoid(first.gate(c)).squeeze(-1))
+    torch.testing.assert_close(
+        first.generators(c, c, c)[2], 2 * torch.sigmoid(first.gate(c)).squeeze(-1)
+    )
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"beta_max": 2.5}, "beta_max must lie in"),
-    ({"beta_max": 1.0}, "initial gate 1.0 must lie strictly inside"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"beta_max": 2.5}, "beta_max must lie in"),
+        ({"beta_max": 1.0}, "initial gate 1.0 must lie strictly inside"),
+    ],
+)
 def test_bad_beta_max_raises(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_model("ddl-transformer", **SIZE, **options)
@@ -227,8 +260,10 @@ def test_the_query_audit_counts_reflecting_gates_at_scored_tokens_only(tmp_path)
     folder = dd.RunFolder.open(tmp_path, "w")
     spec = {"items": 3, "swaps": 2}
     task = make_task("swap-track", **spec)
-    for model, family in (("ddl-dv1", "ddl-transformer"), ("ddl-write-dv1",
-                                                          "ddl-write-transformer")):
+    for model, family in (
+        ("ddl-dv1", "ddl-transformer"),
+        ("ddl-write-dv1", "ddl-write-transformer"),
+    ):
         for seed in (0, 1):
             data = task.sample(16, seed, "test")
             queries = (data.targets != IGNORE_INDEX).numpy().reshape(-1)
@@ -237,10 +272,18 @@ def test_the_query_audit_counts_reflecting_gates_at_scored_tokens_only(tmp_path)
                 beta[queries, 0] = 2.0
                 beta[~queries, 1] = 2.0
             r = dd.RunResult(
-                status="ok", message="", key=f"{model}-{seed}", task="swap-track",
-                model=model, seed=seed, params=100, flops=1.0, wall_time=1.0,
+                status="ok",
+                message="",
+                key=f"{model}-{seed}",
+                task="swap-track",
+                model=model,
+                seed=seed,
+                params=100,
+                flops=1.0,
+                wall_time=1.0,
                 config={"task": "swap-track", "spec": spec, "model": family, "config": {}},
-                metrics={"metric": "accuracy", "higher_is_better": True, "test": 0.5})
+                metrics={"metric": "accuracy", "higher_is_better": True, "test": 0.5},
+            )
             folder.store.put(r)
             for path in (folder.model_path(r.key), folder.probe_path(r.key)):
                 path.parent.mkdir(exist_ok=True)

@@ -209,8 +209,14 @@ def test_damped_oscillator_matches_a_numerical_solution_and_decays() -> None:
     t = torch.linspace(0, 6, 13, dtype=torch.float64)
     exact = task.solve(state0, params, t)
     for (w, z), y0, want in zip(params.tolist(), state0.numpy(), exact.numpy(), strict=True):
-        sol = solve_ivp(lambda _, y, w=w, z=z: [y[1], -(w**2) * y[0] - 2 * z * w * y[1]],
-                        (0, 6), y0, t_eval=t.numpy(), rtol=1e-11, atol=1e-11)
+        sol = solve_ivp(
+            lambda _, y, w=w, z=z: [y[1], -(w**2) * y[0] - 2 * z * w * y[1]],
+            (0, 6),
+            y0,
+            t_eval=t.numpy(),
+            rtol=1e-11,
+            atol=1e-11,
+        )
         np.testing.assert_allclose(want, sol.y.T, atol=1e-8)
     data = task.sample(N, 0, "long")
     assert (energy(data.trajectory, data.inputs[:, 2:3]).diff(dim=1) < 0).all()
@@ -306,17 +312,22 @@ def test_switched_trajectory_follows_its_controls(event: str, p: float) -> None:
     happens = overwrite | reflect
     assert not (overwrite & reflect).any()
     # p = 0 is a pure flow, p = 1 an event at every step; event kinds as asked
-    assert happens.all() if p == 1 else (not happens.any() if p == 0 else 0 < happens.float(
-        ).mean() < 1)
-    assert not (reflect.any() if event == "overwrite" else
-                overwrite.any() if event == "reflect" else False)
+    assert (
+        happens.all()
+        if p == 1
+        else (not happens.any() if p == 0 else 0 < happens.float().mean() < 1)
+    )
+    assert not (
+        reflect.any() if event == "overwrite" else overwrite.any() if event == "reflect" else False
+    )
     # the events' regimes, and a control that is zero on every flow step
     want = torch.where(overwrite, PROJECTION, torch.where(reflect, REFLECTION, -1))
     assert torch.equal(data.step_regimes, want)
     assert (data.controls[~happens] == 0).all()
     assert (data.controls[reflect][:, -1] == 0).all()
-    torch.testing.assert_close(data.controls[happens][:, 2:-1].norm(dim=-1),
-                               torch.ones(int(happens.sum())))
+    torch.testing.assert_close(
+        data.controls[happens][:, 2:-1].norm(dim=-1), torch.ones(int(happens.sum()))
+    )
 
 
 def test_switched_events_overwrite_or_reflect_the_readout_along_n() -> None:
@@ -337,8 +348,10 @@ def test_switched_events_overwrite_or_reflect_the_readout_along_n() -> None:
 def test_switched_rates_and_positions_share_one_draw_across_settings() -> None:
     """The same seed puts events at the same steps for every event kind, and a larger p
     keeps every event of a smaller one: settings differ only in what they vary."""
-    rate = {p: make_task("switched", p=p, event="reflect").sample(512, 3).controls[..., 1] == 1
-            for p in (0.05, 0.25, 0.5)}
+    rate = {
+        p: make_task("switched", p=p, event="reflect").sample(512, 3).controls[..., 1] == 1
+        for p in (0.05, 0.25, 0.5)
+    }
     assert (rate[0.05] <= rate[0.25]).all() and (rate[0.25] <= rate[0.5]).all()
     for p, events in rate.items():
         assert abs(events.float().mean().item() - p) < 0.02
@@ -356,8 +369,13 @@ def test_switched_flow_is_a_damped_rotation_of_each_plane() -> None:
 
 
 def test_switched_states_its_hypotheses_by_p() -> None:
-    claims = {p: {(str(e.model), e.relation, str(e.control))
-                  for e in make_task("switched", p=p).expectations} for p in (0.0, 0.5, 1.0)}
+    claims = {
+        p: {
+            (str(e.model), e.relation, str(e.control))
+            for e in make_task("switched", p=p).expectations
+        }
+        for p in (0.0, 0.5, 1.0)
+    }
     assert ("ddl", "worse", "resnet") in claims[0.0]
     assert ("ddl (context='control')", "worse", "resnet") in claims[0.0]
     assert claims[0.5] == set()
@@ -392,8 +410,12 @@ class AllSequencesParity(type(make_task("parity"))):
         steps = self.split_steps(split)
         bits = torch.randint(0, 2, (n, steps + 1, 1), generator=split_generator(seed, split))
         parity = (bits.cumsum(dim=1) % 2).float()
-        return TaskData(inputs=bits[:, 0].float(), targets=parity[:, 1:], steps=steps,
-                        controls=bits[:, 1:].float())
+        return TaskData(
+            inputs=bits[:, 0].float(),
+            targets=parity[:, 1:],
+            steps=steps,
+            controls=bits[:, 1:].float(),
+        )
 
 
 def test_check_task_catches_test_examples_seen_in_training() -> None:
@@ -411,11 +433,20 @@ def test_an_overlap_only_run_sizes_reveal_fails_the_cell_as_the_tasks() -> None:
     leaky = AllSequencesParity(depth=14)
     check_task(leaky)
     assert content_overlap(leaky, "test", n=4096) > 0.05
-    cell = dd.expand_cells(dd.parse_experiment({
-        "tasks": [{"name": "parity", "spec": {"depth": 14}}], "models": [{"name": "resnet"}],
-        "defaults": {"model": {"width": 4, "hidden": 4}, "train": {"steps": 2}}}))[0]
-    with pytest.raises(TaskDataError, match=r"of the val examples for seed 0 also occur among "
-                                            r"its 4096 training examples"):
+    cell = dd.expand_cells(
+        dd.parse_experiment(
+            {
+                "tasks": [{"name": "parity", "spec": {"depth": 14}}],
+                "models": [{"name": "resnet"}],
+                "defaults": {"model": {"width": 4, "hidden": 4}, "train": {"steps": 2}},
+            }
+        )
+    )[0]
+    with pytest.raises(
+        TaskDataError,
+        match=r"of the val examples for seed 0 also occur among "
+        r"its 4096 training examples",
+    ):
         dd.train(leaky, cell.build()[1], cell.train, seed=0)
 
 
@@ -486,4 +517,3 @@ def test_nested_spheres_radii(dim: int) -> None:
     # Uniform in volume: the median inner radius is 0.5 · 2^(-1/dim).
     assert r[inner].median() == pytest.approx(0.5 * 2 ** (-1 / dim), abs=0.03)
     assert task.model_defaults == {"encoder": "identity", "width": dim}
-

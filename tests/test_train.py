@@ -30,8 +30,17 @@ def cell(task="parity", model="ddl", spec=None, options=None, **train):
     data = {
         "tasks": [{"name": task, "spec": spec or {}}],
         "models": [{"name": model, **(options or {})}],
-        "defaults": {"model": TINY, "train": {"steps": 20, "n_train": 128, "n_test": 64,
-                                              "batch_size": 32, "eval_every": 10, **train}},
+        "defaults": {
+            "model": TINY,
+            "train": {
+                "steps": 20,
+                "n_train": 128,
+                "n_test": 64,
+                "batch_size": 32,
+                "eval_every": 10,
+                **train,
+            },
+        },
     }
     return dd.expand_cells(dd.parse_experiment(data))[0]
 
@@ -82,8 +91,15 @@ def test_ode_run_records_nfe_and_reconstruction():
 def test_ode_reconstruction_beyond_its_tolerance_is_flagged():
     # one explicit Euler step per depth interval, run forward then backward, is no inverse;
     # at the accuracy the model states (rtol = atol = 1e-8) the round trip fails
-    r = fit(cell(model="node", options={"method": "euler", "rtol": 1e-8, "atol": 1e-8},
-                 steps=4, eval_every=2, n_test=32))
+    r = fit(
+        cell(
+            model="node",
+            options={"method": "euler", "rtol": 1e-8, "atol": 1e-8},
+            steps=4,
+            eval_every=2,
+            n_test=32,
+        )
+    )
     m = r.metrics
     assert r.status == "ok" and m["reconstruction_tolerance"] == pytest.approx(1.2e-7)
     assert m["reconstruction_error"] > m["reconstruction_tolerance"]
@@ -126,7 +142,8 @@ def test_a_cap_on_the_test_data_fails_that_split_alone(monkeypatch):
     assert r.metrics["test"] is None and "max_num_steps" in r.metrics["capped"]["test"]
     r.seed, r.config = 0, {}
     assert seed_values([r], "test") == {0: None} and seed_values([r], "val") == {
-        0: r.metrics["val"]}
+        0: r.metrics["val"]
+    }
 
 
 def scaled_targets(task, split, factor, monkeypatch):
@@ -247,11 +264,14 @@ def one_row_short(data, n):
     return data.subset(slice(0, n - 1))
 
 
-@pytest.mark.parametrize(("change", "why"), [
-    (explode, "RuntimeError: no data for this seed"),
-    (nan_targets, "non-finite targets"),
-    (one_row_short, "has 127 inputs and 127 targets; 128 were asked for"),
-])
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (explode, "RuntimeError: no data for this seed"),
+        (nan_targets, "non-finite targets"),
+        (one_row_short, "has 127 inputs and 127 targets; 128 were asked for"),
+    ],
+)
 def test_a_task_that_fails_one_seed_fails_that_cell_alone(change, why, monkeypatch):
     cells = [dataclasses.replace(cell(task="overwrite"), seed=s) for s in (0, 1, 2)]
     broken_for(type(cells[0].build()[0]), 1, monkeypatch, change)

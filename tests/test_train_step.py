@@ -17,9 +17,18 @@ from ddl_dynamics.models.ensemble import fold
 
 def folded_pair():
     task = dd.make_task("overwrite", depth=3)
-    models = [dd.make_model("resnet", in_dim=task.in_dim, out_dim=task.out_dim,
-                            control_dim=task.control_dim, width=8, depth=3, seed=s)
-              for s in (0, 1)]
+    models = [
+        dd.make_model(
+            "resnet",
+            in_dim=task.in_dim,
+            out_dim=task.out_dim,
+            control_dim=task.control_dim,
+            width=8,
+            depth=3,
+            seed=s,
+        )
+        for s in (0, 1)
+    ]
     ensemble = fold(models)
     assert ensemble is not None and ensemble.size == 2
     return task, ensemble, fold_data([task.sample(16, s, "train") for s in (0, 1)])
@@ -72,10 +81,22 @@ def folded_transformers(size=2):
     """A folded pair of small Transformers with the depth study's attention options, and a
     var-chain batch per member."""
     task = dd.make_task("var-chain", hops=1)
-    models = [dd.make_model("ddl-transformer", in_dim=task.in_dim, out_dim=task.out_dim,
-                            width=8, depth=1, heads=2, qk_norm=True, norm_eps=1e-5,
-                            compressor_init="random", value_channels=2, seed=s)
-              for s in range(size)]
+    models = [
+        dd.make_model(
+            "ddl-transformer",
+            in_dim=task.in_dim,
+            out_dim=task.out_dim,
+            width=8,
+            depth=1,
+            heads=2,
+            qk_norm=True,
+            norm_eps=1e-5,
+            compressor_init="random",
+            value_channels=2,
+            seed=s,
+        )
+        for s in range(size)
+    ]
     return task, models, fold_data([task.sample(8, s, "train") for s in range(size)])
 
 
@@ -94,8 +115,9 @@ def test_compiled_steps_agree_with_eager_ones_from_the_same_init():
     compiled_losses_, compiled_weights = steps_of(True)
     assert step_module.compiled_losses.losses is not None  # it did compile
     assert not step_module.compiled_losses.failed
-    torch.testing.assert_close(torch.tensor(compiled_losses_), torch.tensor(eager_losses),
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor(compiled_losses_), torch.tensor(eager_losses), rtol=1e-5, atol=1e-6
+    )
     torch.testing.assert_close(compiled_weights, eager_weights, rtol=1e-4, atol=1e-5)
 
 
@@ -110,13 +132,20 @@ def test_compile_falls_back_to_eager_with_a_warning_where_no_compiler_is_found(m
 
 
 def test_an_eager_cell_keeps_its_key_and_a_compiled_one_has_its_own():
-    cell = Cell(task="overwrite", task_label="overwrite", spec={}, model="resnet",
-                label="resnet", config={}, train=dd.TrainConfig(), seed=0)
+    cell = Cell(
+        task="overwrite",
+        task_label="overwrite",
+        spec={},
+        model="resnet",
+        label="resnet",
+        config={},
+        train=dd.TrainConfig(),
+        seed=0,
+    )
     assert "compile" not in cell.to_dict()["train"]  # the key from before the field
     compiled = dataclasses.replace(cell, train=dd.TrainConfig(compile=True))
     assert compiled.to_dict()["train"]["compile"] is True and compiled.key != cell.key
-    assert Cell.from_dict(compiled.to_dict()) == compiled and Cell.from_dict(
-        cell.to_dict()) == cell
+    assert Cell.from_dict(compiled.to_dict()) == compiled and Cell.from_dict(cell.to_dict()) == cell
 
 
 @pytest.mark.parametrize("name", ["var-chain", "overwrite", "parity"])  # ce, mse, bce

@@ -52,14 +52,14 @@ class MyDelta(DepthModel):
         return DeltaProbe.of_layers(layers, dim=1)
 '''
 
-EXPERIMENT = '''
+EXPERIMENT = """
 name = "mine"
 seeds = [0, 1]
 tasks = [{ name = "overwrite" }]
 models = [{ name = "my-delta" }, { name = "ddl-write" }, { name = "resnet" }]
 defaults.model = { width = 8, depth = 3, hidden = 8 }
 defaults.train = { steps = 4, eval_every = 2, n_train = 32, n_test = 16 }
-'''
+"""
 
 
 @pytest.fixture
@@ -85,14 +85,27 @@ def test_the_built_in_families_declare_their_traits():
     traits = {name: family(name) for name in dd.list_models()}
     assert all(issubclass(cls, Model) for cls in traits.values())
     assert {n for n, c in traits.items() if c.erases} == {
-        "ddl", "ddl-decoupled", "ddl-product", "ddl-transformer"}
+        "ddl",
+        "ddl-decoupled",
+        "ddl-product",
+        "ddl-transformer",
+    }
     assert {n for n, c in traits.items() if c.probes} == {
-        "ddl", "ddl-decoupled", "ddl-product", "ddl-transformer", "ddl-write",
-        "ddl-write-product", "ddl-write-transformer"}
+        "ddl",
+        "ddl-decoupled",
+        "ddl-product",
+        "ddl-transformer",
+        "ddl-write",
+        "ddl-write-product",
+        "ddl-write-transformer",
+    }
     assert {n for n, c in traits.items() if c.solves_ode} == {"node", "anode"}
     assert {n for n, c in traits.items() if c.mixes_streams} == {"hc", "mhc"}
     assert {n for n, c in traits.items() if c.kind == "sequence"} == {
-        "transformer", "ddl-transformer", "ddl-write-transformer"}
+        "transformer",
+        "ddl-transformer",
+        "ddl-write-transformer",
+    }
 
 
 @pytest.mark.usefixtures("scratch_models")

@@ -45,8 +45,10 @@ VARIANTS = [
     ("ddl-transformer", {"generator": "v-map", "value_channels": 4, "value": "linear"}),
     ("ddl-write-transformer", {"generator": "v-map", "beta_hidden": 4}),
     ("transformer", {"qk_norm": True, "norm_eps": 1e-5}),
-    ("ddl-transformer", {"value_channels": 4, "qk_norm": True, "norm_eps": 1e-5,
-                         "compressor_init": "random"}),
+    (
+        "ddl-transformer",
+        {"value_channels": 4, "qk_norm": True, "norm_eps": 1e-5, "compressor_init": "random"},
+    ),
     ("ddl-transformer", {"value_channels": 2, "compressor": "token", "compressor_init": "random"}),
 ]
 
@@ -172,25 +174,42 @@ def test_qk_norm_normalises_each_heads_queries_and_keys_after_rope():
 
 
 def test_released_options_set_every_norm_and_draw_the_compressors():
-    m = model("ddl-transformer", value_channels=4, norm_eps=1e-5, qk_norm=True,
-              compressor_init="random", width=64, heads=4)
+    m = model(
+        "ddl-transformer",
+        value_channels=4,
+        norm_eps=1e-5,
+        qk_norm=True,
+        compressor_init="random",
+        width=64,
+        heads=4,
+    )
     norms = [mod for mod in m.modules() if isinstance(mod, torch.nn.RMSNorm)]
     assert len(norms) == DEPTH * 4 + 1 and all(n.eps == 1e-5 for n in norms)  # 2 + QK per block
-    assert all(n.eps is None for n in model("transformer").modules()
-               if isinstance(n, torch.nn.RMSNorm))
+    assert all(
+        n.eps is None for n in model("transformer").modules() if isinstance(n, torch.nn.RMSNorm)
+    )
     weights = torch.cat([b.compress.mix.weight.flatten() for b in m.blocks])
     assert abs(weights.std().item() / (0.5 / 64**0.5) - 1) < 0.15 and abs(weights.mean()) < 0.02
     mean = model("ddl-transformer", value_channels=4, width=64, heads=4)
     assert torch.equal(mean.blocks[0].compress.mix.weight, torch.full((4, 64), 0.25))
-    token = model("ddl-transformer", value_channels=4, compressor="token",
-                  compressor_init="random", width=64, heads=4)
+    token = model(
+        "ddl-transformer",
+        value_channels=4,
+        compressor="token",
+        compressor_init="random",
+        width=64,
+        heads=4,
+    )
     kernel = token.blocks[0].compress.conv.weight  # (K, 1, d·d_v)
     assert kernel[:-1].abs().sum() > 0 and abs(kernel.std().item() * 8 - 0.5) < 0.1
     torch.testing.assert_close(token.blocks[0].compress.read.weight, torch.full((4,), 0.25))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
-                         ids=lambda t: str(t).removeprefix("torch."))
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.float64, torch.bfloat16],
+    ids=lambda t: str(t).removeprefix("torch."),
+)
 @pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
 def test_every_variant_trains_in_every_dtype(variant, dtype):
     """Weights and state in ``dtype``, forward and backward on the CPU; the gates are
@@ -200,8 +219,10 @@ def test_every_variant_trains_in_every_dtype(variant, dtype):
     out = m(tokens())
     assert out.dtype == dtype and torch.isfinite(out).all()
     out.float().square().mean().backward()
-    assert all(p.grad is not None and p.grad.dtype == dtype and torch.isfinite(p.grad).all()
-               for p in m.parameters())
+    assert all(
+        p.grad is not None and p.grad.dtype == dtype and torch.isfinite(p.grad).all()
+        for p in m.parameters()
+    )
     if hasattr(m, "probe"):
         assert m.probe(tokens()).beta.dtype == torch.promote_types(dtype, torch.float32)
     wide = m.to(torch.float32)(tokens())  # the same function, to the dtype's rounding:
@@ -232,8 +253,9 @@ def test_causal_conv_is_a_grouped_conv1d_over_past_tokens(repeat):
     want = want.unflatten(-1, (5, repeat)).transpose(-1, -2)  # (B, T, R, C)
     torch.testing.assert_close(causal_conv(x, weight), want)
     kernels = torch.stack([weight, 2 * weight])
-    torch.testing.assert_close(causal_conv(torch.stack([x, x]), kernels),
-                               torch.stack([want, 2 * want]))
+    torch.testing.assert_close(
+        causal_conv(torch.stack([x, x]), kernels), torch.stack([want, 2 * want])
+    )
 
 
 @pytest.mark.parametrize("channels", [1, 4])
@@ -245,10 +267,16 @@ def test_expansion_conv_at_init_equals_repetition(channels):
     assert not torch.allclose(expand(x), x.unsqueeze(-2).expand(2, T, channels, WIDTH))
 
 
-@pytest.mark.parametrize(("name", "options"), [
-    ("transformer", {"value_channels": 4}),
-    ("ddl-transformer", {"value_channels": 4, "compressor": "token", "compressor_init": "random"}),
-])
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("transformer", {"value_channels": 4}),
+        (
+            "ddl-transformer",
+            {"value_channels": 4, "compressor": "token", "compressor_init": "random"},
+        ),
+    ],
+)
 def test_weights_saved_in_the_coordinate_major_layout_load_as_the_same_function(name, options):
     """Weights saved before the state was held channels first (0.1's run folders: a plain dict,
     no layout versions; causal kernels in conv1d's ``(C·R, 1, K)``, channel mixing
@@ -290,8 +318,11 @@ def test_expanded_additive_control_starts_as_the_baseline():
     computes with the same weights: the control differs only once training moves it; so
     does EC at d_v = 1, identity-initialised."""
     base = scrambled(model("transformer"))
-    for options in ({"value_channels": 4, "expansion": "repeat"},
-                    {"value_channels": 4, "expansion": "conv"}, {"expansion": "conv"}):
+    for options in (
+        {"value_channels": 4, "expansion": "repeat"},
+        {"value_channels": 4, "expansion": "conv"},
+        {"expansion": "conv"},
+    ):
         wide = model("transformer", **options)
         missing = wide.load_state_dict(base.state_dict(), strict=False).missing_keys
         assert missing and all(k.endswith("weight") for k in missing)
@@ -320,8 +351,9 @@ def test_parameter_counts_against_the_baseline():
     # v-Map: a d × d direction map per sublayer, its value map reads h (same size)
     for channels in (1, d_v):
         k_map = count_parameters(model("ddl-transformer", value_channels=channels))
-        v_map = count_parameters(model("ddl-transformer", value_channels=channels,
-                                       generator="v-map"))
+        v_map = count_parameters(
+            model("ddl-transformer", value_channels=channels, generator="v-map")
+        )
         assert v_map == k_map + 2 * L * d * d
     assert count_parameters(model("transformer", expansion="conv")) == base + d * K  # EC
     assert count_parameters(model("transformer", qk_norm=True)) == base + L * 2 * hd
@@ -350,8 +382,9 @@ def test_probe_records_every_sublayer(name, channels):
     if name == "ddl-transformer":  # e_post = (1 − β) e_pre, the operator's identity
         torch.testing.assert_close(ratio, (1 - probe.beta).abs(), atol=1e-4, rtol=1e-4)
     else:  # writing without erasing: e_post = e_pre + β v (kᵀk = 1)
-        torch.testing.assert_close(probe.e_post, probe.e_pre + probe.beta[..., None] * probe.v,
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            probe.e_post, probe.e_pre + probe.beta[..., None] * probe.v, atol=1e-4, rtol=1e-4
+        )
 
 
 @pytest.mark.parametrize(
@@ -424,19 +457,20 @@ def test_transformer_study_is_tuned_matched_and_declares_its_controls():
     config = study("transformer")
     assert len(config.seeds) >= 8 and config.tune_defaults == {"lr": (1e-3, 3e-3, 1e-2)}
     labels = {m.label for m in config.models}
-    assert config.comparisons and all({c.model, c.control} <= labels
-                                      for c in config.comparisons)
+    assert config.comparisons and all({c.model, c.control} <= labels for c in config.comparisons)
     counts: dict[str, dict[str, int]] = {}
     for cell in expand_cells(config, seeds=[0]):
         task = make_task(cell.task, **cell.spec)
         with torch.device("meta"):
-            built = make_model(cell.model, in_dim=task.in_dim, out_dim=task.out_dim,
-                               **cell.config)
+            built = make_model(cell.model, in_dim=task.in_dim, out_dim=task.out_dim, **cell.config)
         counts.setdefault(cell.task_label, {})[cell.label] = count_parameters(built)
         assert cell.config["qk_norm"] and cell.config["norm_eps"] == 1e-5  # the released block
-    assert set(counts) == {*(f"var-chain[hops={h},reassign={r}]" for h in (1, 2)
-                             for r in ("false", "true")),
-                           "mqar-w16", "mqar-w32[pairs=2]", "mqar-w32[pairs=4]"}
+    assert set(counts) == {
+        *(f"var-chain[hops={h},reassign={r}]" for h in (1, 2) for r in ("false", "true")),
+        "mqar-w16",
+        "mqar-w32[pairs=2]",
+        "mqar-w32[pairs=4]",
+    }
     for task, rows in counts.items():
         assert len(rows) == (8 if task.startswith("var-chain") else 6), task
         for label, n in rows.items():
@@ -453,8 +487,10 @@ def test_the_quick_transformer_study_is_the_study_at_fewer_steps():
     assert len(pairs) == len(full.seeds) * len(full.tune_defaults["lr"]) * (4 * 8 + 3 * 6)
     for a, b in pairs:
         assert dataclasses.replace(a, train=b.train) == b
-        assert dataclasses.replace(a.train, steps=b.train.steps,
-                                   eval_every=b.train.eval_every) == b.train
+        assert (
+            dataclasses.replace(a.train, steps=b.train.steps, eval_every=b.train.eval_every)
+            == b.train
+        )
         assert a.train.steps == 4 * b.train.steps
 
 
@@ -464,11 +500,13 @@ def test_rotary_turns_each_pair_by_its_tokens_angle():
     x = torch.randn(2, 3, T, 8)
     angle = torch.arange(T)[:, None] * 100.0 ** (-torch.arange(0, 8, 2) / 8)
     x1, x2 = x.chunk(2, dim=-1)
-    want = torch.cat([x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()],
-                     dim=-1)
+    want = torch.cat(
+        [x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()], dim=-1
+    )
     torch.testing.assert_close(rotary(x, 100.0), want)
-    assert rope_tables(T, 8, 100.0, x.device, x.dtype) is rope_tables(T, 8, 100.0, x.device,
-                                                                       x.dtype)
+    assert rope_tables(T, 8, 100.0, x.device, x.dtype) is rope_tables(
+        T, 8, 100.0, x.device, x.dtype
+    )
     m = model("transformer", qk_norm=True)
     with torch.inference_mode():  # a length first seen in inference mode still trains
         m(tokens(length=T + 5))
@@ -476,8 +514,9 @@ def test_rotary_turns_each_pair_by_its_tokens_angle():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name, options", [("transformer", {}),
-                                           ("ddl-transformer", {"value_channels": 4})])
+@pytest.mark.parametrize(
+    "name, options", [("transformer", {}), ("ddl-transformer", {"value_channels": 4})]
+)
 def test_cuda_folded_step_in_bf16_autocast_follows_the_cpu_in_float32(name, options):
     """The studies' folded step on CUDA under bfloat16 autocast: the same function as on the
     CPU in float32, to bf16's rounding, with finite gradients everywhere."""
@@ -501,12 +540,14 @@ def cells_of(name: str) -> dict[str, dict[str, torch.nn.Module]]:
         task = make_task(cell.task, **cell.spec)
         with torch.device("meta"):
             built.setdefault(cell.task_label, {})[cell.label] = make_model(
-                cell.model, in_dim=task.in_dim, out_dim=task.out_dim, **cell.config)
+                cell.model, in_dim=task.in_dim, out_dim=task.out_dim, **cell.config
+            )
     return built
 
 
-def assert_matched_and_compared(name: str, rows: set[str],
-                                unmatched: frozenset[str] = frozenset()) -> None:
+def assert_matched_and_compared(
+    name: str, rows: set[str], unmatched: frozenset[str] = frozenset()
+) -> None:
     """Every row but the ``unmatched`` ones (sized on purpose) within 1% of the baseline's
     parameters, and every comparison among the rows."""
     config = study(name)
@@ -527,28 +568,54 @@ def test_the_depth_study_sweeps_hops_at_four_blocks_and_width_at_the_hardest():
     assert_matched_and_compared("transformer-depth", rows)
     config = study("transformer-depth")
     assert {(c.model, c.control) for c in config.comparisons} == {
-        ("ddl-dv1", "ddl-write-dv1"), ("ddl-dv4", "additive-dv4")}
-    settings = {(c.task_label, c.config["width"], c.config["depth"], c.spec["hops"],
-                 c.spec.get("reassign", False)) for c in expand_cells(config, seeds=[0])}
+        ("ddl-dv1", "ddl-write-dv1"),
+        ("ddl-dv4", "additive-dv4"),
+    }
+    settings = {
+        (
+            c.task_label,
+            c.config["width"],
+            c.config["depth"],
+            c.spec["hops"],
+            c.spec.get("reassign", False),
+        )
+        for c in expand_cells(config, seeds=[0])
+    }
     assert {s[2] for s in settings} == {4}
     assert {s[3] for s in settings if s[1] == 32 and not s[4]} == {1, 2, 3, 4}
     for width in (16, 32, 64):  # plain recall and the hardest hops, with and without reassign
         assert {(s[3], s[4]) for s in settings if s[1] == width} >= {
-            (1, False), (4, False), (4, True)}
+            (1, False),
+            (4, False),
+            (4, True),
+        }
 
 
 def test_the_language_model_study_tunes_its_rows_and_the_controls_of_the_dv4_gain():
-    rows = {"transformer", "ddl-dv1", "ddl-dv4", "ddl-write-dv4", "transformer-ec",
-            "additive-dv4", "transformer-w40"}
+    rows = {
+        "transformer",
+        "ddl-dv1",
+        "ddl-dv4",
+        "ddl-write-dv4",
+        "transformer-ec",
+        "additive-dv4",
+        "transformer-w40",
+    }
     assert_matched_and_compared("charlm", rows, frozenset({"transformer-w40"}))
     config = study("charlm")
     cells = expand_cells(config, seeds=[0])
     assert {c.task for c in cells} == {"char-lm"} and len(config.tune_defaults["lr"]) >= 3
     assert {(c.model, c.control) for c in config.comparisons} == {
-        ("ddl-dv1", "transformer"), ("ddl-dv4", "transformer"), ("ddl-write-dv4", "transformer"),
-        ("ddl-dv4", "ddl-write-dv4"), ("ddl-dv4", "additive-dv4"),
-        ("additive-dv4", "transformer-ec"), ("transformer-ec", "transformer"),
-        ("ddl-dv4", "transformer-w40"), ("ddl-write-dv4", "transformer-w40")}
+        ("ddl-dv1", "transformer"),
+        ("ddl-dv4", "transformer"),
+        ("ddl-write-dv4", "transformer"),
+        ("ddl-dv4", "ddl-write-dv4"),
+        ("ddl-dv4", "additive-dv4"),
+        ("additive-dv4", "transformer-ec"),
+        ("transformer-ec", "transformer"),
+        ("ddl-dv4", "transformer-w40"),
+        ("ddl-write-dv4", "transformer-w40"),
+    }
     by_label = {c.label: c for c in cells}
     dv4 = by_label["ddl-dv4"]
     assert dv4.config["value_channels"] == 4 and dv4.config.get("expansion") in (None, "conv")
@@ -570,8 +637,10 @@ def test_broadcast_attention_is_causal_attention_with_its_gradients(T):
     """The short sequences' form under compile (:func:`broadcast_attention`) against torch's
     fused kernel, in float64: outputs and the gradients of q, k and v."""
     g = torch.Generator().manual_seed(T)
-    q, k, v = (torch.randn(3, 2, T, 8, generator=g, dtype=torch.float64, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(3, 2, T, 8, generator=g, dtype=torch.float64, requires_grad=True)
+        for _ in range(3)
+    )
     weight = torch.randn(3, 2, T, 8, generator=g, dtype=torch.float64)
     ours = broadcast_attention(q, k, v)
     fused = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -588,8 +657,9 @@ def test_the_forms_compiled_steps_take_compute_what_the_eager_ones_do(monkeypatc
     values and gradients, alone and folded."""
     g = torch.Generator().manual_seed(value_channels)
     x = torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64, requires_grad=True)
-    taps = torch.randn(2, 4, value_channels, 8, generator=g, dtype=torch.float64,
-                       requires_grad=True)
+    taps = torch.randn(
+        2, 4, value_channels, 8, generator=g, dtype=torch.float64, requires_grad=True
+    )
 
     def outputs():
         outs = (causal_conv(x, taps), causal_conv(x[0], taps[0]))
@@ -601,5 +671,3 @@ def test_the_forms_compiled_steps_take_compute_what_the_eager_ones_do(monkeypatc
     for ours, theirs in zip(outputs(), eager, strict=True):
         for a, b in zip(ours, theirs, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-
-

@@ -24,8 +24,16 @@ BASE = {"in_dim": VOCAB, "out_dim": VOCAB, "width": WIDTH, "depth": DEPTH, "head
 VARIANTS = [
     ("ddl-transformer", {}),
     ("ddl-transformer", {"value_channels": 4}),
-    ("ddl-transformer", {"value_channels": 2, "compressor": "token", "compressor_init": "random",
-                         "qk_norm": True, "norm_eps": 1e-5}),
+    (
+        "ddl-transformer",
+        {
+            "value_channels": 2,
+            "compressor": "token",
+            "compressor_init": "random",
+            "qk_norm": True,
+            "norm_eps": 1e-5,
+        },
+    ),
     ("ddl-transformer", {"generator": "v-map", "value_channels": 2, "beta_hidden": 4}),
     ("ddl-transformer", {"value": "constant", "beta_init": 0.5}),
     ("ddl-write-transformer", {"value_channels": 2}),
@@ -62,8 +70,11 @@ def test_product_one_is_the_block_weight_for_weight():
     assert torch.equal(plain(x), one(x))
     residual = one.blocks[0].residuals[0]
     assert {n: tuple(p.shape) for n, p in residual.named_parameters()} == {
-        "gate.0.weight": (1, WIDTH), "gate.0.bias": (1,), "value.weight": (1, WIDTH),
-        "value.bias": (1,)}
+        "gate.0.weight": (1, WIDTH),
+        "gate.0.bias": (1,),
+        "value.weight": (1, WIDTH),
+        "value.bias": (1,),
+    }
     assert one.blocks[0].sublayers[1].out.weight.shape == (WIDTH, 8 * WIDTH // 3)
     assert one.probe(x).update is None and one.probe(x).beta.shape == (3, T, 2 * DEPTH)
     block = one.blocks[0]
@@ -76,8 +87,9 @@ def test_product_one_is_the_block_weight_for_weight():
     torch.testing.assert_close(residual(X, x_in, c, h)[:, :, 0], want, atol=1e-5, rtol=1e-5)
 
 
-def dense_sublayer(residual: DeltaResidual, X: torch.Tensor, x_in: torch.Tensor,
-                   c: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+def dense_sublayer(
+    residual: DeltaResidual, X: torch.Tensor, x_in: torch.Tensor, c: torch.Tensor, h: torch.Tensor
+) -> torch.Tensor:
     """The residual update of one sublayer by hand, with explicit d × d matrices: for each
     update in turn, ``X ← (I − β_h k_h k_hᵀ) X + β_h k_h v_hᵀ`` (write-only: ``X + β_h k_h
     v_hᵀ``), its ``k̃_h``, gate and target read from the h-th slice of each map's output."""
@@ -92,14 +104,14 @@ def dense_sublayer(residual: DeltaResidual, X: torch.Tensor, x_in: torch.Tensor,
     M = X.mT  # (B, T, d, d_v)
     eye = torch.eye(d, dtype=X.dtype)
     for j in range(n):
-        k_raw = directions[..., j * d:(j + 1) * d]
+        k_raw = directions[..., j * d : (j + 1) * d]
         k = k_raw / torch.sqrt(k_raw.square().sum(-1, keepdim=True) + 1e-10)
         beta = spec.beta_max * torch.sigmoid(logits[..., j])[..., None, None]
         if residual.value is None:
             v = torch.full((*X.shape[:2], d_v), spec.value_scale / 2, dtype=X.dtype)
         else:
-            weight = residual.value.weight[j * d_v:(j + 1) * d_v]
-            v = 4 * torch.sigmoid(values @ weight.T + residual.value.bias[j * d_v:(j + 1) * d_v])
+            weight = residual.value.weight[j * d_v : (j + 1) * d_v]
+            v = 4 * torch.sigmoid(values @ weight.T + residual.value.bias[j * d_v : (j + 1) * d_v])
         outer = k[..., :, None] * k[..., None, :]  # k kᵀ, (B, T, d, d)
         erase = eye - beta * outer if residual.update is delta_update else eye + 0 * outer
         M = erase @ M + beta * k[..., :, None] * v[..., None, :]
@@ -150,14 +162,16 @@ def test_folded_product_blocks_compute_each_members_own(name, options):
     folded.square().mean(dim=(1, 2)).sum().backward()
     for i, (member, x) in enumerate(zip(members, xs, strict=True)):
         own = member(x)
-        torch.testing.assert_close(folded[3 * i:3 * (i + 1)], own, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(folded[3 * i : 3 * (i + 1)], own, rtol=1e-5, atol=1e-5)
         own.square().mean(dim=(1, 2)).sum().backward()
         # float32 rounding at the scale of the whole gradient (sums over many tokens cancel)
         scale = torch.cat([p.grad.flatten() for p in member.parameters()]).norm().item()
-        for (pname, mine), stack in zip(member.named_parameters(), ensemble.module.parameters(),
-                                        strict=True):
-            torch.testing.assert_close(stack.grad[i], mine.grad, rtol=1e-4, atol=1e-5 * scale,
-                                       msg=pname)
+        for (pname, mine), stack in zip(
+            member.named_parameters(), ensemble.module.parameters(), strict=True
+        ):
+            torch.testing.assert_close(
+                stack.grad[i], mine.grad, rtol=1e-4, atol=1e-5 * scale, msg=pname
+            )
 
 
 @pytest.mark.parametrize("value_channels", [1, 4])
@@ -195,10 +209,23 @@ def test_compiled_product_steps_agree_with_eager_ones_from_the_same_init():
     task = make_task("swap-track", swaps=4)
 
     def steps(compile: bool) -> tuple[list[float], torch.Tensor]:
-        members = [make_model("ddl-transformer", in_dim=task.in_dim, out_dim=task.out_dim,
-                              width=8, depth=1, heads=2, qk_norm=True, norm_eps=1e-5,
-                              compressor_init="random", value_channels=2, product=2, seed=s)
-                   for s in range(2)]
+        members = [
+            make_model(
+                "ddl-transformer",
+                in_dim=task.in_dim,
+                out_dim=task.out_dim,
+                width=8,
+                depth=1,
+                heads=2,
+                qk_norm=True,
+                norm_eps=1e-5,
+                compressor_init="random",
+                value_channels=2,
+                product=2,
+                seed=s,
+            )
+            for s in range(2)
+        ]
         ensemble = fold(members)
         batch = fold_data([task.sample(8, s, "train") for s in range(2)])
         optimizer, cfg = make_optimizer(ensemble.module), TrainConfig(steps=10, compile=compile)
@@ -208,8 +235,9 @@ def test_compiled_product_steps_agree_with_eager_ones_from_the_same_init():
 
     eager, compiled = steps(False), steps(True)
     assert step_module.compiled_losses.losses is not None and not step_module.compiled_losses.failed
-    torch.testing.assert_close(torch.tensor(compiled[0]), torch.tensor(eager[0]), rtol=1e-5,
-                               atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor(compiled[0]), torch.tensor(eager[0]), rtol=1e-5, atol=1e-6
+    )
     torch.testing.assert_close(compiled[1], eager[1], rtol=1e-4, atol=1e-5)
 
 
@@ -236,8 +264,9 @@ def test_the_probe_has_one_row_per_update(name, value_channels):
         ratio = probe.e_post.norm(dim=-1) / probe.e_pre.norm(dim=-1)
         torch.testing.assert_close(ratio, (1 - probe.beta).abs(), atol=1e-4, rtol=1e-4)
     else:
-        torch.testing.assert_close(probe.e_post, probe.e_pre + probe.beta[..., None] * probe.v,
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            probe.e_post, probe.e_pre + probe.beta[..., None] * probe.v, atol=1e-4, rtol=1e-4
+        )
 
 
 def test_the_product_trains_with_gates_starting_at_beta_init():
@@ -260,8 +289,16 @@ def test_parameters_match_the_baseline_within_one_percent(value_channels):
     """At swap-track's size (width 32, 4 blocks, 2 heads, the released block's options) the
     MLP size found for n_h = 2 brings the parameter count within 1% of the baseline's."""
     task = make_task("swap-track", swaps=5)
-    size = {"in_dim": task.in_dim, "out_dim": task.out_dim, "width": 32, "depth": 4, "heads": 2,
-            "qk_norm": True, "norm_eps": 1e-5, "compressor_init": "random"}
+    size = {
+        "in_dim": task.in_dim,
+        "out_dim": task.out_dim,
+        "width": 32,
+        "depth": 4,
+        "heads": 2,
+        "qk_norm": True,
+        "norm_eps": 1e-5,
+        "compressor_init": "random",
+    }
     target = count_parameters(make_model("transformer", **size))
     options = {**size, "value_channels": value_channels}
     single = match_hidden("ddl-transformer", target, **options)
@@ -305,8 +342,16 @@ def test_a_bad_product_fails_with_one_clear_message(product):
 
 @pytest.mark.parametrize("name", ["ddl-transformer", "ddl-write-transformer"])
 def test_a_cell_of_product_one_keeps_the_key_it_had_before_the_option(name):
-    before = Cell(task="swap-track", task_label="swap-track", spec={}, model=name, label=name,
-                  config={"width": WIDTH, "beta_init": 1.0}, train=dd.TrainConfig(), seed=0)
+    before = Cell(
+        task="swap-track",
+        task_label="swap-track",
+        spec={},
+        model=name,
+        label=name,
+        config={"width": WIDTH, "beta_init": 1.0},
+        train=dd.TrainConfig(),
+        seed=0,
+    )
     one = dataclasses.replace(before, config={**before.config, "product": 1})
     two = dataclasses.replace(before, config={**before.config, "product": 2})
     assert one.key == before.key and "product" not in one.to_dict()["config"]

@@ -13,11 +13,15 @@ from ddl_dynamics.experiment.options import RunOptions, apply, effective_config,
 from ddl_dynamics.experiment.result import RunResult
 
 BASE = {
-    "name": "t", "seeds": [0, 1],
-    "tasks": [{"name": "overwrite"}], "models": [{"name": "resnet"}],
-    "defaults": {"model": {"width": 8, "depth": 3, "hidden": 8},
-                 "train": {"steps": 20, "n_train": 64, "n_test": 32},
-                 "tune": {"lr": [1e-4, 3e-4]}},
+    "name": "t",
+    "seeds": [0, 1],
+    "tasks": [{"name": "overwrite"}],
+    "models": [{"name": "resnet"}],
+    "defaults": {
+        "model": {"width": 8, "depth": 3, "hidden": 8},
+        "train": {"steps": 20, "n_train": 64, "n_test": 32},
+        "tune": {"lr": [1e-4, 3e-4]},
+    },
 }
 
 
@@ -31,8 +35,10 @@ def experiment(extend=None, **tune):
 
 def results(cells, val):
     """Stored rows of ``cells`` whose val metric is ``val(lr)`` (overwrite: mse, lower)."""
-    return {c.key: RunResult("ok", key=c.key, metrics={"val": val(c.train.lr)},
-                             config=c.to_dict()) for c in cells}
+    return {
+        c.key: RunResult("ok", key=c.key, metrics={"val": val(c.train.lr)}, config=c.to_dict())
+        for c in cells
+    }
 
 
 def test_edge_marks_either_end_of_any_numeric_grid_of_two_or_more():
@@ -82,8 +88,10 @@ def test_a_plateau_at_the_end_is_inside_the_grid():
     assert [c.train.lr for c in extensions(cells, end, 2)] == [0.000333, 0.000333]
 
 
-@pytest.mark.parametrize(("extend", "rates"), [
-    (None, [1e-4, 3e-4, 9e-4, 2.7e-3]), (1, [1e-4, 3e-4, 9e-4]), (0, [1e-4, 3e-4])])
+@pytest.mark.parametrize(
+    ("extend", "rates"),
+    [(None, [1e-4, 3e-4, 9e-4, 2.7e-3]), (1, [1e-4, 3e-4, 9e-4]), (0, [1e-4, 3e-4])],
+)
 def test_a_run_trains_the_extension_and_a_rerun_does_not_redo_it(extend, rates, tmp_path):
     """At 20 steps the larger rate is better at every rate tried: the two-value grid grows
     to the bound (2 by default), each step's seeds trained together."""
@@ -110,10 +118,17 @@ def test_extend_is_the_experiments_and_a_count():
 
 
 def test_set_reaches_any_key_and_is_checked_like_the_file():
-    data = {**copy.deepcopy(BASE), "tasks": [{"name": "parity"}, {"name": "sign-flip",
-                                                                  "label": "flip"}]}
-    sets = ("train.steps=300", "tasks.parity.spec.length=8", "tasks.flip.spec.variant=1d",
-            "tune.lr=[1e-3, 1e-2]", "models.0.width=4")
+    data = {
+        **copy.deepcopy(BASE),
+        "tasks": [{"name": "parity"}, {"name": "sign-flip", "label": "flip"}],
+    }
+    sets = (
+        "train.steps=300",
+        "tasks.parity.spec.length=8",
+        "tasks.flip.spec.variant=1d",
+        "tune.lr=[1e-3, 1e-2]",
+        "models.0.width=4",
+    )
     applied = apply(data, RunOptions(sets, seeds=3), "exp.toml")
     assert applied["defaults"]["train"]["steps"] == 300 and applied["seeds"] == [0, 1, 2]
     assert applied["tasks"][0]["spec"] == {"length": 8}
@@ -133,11 +148,17 @@ def test_the_record_reads_as_the_file_and_gives_back_the_config_as_run():
     options = RunOptions(("train.steps=300",), 3, {"task": ["parity"]})
     record = recorded(text, options)
     assert record.startswith(text) and recorded(text, RunOptions()) == text
-    assert effective_config(record) == {"name": "t", "seeds": [4, 5, 6],
-                                        "defaults": {"train": {"steps": 300}},
-                                        "only": {"task": ["parity"]}}
-    assert effective_config(text) == {"name": "t", "seeds": [4, 5],
-                                      "defaults": {"train": {"steps": 20}}}
+    assert effective_config(record) == {
+        "name": "t",
+        "seeds": [4, 5, 6],
+        "defaults": {"train": {"steps": 300}},
+        "only": {"task": ["parity"]},
+    }
+    assert effective_config(text) == {
+        "name": "t",
+        "seeds": [4, 5],
+        "defaults": {"train": {"steps": 20}},
+    }
 
 
 TOML = """name = "cli"
@@ -165,18 +186,31 @@ def test_dry_run_lists_groups_and_trains_nothing(tmp_path, capsys):
     path = tmp_path / "exp.toml"
     path.write_text(TOML)
     run_dir = tmp_path / "run"
-    argv = ["run", str(path), "--run-dir", str(run_dir), "--set", "train.steps=7",
-            "--seeds", "2", "--only", "task=parity"]
+    argv = [
+        "run",
+        str(path),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "train.steps=7",
+        "--seeds",
+        "2",
+        "--only",
+        "task=parity",
+    ]
     assert main([*argv, "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "cli: 6 cells to train in 1 group"
-    assert out[1] == ("  parity × resnet: 7 steps; lr=0.001/0.003/0.01; 2 seeds; 6 cells in 1 "
-                      "group of 6")
+    assert out[1] == (
+        "  parity × resnet: 7 steps; lr=0.001/0.003/0.01; 2 seeds; 6 cells in 1 group of 6"
+    )
     assert "up to 4 more cells" in out[2] and not run_dir.exists()
     assert main([*argv, "--set", "tune.extend=0"]) == 0
     store = dd.RunFolder.open(run_dir).store
     assert {(r.task, r.seed, r.metrics["steps"]) for r in store.rows()} == {
-        ("parity", 0, 7), ("parity", 1, 7)}
+        ("parity", 0, 7),
+        ("parity", 1, 7),
+    }
     ran = effective_config(store.experiment()["config"])
     assert ran["defaults"]["train"]["steps"] == 7 and ran["seeds"] == [0, 1]
     assert ran["only"] == {"task": ["parity"]} and ran["defaults"]["tune"]["extend"] == 0

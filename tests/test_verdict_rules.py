@@ -27,18 +27,49 @@ BASE8 = [0.50, 0.55, 0.52, 0.48, 0.51, 0.53, 0.49, 0.56]
 BETTER8 = [v + 0.3 + 0.01 * (-1) ** s for s, v in enumerate(BASE8)]
 
 
-def cell(model, seed, test, status="ok", task="parity", higher=True, params=100, long=None,
-         val=None, train=None, tune=None, spec=None, **metrics):
+def cell(
+    model,
+    seed,
+    test,
+    status="ok",
+    task="parity",
+    higher=True,
+    params=100,
+    long=None,
+    val=None,
+    train=None,
+    tune=None,
+    spec=None,
+    **metrics,
+):
     """One finished (or failed: empty metrics) cell of ``model`` on ``task``."""
     config = {"task": task.split("[")[0], "spec": spec or {}, "train": train or {}}
     if tune:
         config["tune"] = tune
-    found = {} if status == "failed" else {
-        "metric": "accuracy" if higher else "mse", "higher_is_better": higher, "test": test,
-        "val": test if val is None else val, "train": test, "ood": {"long": long}, **metrics}
+    found = (
+        {}
+        if status == "failed"
+        else {
+            "metric": "accuracy" if higher else "mse",
+            "higher_is_better": higher,
+            "test": test,
+            "val": test if val is None else val,
+            "train": test,
+            "ood": {"long": long},
+            **metrics,
+        }
+    )
     suffix = "".join(f"-{k}{v}" for k, v in sorted((train or {}).items()))
-    return dd.RunResult(status=status, key=f"{task}-{model}-{seed}{suffix}", task=task,
-                        model=model, seed=seed, params=params, config=config, metrics=found)
+    return dd.RunResult(
+        status=status,
+        key=f"{task}-{model}-{seed}{suffix}",
+        task=task,
+        model=model,
+        seed=seed,
+        params=params,
+        config=config,
+        metrics=found,
+    )
 
 
 def row(model, values, **kwargs):
@@ -59,9 +90,19 @@ def found(rep):
 def tuned_row(model, val_by_lr, failed_by_lr, **kwargs):
     """A row tuned over lr, every seed at one val per lr, the named seeds failed there."""
     grid = {"lr": sorted(val_by_lr)}
-    return [cell(model, s, val, status="failed" if s in failed_by_lr[lr] else "ok",
-                 train={"lr": lr}, tune=grid, **kwargs)
-            for lr, val in val_by_lr.items() for s in range(8)]
+    return [
+        cell(
+            model,
+            s,
+            val,
+            status="failed" if s in failed_by_lr[lr] else "ok",
+            train={"lr": lr},
+            tune=grid,
+            **kwargs,
+        )
+        for lr, val in val_by_lr.items()
+        for s in range(8)
+    ]
 
 
 @pytest.mark.parametrize("failed", [{1e-3: {0}, 1e-2: {3}}, {1e-3: {0}, 1e-2: {0}}])
@@ -87,16 +128,21 @@ def test_a_cap_on_test_data_fails_that_split_alone_and_never_steers_the_choice()
     assert seed_values(chosen.selected, "test")[2] == 0.95  # the trained split finished
 
 
-@pytest.mark.parametrize(("val_by_lr", "text"), [
-    ({1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.9}, "lr=0.01 (grid edge)"),
-    ({1e-3: 0.9, 3e-3: 0.7, 1e-2: 0.6}, "lr=0.001 (grid edge)"),
-    ({1e-3: 0.6, 3e-3: 0.9, 1e-2: 0.7}, "lr=0.003"),
-    ({1e-3: 0.6, 1e-2: 0.9}, "lr=0.01 (grid edge)"),  # two values: every choice is an end
-    # grown past its declared end (the extension cells keep the declared grid)
-    ({1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.8, 0.0333: 0.85, 0.111: 0.9},
-     "lr=0.111 (grid edge after 2 extensions)"),
-    ({1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.8, 0.0333: 0.9, 0.111: 0.7}, "lr=0.0333"),
-])
+@pytest.mark.parametrize(
+    ("val_by_lr", "text"),
+    [
+        ({1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.9}, "lr=0.01 (grid edge)"),
+        ({1e-3: 0.9, 3e-3: 0.7, 1e-2: 0.6}, "lr=0.001 (grid edge)"),
+        ({1e-3: 0.6, 3e-3: 0.9, 1e-2: 0.7}, "lr=0.003"),
+        ({1e-3: 0.6, 1e-2: 0.9}, "lr=0.01 (grid edge)"),  # two values: every choice is an end
+        # grown past its declared end (the extension cells keep the declared grid)
+        (
+            {1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.8, 0.0333: 0.85, 0.111: 0.9},
+            "lr=0.111 (grid edge after 2 extensions)",
+        ),
+        ({1e-3: 0.6, 3e-3: 0.7, 1e-2: 0.8, 0.0333: 0.9, 0.111: 0.7}, "lr=0.0333"),
+    ],
+)
 def test_a_choice_at_an_end_of_the_grid_says_so(val_by_lr, text):
     """charlm's first grid stopped at every row's choice, 1e-2; a wider one moved two rows
     and changed a label: a row's best may lie beyond the grid, and the report marks it."""
@@ -119,10 +165,9 @@ def test_ties_are_decided_by_the_exact_test():
     ones = dict.fromkeys(range(8), 1.0)
     near = Paired.of({**ones, 0: 0.999}, ones, True, margin=0.01)
     assert near.test == PAIRED_T and near.p == pytest.approx(2 * stats.t.sf(1, 7))
-    gap = Paired.of(dict.fromkeys(range(8), 0.9), dict.fromkeys(range(8), 0.6), True,
-                    margin=0.01)
-    assert gap.test == SIGN_FLIP and gap.p == gap.floor == 2 / 2 ** 8
-    assert gap.tost == 1.0 and gap.tost_floor == 2 ** -8
+    gap = Paired.of(dict.fromkeys(range(8), 0.9), dict.fromkeys(range(8), 0.6), True, margin=0.01)
+    assert gap.test == SIGN_FLIP and gap.p == gap.floor == 2 / 2**8
+    assert gap.tost == 1.0 and gap.tost_floor == 2**-8
 
 
 def test_three_seeds_at_one_against_0_999_do_not_win():
@@ -134,14 +179,18 @@ def test_three_seeds_at_one_against_0_999_do_not_win():
     assert "cannot fall below 0.25" in c.note
 
 
-@pytest.mark.parametrize(("model", "control", "tie", "moved"), [
-    (0.9, 0.9, "inconclusive", "equivalent"),  # the exact TOST's floor 2⁻⁸ > 0.05/29
-    (0.9, 0.6, "inconclusive", "win"),         # the exact test's floor 2/2⁸ > 0.05/29
-    (0.6, 0.9, "inconclusive", "loss"),
-    (1.0, 1.0, "both solved", "equivalent"),   # a ceiling left by one seed is none
-])
-def test_a_tie_in_a_large_family_is_out_of_it_until_its_differences_vary(model, control,
-                                                                          tie, moved):
+@pytest.mark.parametrize(
+    ("model", "control", "tie", "moved"),
+    [
+        (0.9, 0.9, "inconclusive", "equivalent"),  # the exact TOST's floor 2⁻⁸ > 0.05/29
+        (0.9, 0.6, "inconclusive", "win"),  # the exact test's floor 2/2⁸ > 0.05/29
+        (0.6, 0.9, "inconclusive", "loss"),
+        (1.0, 1.0, "both solved", "equivalent"),  # a ceiling left by one seed is none
+    ],
+)
+def test_a_tie_in_a_large_family_is_out_of_it_until_its_differences_vary(
+    model, control, tie, moved
+):
     """In a report of 30 tests at 8 seeds: a tie's exact test cannot reach its Holm level
     (Tarone), so it stays out of the family; one seed moved by 1e-3 gives the t-test real
     spread, and the label its direction."""
@@ -199,31 +248,49 @@ def test_three_finished_pairs_are_needed_and_the_label_counts_them():
 
 def test_one_sided_or_unequal_tuning_gets_no_test():
     fixed = row("resnet", BASE8, train={"lr": 3e-3})
-    tuned = [cell("ddl", s, v, train={"lr": lr}, tune={"lr": [1e-3, 1e-2]}, val=0.9 - lr)
-             for lr in (1e-3, 1e-2) for s, v in enumerate(BETTER8)]
+    tuned = [
+        cell("ddl", s, v, train={"lr": lr}, tune={"lr": [1e-3, 1e-2]}, val=0.9 - lr)
+        for lr in (1e-3, 1e-2)
+        for s, v in enumerate(BETTER8)
+    ]
     [c] = report(fixed + tuned).comparisons
     assert c.label == "unequal tuning" and c.paired is None
     assert "ddl searched lr=0.001/0.01; resnet none" in c.note
     six = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
-    wide = [cell("resnet", s, v, train={"lr": lr}, tune={"lr": six}) for lr in six
-            for s, v in enumerate(BASE8)]
+    wide = [
+        cell("resnet", s, v, train={"lr": lr}, tune={"lr": six})
+        for lr in six
+        for s, v in enumerate(BASE8)
+    ]
     [c] = report(wide + tuned).comparisons
     assert c.label == "unequal tuning"
-    same = [cell("resnet", s, v, train={"lr": lr}, tune={"lr": [1e-3, 1e-2]})
-            for lr in (1e-3, 1e-2) for s, v in enumerate(BASE8)]
+    same = [
+        cell("resnet", s, v, train={"lr": lr}, tune={"lr": [1e-3, 1e-2]})
+        for lr in (1e-3, 1e-2)
+        for s, v in enumerate(BASE8)
+    ]
     assert report(same + tuned).comparisons[0].label == "win"
 
 
-@pytest.mark.parametrize(("change", "flagged"), [
-    ({"ode_max_steps": 50}, True),    # the solver's budget, between two ODE rows
-    ({"bf16": True}, False),          # ignored on the CPU
-    ({"eval_every": 10}, False),      # only watches training
-    ({"max_seconds": 60.0}, False),   # a safety net, not a budget
-    ({"compile": True}, False),       # how the steps run, compiled or eager
-])
+@pytest.mark.parametrize(
+    ("change", "flagged"),
+    [
+        ({"ode_max_steps": 50}, True),  # the solver's budget, between two ODE rows
+        ({"bf16": True}, False),  # ignored on the CPU
+        ({"eval_every": 10}, False),  # only watches training
+        ({"max_seconds": 60.0}, False),  # a safety net, not a budget
+        ({"compile": True}, False),  # how the steps run, compiled or eager
+    ],
+)
 def test_budget_fields_that_set_work_are_compared_and_the_rest_are_not(change, flagged):
-    train = {"steps": 100, "ode_max_steps": 100, "bf16": False, "eval_every": 50,
-             "max_seconds": None, "device": "cpu"}
+    train = {
+        "steps": 100,
+        "ode_max_steps": 100,
+        "bf16": False,
+        "eval_every": 50,
+        "max_seconds": None,
+        "device": "cpu",
+    }
     rows = row("node", BASE8, train=train, nfe_test=20.0)
     rows += row("node-aug", BETTER8, train={**train, **change}, nfe_test=20.0)
     rows[8].config["baseline"] = "node"
@@ -233,8 +300,9 @@ def test_budget_fields_that_set_work_are_compared_and_the_rest_are_not(change, f
 
 def test_the_size_gate_is_the_same_whichever_row_is_the_control():
     rows = row("a", BASE8, params=111) + row("b", BETTER8, params=100)
-    config = ('[[comparisons]]\nmodel = "a"\ncontrol = "b"\n'
-              '[[comparisons]]\nmodel = "b"\ncontrol = "a"\n')
+    config = (
+        '[[comparisons]]\nmodel = "a"\ncontrol = "b"\n[[comparisons]]\nmodel = "b"\ncontrol = "a"\n'
+    )
     labels = {c.label for c in report(rows, config).comparisons}
     assert labels == {"unmatched size"}
 
@@ -249,8 +317,10 @@ def oscillator_rows(shift):
     base = [0.52 + 0.01 * (s % 4) for s in range(8)]
     kwargs = {"task": "oscillator", "higher": False}
     rows = [cell("resnet", s, 0.001, long=b, **kwargs) for s, b in enumerate(base)]
-    rows += [cell("ddl", s, 0.001, long=b + shift + n, **kwargs)
-             for s, (b, n) in enumerate(zip(base, noise, strict=True))]
+    rows += [
+        cell("ddl", s, 0.001, long=b + shift + n, **kwargs)
+        for s, (b, n) in enumerate(zip(base, noise, strict=True))
+    ]
     return rows
 
 
@@ -270,8 +340,7 @@ def test_the_margin_is_the_same_whichever_row_is_the_control():
     kwargs = {"task": "oscillator", "higher": False}
     base = [0.5 + 0.0001 * s for s in range(8)]
     rows = [cell("resnet", s, b, **kwargs) for s, b in enumerate(base)]
-    rows += [cell("ddl", s, b + 0.053 + 0.0002 * (-1) ** s, **kwargs)
-             for s, b in enumerate(base)]
+    rows += [cell("ddl", s, b + 0.053 + 0.0002 * (-1) ** s, **kwargs) for s, b in enumerate(base)]
     config = '[[comparisons]]\nmodel = "resnet"\ncontrol = "ddl"\n'
     rep = found(report(rows, config))
     forth, back = rep["ddl", "resnet", "test"], rep["resnet", "ddl", "test"]
@@ -283,8 +352,10 @@ def parity_ood(requires):
     rows = [cell("resnet", s, 0.97, long=0.6) for s in range(8)]
     rows += [cell("ddl", s, 0.97, long=0.9 + 0.01 * (s % 2)) for s in range(8)]
     run = run_of(rows)
-    return run, [Request("parity", "ddl", "resnet", kind, "long", r)
-                 for kind, r in zip(("declared", "expectation"), requires, strict=True)]
+    return run, [
+        Request("parity", "ddl", "resnet", kind, "long", r)
+        for kind, r in zip(("declared", "expectation"), requires, strict=True)
+    ]
 
 
 @pytest.mark.parametrize("requires", [(0.5, 0.99), (0.99, 0.5)])
@@ -313,8 +384,10 @@ def test_requires_by_metric_reads_each_tasks_own_threshold():
     for r in rows:
         r.metrics["test"] = 0.5
     rows += [cell(m, s, 0.97, long=0.6) for m in ("resnet", "ddl") for s in range(8)]
-    config = ('[[comparisons]]\nmodel = "ddl"\ncontrol = "resnet"\nsplit = "long"\n'
-              'requires = { accuracy = 0.99, mse = 0.01 }\n')
+    config = (
+        '[[comparisons]]\nmodel = "ddl"\ncontrol = "resnet"\nsplit = "long"\n'
+        "requires = { accuracy = 0.99, mse = 0.01 }\n"
+    )
     notes = {c.task: c.note for c in report(rows, config).comparisons if c.asked_split == "long"}
     assert "ddl reached test mse ≤ 0.01 on 0 of 8 seeds" in notes["oscillator"]
     assert "ddl reached test accuracy ≥ 0.99 on 0 of 8 seeds" in notes["parity"]
@@ -342,8 +415,9 @@ def test_holm_refuses_nan():
 
 
 def test_a_mirrored_pair_is_one_test():
-    rows = row("resnet", BASE8) + row("ddl", [v + 0.02 + 0.01 * (s % 3) for s, v in
-                                               enumerate(BASE8)])
+    rows = row("resnet", BASE8) + row(
+        "ddl", [v + 0.02 + 0.01 * (s % 3) for s, v in enumerate(BASE8)]
+    )
     config = '[[comparisons]]\nmodel = "resnet"\ncontrol = "ddl"\n'
     rep = report(rows, config)
     forth, back = found(rep)["ddl", "resnet", "test"], found(rep)["resnet", "ddl", "test"]
@@ -364,8 +438,7 @@ def test_a_test_that_cannot_reach_the_level_does_not_enlarge_the_family():
 
 def test_the_report_shows_the_tost_with_its_90_percent_interval_and_raw_p():
     noise = [0.005 * (-1) ** s * (1 + s % 3) for s in range(8)]
-    rows = row("resnet", BASE8) + row("same", [v + n for v, n in zip(BASE8, noise,
-                                                                     strict=True)])
+    rows = row("resnet", BASE8) + row("same", [v + n for v, n in zip(BASE8, noise, strict=True)])
     rep = report(rows)
     [c] = rep.comparisons
     head, [cells] = comparison_cells(rep)
@@ -412,8 +485,9 @@ def test_the_detectable_difference_follows_the_deciding_test_and_its_n():
     assert c.paired.test == SIGN_FLIP and c.detectable is None
     # three pairs and a failure: the signed ranks can never reach the level (2 / 2⁴), so
     # the test stays out of the family, states nothing detectable, and the text says why
-    rep = report([*row("resnet", BASE8[:4]), *row("gated", noisy[:3]),
-                  cell("gated", 3, None, "failed")])
+    rep = report(
+        [*row("resnet", BASE8[:4]), *row("gated", noisy[:3]), cell("gated", 3, None, "failed")]
+    )
     [c] = rep.comparisons
     assert c.paired.floor == pytest.approx(0.125) and c.detectable is None
     assert rep.tests == 0 and "p cannot fall below 0.125" in render(rep)
@@ -437,9 +511,14 @@ def test_eight_seeds_can_carry_wins_and_equivalences_after_holm_over_forty_tests
 
 def test_the_same_grid_in_another_order_is_equal_tuning():
     """Before: [1e-2, 1e-3] against [1e-3, 1e-2] read "unequal tuning"."""
+
     def tuned(model, values, grid):
-        return [cell(model, s, v, train={"lr": lr}, tune={"lr": grid}, val=0.9 - lr)
-                for lr in (1e-3, 1e-2) for s, v in enumerate(values)]
+        return [
+            cell(model, s, v, train={"lr": lr}, tune={"lr": grid}, val=0.9 - lr)
+            for lr in (1e-3, 1e-2)
+            for s, v in enumerate(values)
+        ]
+
     rows = tuned("resnet", BASE8, [1e-2, 1e-3]) + tuned("ddl", BETTER8, [1e-3, 1e-2])
     [c] = report(rows).comparisons
     assert c.label == "win"
@@ -469,8 +548,7 @@ def test_an_equivalence_carries_its_90_percent_interval_a_significance_flag_and_
     assert c.label == "equivalent" and c.also_different and c.significant() is False
     low, high = c.paired.interval
     assert 0 < low < c.paired.mean < high < c.paired.margin == 1e-4
-    assert c.margin_ratio == pytest.approx(1e-4 / np.mean([v.metrics["test"] for v in
-                                                           rows[8:]]))
+    assert c.margin_ratio == pytest.approx(1e-4 / np.mean([v.metrics["test"] for v in rows[8:]]))
     # a margin that is the relative one records no ratio
     rows = oscillator_rows(0.0005)
     config = '[[comparisons]]\nmodel = "ddl"\ncontrol = "resnet"\nsplit = "long"\nrequires = 0.01\n'
@@ -480,7 +558,9 @@ def test_an_equivalence_carries_its_90_percent_interval_a_significance_flag_and_
 def test_mirrored_requests_share_the_strictest_requires():
     """Before: a vs b at requires 0.5 and b vs a at 0.99 were judged on two splits."""
     run, _ = parity_ood((0.5, 0.5))
-    requests = [Request("parity", "ddl", "resnet", "declared", "long", 0.5),
-                Request("parity", "resnet", "ddl", "declared", "long", 0.99)]
+    requests = [
+        Request("parity", "ddl", "resnet", "declared", "long", 0.5),
+        Request("parity", "resnet", "ddl", "declared", "long", 0.99),
+    ]
     judged = judge(run, requests)
     assert {c.split for c in judged.values()} == {"test"}

@@ -33,22 +33,30 @@ def blocks(page: str) -> list[str]:
 
 
 @pytest.mark.usefixtures("scratch_registries")
-@pytest.mark.parametrize(("page", "code", "toml", "row"), [
-    ("adding-a-task.md", "# my_task.py", "# swap.toml", "ddl"),
-    ("adding-a-model.md", "\"\"\"my-decoupled", 'name = "my-study"', "my-decoupled"),
-])
-def test_a_worked_example_draws_a_test_over_every_seed(tmp_path, monkeypatch, page, code, toml,
-                                                       row):
+@pytest.mark.parametrize(
+    ("page", "code", "toml", "row"),
+    [
+        ("adding-a-task.md", "# my_task.py", "# swap.toml", "ddl"),
+        ("adding-a-model.md", '"""my-decoupled', 'name = "my-study"', "my-decoupled"),
+    ],
+)
+def test_a_worked_example_draws_a_test_over_every_seed(
+    tmp_path, monkeypatch, page, code, toml, row
+):
     (code_block,) = [b for b in blocks(page) if b.startswith(code)]
     (experiment,) = [b for b in blocks(page) if b.startswith(toml)]
     seeds = len(re.search(r"^seeds = \[(.*?)\]", experiment, re.M).group(1).split(","))
     assert seeds >= 6
     (tmp_path / "example.py").write_text(code_block)
-    (tmp_path / "example.toml").write_text(re.sub(r"^steps = \d+", "steps = 20", experiment,
-                                                  flags=re.M))
+    (tmp_path / "example.toml").write_text(
+        re.sub(r"^steps = \d+", "steps = 20", experiment, flags=re.M)
+    )
     monkeypatch.chdir(tmp_path)
     assert main(["run", "example.toml", "--task-file", "example.py"]) == 0
     name = re.search(r'^name = "(.*)"', experiment, re.M).group(1)
-    (found,) = [c for c in build_report(tmp_path / "runs" / name).comparisons
-                if (c.model, c.control) == (row, "resnet")]
+    (found,) = [
+        c
+        for c in build_report(tmp_path / "runs" / name).comparisons
+        if (c.model, c.control) == (row, "resnet")
+    ]
     assert found.label in TESTED and found.paired.total == seeds

@@ -39,12 +39,16 @@ class GateUse:
     at_events: tuple[tuple[float, Estimate], ...]
     elsewhere: tuple[tuple[float, Estimate], ...]
 
+
 def gate_use(run: Run) -> list[GateUse]:
     """For every probed Delta stack on a swept knob family whose task marks its events
     (``step_regimes``), the share of gates in each event's regime at those events and
     elsewhere, per knob value (needs the run's probes)."""
-    probed = [(row, arrays) for row, arrays in load_probes(run)
-              if erases(row) and "test_step_regimes" in arrays]
+    probed = [
+        (row, arrays)
+        for row, arrays in load_probes(run)
+        if erases(row) and "test_step_regimes" in arrays
+    ]
     settings = knob_settings([row for row, _ in probed])
     probed = [(row, arrays) for row, arrays in probed if row.task in settings]
     regimes: dict[Setting, set[int]] = defaultdict(set)  # the events' regimes, at any value
@@ -52,7 +56,8 @@ def gate_use(run: Run) -> list[GateUse]:
         events = arrays["test_step_regimes"]
         regimes[settings[row.task][0]].update(int(i) for i in np.unique(events[events >= 0]))
     shares: dict[tuple[Setting, str, int], dict[str, dict[float, list[float]]]] = defaultdict(
-        lambda: {"at_events": defaultdict(list), "elsewhere": defaultdict(list)})
+        lambda: {"at_events": defaultdict(list), "elsewhere": defaultdict(list)}
+    )
     for row, arrays in probed:
         setting, value = settings[row.task]
         used = regime_index(torch.as_tensor(arrays["beta"])).numpy()  # (N, L)
@@ -64,8 +69,17 @@ def gate_use(run: Run) -> list[GateUse]:
             for where, steps in (("at_events", events == index), ("elsewhere", events < 0)):
                 if steps.any():
                     found[where][value].append(float((used[steps] == index).mean()))
-    return [GateUse(setting, model, REGIMES[index],
-                    *(tuple((v, Estimate.of(found[where][v])) for v in sorted(found[where]))
-                      for where in ("at_events", "elsewhere")))
-            for (setting, model, index), found in sorted(
-                shares.items(), key=lambda kv: (kv[0][0].family, kv[0][0].label, *kv[0][1:]))]
+    return [
+        GateUse(
+            setting,
+            model,
+            REGIMES[index],
+            *(
+                tuple((v, Estimate.of(found[where][v])) for v in sorted(found[where]))
+                for where in ("at_events", "elsewhere")
+            ),
+        )
+        for (setting, model, index), found in sorted(
+            shares.items(), key=lambda kv: (kv[0][0].family, kv[0][0].label, *kv[0][1:])
+        )
+    ]

@@ -51,8 +51,16 @@ from .report.text import signed
 from .run import Run, load_run
 
 #: The figure groups of ``ddl-dyn plot``.
-FIGURE_KINDS = ("regimes", "trajectories", "curves", "compare", "crossover", "hops", "queries",
-                "width")
+FIGURE_KINDS = (
+    "regimes",
+    "trajectories",
+    "curves",
+    "compare",
+    "crossover",
+    "hops",
+    "queries",
+    "width",
+)
 #: The groups that read probes (made first, for the cells that have none yet).
 _PROBED = {"regimes", "trajectories", "crossover", "hops", "queries"}
 #: Run folders whose figures are drawn elsewhere for now (`drawn_where_possible`).
@@ -116,28 +124,35 @@ def regime_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
             continue
         betas[row.model][row.task].append(arrays["beta"])
         ratio = contraction(arrays["e_pre"], arrays["e_post"])
-        scale = (np.linalg.norm(arrays["readout"], axis=-1) + np.linalg.norm(arrays["v"], axis=-1))
+        scale = np.linalg.norm(arrays["readout"], axis=-1) + np.linalg.norm(arrays["v"], axis=-1)
         with np.errstate(divide="ignore", invalid="ignore"):
             relative = np.linalg.norm(arrays["e_pre"], axis=-1) / scale
-        checks[row.task].append((np.abs(1 - arrays["beta"]).ravel(), ratio.ravel(),
-                                 relative.ravel(), arrays["k_raw_norm"].ravel()))
+        checks[row.task].append(
+            (
+                np.abs(1 - arrays["beta"]).ravel(),
+                ratio.ravel(),
+                relative.ravel(),
+                arrays["k_raw_norm"].ravel(),
+            )
+        )
     if not betas:
-        raise NothingToDraw("no probed Delta stack with the erase term (ddl, "
-                            "ddl-transformer) among the run's finished rows")
+        raise NothingToDraw(
+            "no probed Delta stack with the erase term (ddl, "
+            "ddl-transformer) among the run's finished rows"
+        )
     out: list[Path] = []
     out_dir = figure_dir(run.run_dir)
     for label, by_task in sorted(betas.items()):
         pooled = {task: np.concatenate(b) for task, b in sorted(by_task.items())}
         fractions = {task: regime_fractions(b) for task, b in pooled.items()}
-        out += save_figure(regime_atlas(fractions, label),
-                           out_dir / f"regime_atlas_{label}")
-        out += save_figure(beta_histograms(pooled, label),
-                           out_dir / f"beta_hist_{label}")
+        out += save_figure(regime_atlas(fractions, label), out_dir / f"regime_atlas_{label}")
+        out += save_figure(beta_histograms(pooled, label), out_dir / f"beta_hist_{label}")
         dets = {task: depth_determinant(b) for task, b in pooled.items()}
-        out += save_figure(determinant_plot(dets, label),
-                           out_dir / f"determinant_{label}")
-    points = {task: tuple(np.concatenate(parts) for parts in zip(*found, strict=True))
-              for task, found in sorted(checks.items())}
+        out += save_figure(determinant_plot(dets, label), out_dir / f"determinant_{label}")
+    points = {
+        task: tuple(np.concatenate(parts) for parts in zip(*found, strict=True))
+        for task, found in sorted(checks.items())
+    }
     out += save_figure(probe_consistency(points), out_dir / "probe_consistency")
     return out
 
@@ -154,8 +169,11 @@ def trajectory_figures(run: Run, report: Report, colors: Colors, samples: int = 
         if row.model in norms[row.task] or "test_states" not in arrays:  # sequence models
             continue
         norms[row.task][row.model] = np.linalg.norm(arrays["test_states"], axis=-1).mean(0)
-        split = max((k[: -len("_truth")] for k in arrays if k.endswith("_truth")),
-                    key=lambda s: arrays[f"{s}_pred"].shape[1], default=None)
+        split = max(
+            (k[: -len("_truth")] for k in arrays if k.endswith("_truth")),
+            key=lambda s: arrays[f"{s}_pred"].shape[1],
+            default=None,
+        )
         if split is None or arrays[f"{split}_truth"].shape[-1] != 2:  # phase-plane flows only
             continue
         truth = arrays[f"{split}_truth"][:samples, 1:]
@@ -165,13 +183,14 @@ def trajectory_figures(run: Run, report: Report, colors: Colors, samples: int = 
             names[row.task] = make_task(row.config["task"], **row.config["spec"]).state_names
     norms = {task: by_model for task, by_model in norms.items() if by_model}
     if not norms:
-        raise NothingToDraw("no probed model with a hidden-state trajectory (the vector "
-                            "tasks' depth models) among the run's finished rows")
+        raise NothingToDraw(
+            "no probed model with a hidden-state trajectory (the vector "
+            "tasks' depth models) among the run's finished rows"
+        )
     out: list[Path] = []
     out_dir = figure_dir(run.run_dir)
     for task, panels in sorted(portraits.items()):
-        fig = phase_portraits(dict(sorted(panels.items())), task, train_steps[task],
-                              names[task])
+        fig = phase_portraits(dict(sorted(panels.items())), task, train_steps[task], names[task])
         out += save_figure(fig, out_dir / f"trajectories_{task}")
     fig = depth_profiles(dict(sorted(norms.items())), "mean ‖hidden state‖", colors)
     out += save_figure(fig, out_dir / "state_norms")
@@ -195,10 +214,10 @@ def curve_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     if not by_step:
         raise NothingToDraw("no finished cell with stored weights and a training curve")
     out_dir = figure_dir(run.run_dir)
-    out = save_figure(training_curves(by_step, metric, colors=colors),
-                      out_dir / "curves_step")
-    out += save_figure(training_curves(by_flops, metric, x="FLOPs", colors=colors),
-                       out_dir / "curves_flops")
+    out = save_figure(training_curves(by_step, metric, colors=colors), out_dir / "curves_step")
+    out += save_figure(
+        training_curves(by_flops, metric, x="FLOPs", colors=colors), out_dir / "curves_flops"
+    )
     if nfe:
         out += save_figure(nfe_curves(nfe, colors), out_dir / "nfe")
     return out
@@ -217,19 +236,23 @@ def compare_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
         difference = signed(c.paired) if c.paired else c.label
         cells[task][c.model] = (c.label, f"{difference}\n{n} vs {c.control_text}")
     if cells:
-        out += save_figure(verdict_matrix(cells),
-                           figure_dir(run.run_dir) / "verdicts")
+        out += save_figure(verdict_matrix(cells), figure_dir(run.run_dir) / "verdicts")
     tables = {
-        t.task: {r.model: (r.test.mean, r.test.ci or 0.0,
-                           [v for v in r.per_seed.values() if not isinstance(v, str)])
-                 for r in t.rows if r.test.n}
+        t.task: {
+            r.model: (
+                r.test.mean,
+                r.test.ci or 0.0,
+                [v for v in r.per_seed.values() if not isinstance(v, str)],
+            )
+            for r in t.rows
+            if r.test.n
+        }
         for t in report.tables
         if any(r.test.n for r in t.rows)
     }
     if tables:
         metric = {t.task: t.metric for t in report.tables}
-        out += save_figure(comparison(tables, metric, colors),
-                           figure_dir(run.run_dir) / "compare")
+        out += save_figure(comparison(tables, metric, colors), figure_dir(run.run_dir) / "compare")
     if not out:
         raise NothingToDraw("no finished cell with a test metric")
     return out
@@ -248,23 +271,37 @@ def crossover_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
         for c in found:
             drawn = [(v, p.paired) for v, p in c.points if p.paired is not None]
             differences[c.setting.label or family][f"{c.model} − {c.control}"] = (
-                curve(drawn), c.star)
+                curve(drawn),
+                c.star,
+            )
         uses: dict[str, dict[tuple[str, str], tuple]] = defaultdict(dict)
         for g in gates:
             if g.setting.family == family:
                 uses[g.setting.label or family][g.model, g.regime] = (
-                    curve(g.at_events), curve(g.elsewhere))
-        fig = crossover(differences, uses, found[0].setting.knob, found[0].metric,
-                        found[0].higher_is_better, colors)
+                    curve(g.at_events),
+                    curve(g.elsewhere),
+                )
+        fig = crossover(
+            differences,
+            uses,
+            found[0].setting.knob,
+            found[0].metric,
+            found[0].higher_is_better,
+            colors,
+        )
         out += save_figure(fig, figure_dir(run.run_dir) / f"crossover_{family}")
     return out
 
 
-_NO_CROSSOVER = ("no task family swept over its knob: a crossover needs a task with a knob "
-                 "(e.g. switched's p) run at two or more of its values, with a comparison "
-                 "at each")
-_NO_HOPS = ("no Delta Transformer row with the erase term (ddl-transformer) on a multi-hop "
-            "task with a knob (var-chain's hops) among the run's finished rows")
+_NO_CROSSOVER = (
+    "no task family swept over its knob: a crossover needs a task with a knob "
+    "(e.g. switched's p) run at two or more of its values, with a comparison "
+    "at each"
+)
+_NO_HOPS = (
+    "no Delta Transformer row with the erase term (ddl-transformer) on a multi-hop "
+    "task with a knob (var-chain's hops) among the run's finished rows"
+)
 
 
 def hop_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
@@ -279,11 +316,15 @@ def hop_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     for model, audits in sorted(by_model.items()):
         settings = {
             f"{a.family}, {a.setting}" if a.setting else a.family: (
-                {"projecting where it hops": curve(a.at_hops),
-                 "projecting elsewhere": curve(a.elsewhere),
-                 "hops its attention looked at": curve(a.followed)},
-                dict(a.profile))
-            for a in audits}
+                {
+                    "projecting where it hops": curve(a.at_hops),
+                    "projecting elsewhere": curve(a.elsewhere),
+                    "hops its attention looked at": curve(a.followed),
+                },
+                dict(a.profile),
+            )
+            for a in audits
+        }
         fig = hop_gates(settings, model, audits[0].knob)
         out += save_figure(fig, figure_dir(run.run_dir) / f"hop_gates_{model}")
     return out
@@ -295,16 +336,20 @@ def query_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     control beside the erasing rows (`queries`)."""
     audits = query_gates(run)
     if not audits:
-        raise NothingToDraw("no Delta Transformer row (ddl-transformer or its write-only "
-                            "twin) on a sequence task that states a regime (swap-track) among "
-                            "the run's finished rows")
+        raise NothingToDraw(
+            "no Delta Transformer row (ddl-transformer or its write-only "
+            "twin) on a sequence task that states a regime (swap-track) among "
+            "the run's finished rows"
+        )
     out: list[Path] = []
     for regime in dict.fromkeys(a.regime for a in audits):
         panels: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(dict)
         for a in audits:
             if a.regime == regime:
-                panels[a.task][a.model] = [(np.nan if e.mean is None else e.mean,
-                                            np.nan if e.ci is None else e.ci) for e in a.shares]
+                panels[a.task][a.model] = [
+                    (np.nan if e.mean is None else e.mean, np.nan if e.ci is None else e.ci)
+                    for e in a.shares
+                ]
         fig = query_regimes(panels, regime, colors)
         out += save_figure(fig, figure_dir(run.run_dir) / f"query_{regime}")
     return out
@@ -316,8 +361,10 @@ def width_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
     solves it marked (`width`)."""
     panels = width_panels(run)
     if not panels:
-        raise NothingToDraw("no width sweep: it needs one task family with the same spec at "
-                            "two or more model widths (e.g. var-chain-w16, -w32, -w64)")
+        raise NothingToDraw(
+            "no width sweep: it needs one task family with the same spec at "
+            "two or more model widths (e.g. var-chain-w16, -w32, -w64)"
+        )
     out: list[Path] = []
     for family in dict.fromkeys(p.family for p in panels):
         fig = width_sweep([p for p in panels if p.family == family], colors)
@@ -341,46 +388,46 @@ FIGURE_HELP = {kind: first_paragraph(build) for kind, build in _BUILDERS.items()
 #: Captions of the figure files, by name prefix.
 CAPTIONS = {
     "verdicts": "Verdicts: per task and model, the paired difference of the test metric "
-                "against the model's baseline (mean ± 95% CI over the seeds both finished, "
-                "n seeds compared); colour: win / loss / equivalent / inconclusive on "
-                "Holm-adjusted p-values, hatched: no test (unequal budget, unmatched size); "
-                "blank: no comparison (the baseline itself, or not run there).",
+    "against the model's baseline (mean ± 95% CI over the seeds both finished, "
+    "n seeds compared); colour: win / loss / equivalent / inconclusive on "
+    "Holm-adjusted p-values, hatched: no test (unequal budget, unmatched size); "
+    "blank: no comparison (the baseline itself, or not run there).",
     "crossover": "Crossover: per setting, each comparison's paired test-metric difference "
-                 "(a row against its baseline, or a declared comparison) across the knob, "
-                 "mean and 95% CI over seeds, with the crossover named after the knob (p*, "
-                 "hops*), the smallest knob value from which on the model wins (adjusted) "
-                 "at every larger value (dotted), or none in range. Right: for the ddl "
-                 "stacks, the share of gates in each event's regime at the steps with that "
-                 "event (solid) and at the steps without an event (dashed).",
+    "(a row against its baseline, or a declared comparison) across the knob, "
+    "mean and 95% CI over seeds, with the crossover named after the knob (p*, "
+    "hops*), the smallest knob value from which on the model wins (adjusted) "
+    "at every larger value (dotted), or none in range. Right: for the ddl "
+    "stacks, the share of gates in each event's regime at the steps with that "
+    "event (solid) and at the steps without an event (dashed).",
     "width": "Test metric against the model width, per task setting swept at several "
-             "widths: every row at its chosen grid value, the mean over its finished seeds "
-             f"with its 95% CI; a star marks the smallest width whose mean reaches {SOLVED:g}, "
-             "and the legend counts each row's failed seeds.",
+    "widths: every row at its chosen grid value, the mean over its finished seeds "
+    f"with its 95% CI; a star marks the smallest width whose mean reaches {SOLVED:g}, "
+    "and the legend counts each row's failed seeds.",
     "compare": "Test metric per task and model: each finished seed (hollow) and their mean "
-               "with its 95% CI (filled).",
+    "with its 95% CI (filled).",
     "regime_atlas": "Regime atlas: per layer, the fraction of test samples whose gate β falls "
-                    "in each regime (identity < 0.25 ≤ write < 0.75 ≤ projection ≤ 1.25 < "
-                    "over-relaxed ≤ 1.75 < reflection).",
+    "in each regime (identity < 0.25 ≤ write < 0.75 ≤ projection ≤ 1.25 < "
+    "over-relaxed ≤ 1.75 < reflection).",
     "beta_hist": "Distribution of the gate β per layer (dotted: regime boundaries).",
     "probe_consistency": "Probe consistency: measured |e_post|/|e_pre| against |1 − β| at "
-                         "every probed gate. e_post = (1 − β) e_pre holds for every exact Delta "
-                         "update, trained or not, so points on the diagonal show that the "
-                         "probe and the operator agree, not evidence about training; points "
-                         "with almost nothing left to erase (float32 rounding) or a key far "
-                         "from unit length leave it, drawn grey.",
+    "every probed gate. e_post = (1 − β) e_pre holds for every exact Delta "
+    "update, trained or not, so points on the diagonal show that the "
+    "probe and the operator agree, not evidence about training; points "
+    "with almost nothing left to erase (float32 rounding) or a key far "
+    "from unit length leave it, drawn grey.",
     "determinant": "det Π(I − β_l k_l k_lᵀ) = Π(1 − β_l) per test sample: its sign counts "
-                   "the reflecting layers, its size the volume the shortcuts keep.",
+    "the reflecting layers, its size the volume the shortcuts keep.",
     "hop_gates": "Gates at a multi-hop task's query tokens: left, the share of gates in the "
-                 "projection regime at the sublayers where some attention head looks at a hop "
-                 "position, at the query token's other sublayers, and the share of hops its "
-                 "attention looked at, against the knob (mean, 95% CI over seeds); right, the "
-                 "mean gate of every sublayer at query tokens.",
+    "projection regime at the sublayers where some attention head looks at a hop "
+    "position, at the query token's other sublayers, and the share of hops its "
+    "attention looked at, against the knob (mean, 95% CI over seeds); right, the "
+    "mean gate of every sublayer at query tokens.",
     "query_": "Gates at the query tokens: per sublayer, the share of the scored tokens whose "
-              "gate is in the regime the task states (reflection: β > 1.75), each Delta row "
-              "(mean, 95% CI over seeds); the write-only control's β only scales its write, so "
-              "its share is the level a gate reaches without an erase term to reflect with.",
+    "gate is in the regime the task states (reflection: β > 1.75), each Delta row "
+    "(mean, 95% CI over seeds); the write-only control's β only scales its write, so "
+    "its share is the level a gate reaches without an erase term to reflect with.",
     "trajectories": "Depth trajectories against the ground truth (first two coordinates), on "
-                    "the longest split each model can run; the dot ends the training horizon.",
+    "the longest split each model can run; the dot ends the training horizon.",
     "state_norms": "Mean norm of the hidden state over depth, per task and model.",
     "curves_step": "Val metric during training against the step (band: min–max over seeds).",
     "curves_flops": "Val metric during training against cumulative training FLOPs.",
@@ -408,8 +455,12 @@ def run_colors(run: Run) -> Colors:
     return row_colors(label for _, label in run.rows)
 
 
-def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
-                 progress: bool = True, report: Report | None = None) -> Figures:
+def make_figures(
+    run: Run | str | Path,
+    kinds: tuple[str, ...] = FIGURE_KINDS,
+    progress: bool = True,
+    report: Report | None = None,
+) -> Figures:
     """Probe what is missing, then draw the figure groups ``kinds`` of a run folder (or a
     run read once, with its report where it is built already); returns the files, and
     for each group that drew none, why."""
@@ -418,11 +469,15 @@ def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
     if unknown:
         raise ValueError(f"unknown figure kind {unknown[0]!r}; choose from {FIGURE_KINDS}")
     if not writable(figure_dir(run.run_dir)):  # say so before probing
-        raise OSError(f"cannot write figures into {figure_dir(run.run_dir)}: read-only or no "
-                      "permission")
+        raise OSError(
+            f"cannot write figures into {figure_dir(run.run_dir)}: read-only or no permission"
+        )
     report = report or build_report(run)  # the figures read no probe through it
-    skipped = {kind: reason for kind in kinds
-               if (reason := _unprobed_reason(run, report, kind)) is not None}
+    skipped = {
+        kind: reason
+        for kind in kinds
+        if (reason := _unprobed_reason(run, report, kind)) is not None
+    }
     if (set(kinds) - set(skipped)) & _PROBED:
         probe_run(run, progress=progress)
     colors = run_colors(run)
@@ -440,8 +495,12 @@ def make_figures(run: Run | str | Path, kinds: tuple[str, ...] = FIGURE_KINDS,
 
 # --- the documentation's headline figure
 
-def draw_headline(panels: Mapping[str, Mapping[str, Sequence[tuple[float, str]]]], path: Path,
-                  colors: Mapping[str, str] | None = None) -> Path:
+
+def draw_headline(
+    panels: Mapping[str, Mapping[str, Sequence[tuple[float, str]]]],
+    path: Path,
+    colors: Mapping[str, str] | None = None,
+) -> Path:
     """The headline figure of ``panels`` (`plots.headline`: question → pair of rows → a
     difference in margins and a label per task), at most 1,600 px tall, written to ``path``;
     left unchanged where the data it draws have not (the PNG carries their digest)."""
@@ -449,8 +508,9 @@ def draw_headline(panels: Mapping[str, Mapping[str, Sequence[tuple[float, str]]]
     if _digest(path) == digest:
         return path
     fig = headline(panels, colors)
-    write_atomically(path, lambda file: fig.savefig(file, format="png", dpi=100,
-                                                    metadata={"Source": digest}))
+    write_atomically(
+        path, lambda file: fig.savefig(file, format="png", dpi=100, metadata={"Source": digest})
+    )
     return path
 
 

@@ -97,7 +97,8 @@ def hop_audit(run: Run) -> list[HopAudit]:
     for row, _, _ in probed:
         specs[row.config["task"]].append(row.config["spec"])
     found: dict[tuple[str, str, str, str], dict[float, list[dict]]] = defaultdict(
-        lambda: defaultdict(list))
+        lambda: defaultdict(list)
+    )
     for row, task, arrays in probed:
         family, spec, knob = row.config["task"], row.config["spec"], task.knob
         if knob is None:  # (an auditable task has one)
@@ -106,14 +107,25 @@ def hop_audit(run: Run) -> list[HopAudit]:
         beta = arrays["beta"].reshape(*tokens.shape, -1)
         hops = cast(Any, task).hop_positions(tokens)  # (an auditable task has them)
         audit = seed_audit(hops.numpy(), arrays["test_looks"], beta)
-        shown = [f"{k}={v}" for k, v in sorted(spec.items())
-                 if k != knob and any(s.get(k) != v for s in specs[family])]
+        shown = [
+            f"{k}={v}"
+            for k, v in sorted(spec.items())
+            if k != knob and any(s.get(k) != v for s in specs[family])
+        ]
         found[row.model, family, knob, ",".join(shown)][float(spec[knob])].append(audit)
-    return [HopAudit(*key, _curve(by_value, "at_hops"), _curve(by_value, "elsewhere"),
-                     _curve(by_value, "followed"),
-                     tuple((v, tuple(np.mean([a["profile"] for a in by_value[v]], axis=0)
-                                     .tolist())) for v in sorted(by_value)))
-            for key, by_value in sorted(found.items())]
+    return [
+        HopAudit(
+            *key,
+            _curve(by_value, "at_hops"),
+            _curve(by_value, "elsewhere"),
+            _curve(by_value, "followed"),
+            tuple(
+                (v, tuple(np.mean([a["profile"] for a in by_value[v]], axis=0).tolist()))
+                for v in sorted(by_value)
+            ),
+        )
+        for key, by_value in sorted(found.items())
+    ]
 
 
 def _curve(by_value: dict[float, list[dict]], name: str) -> KnobCurve:

@@ -64,6 +64,14 @@ def _pooled(task: str, model: str, found: list[tuple[Tensor, Tensor]]) -> Mixing
     eye = torch.eye(trained.shape[-1])
     moved = torch.linalg.matrix_norm(trained - eye)
     left = torch.linalg.matrix_norm(trained - start)
-    return MixingRow(task, model, len(found), trained.shape[-1], moved.mean().item(),
-                     moved.max().item(), left.mean().item(), left.max().item(),
-                     torch.linalg.matrix_norm(start - eye).mean().item())
+    return MixingRow(
+        task,
+        model,
+        len(found),
+        trained.shape[-1],
+        moved.mean().item(),
+        moved.max().item(),
+        left.mean().item(),
+        left.max().item(),
+        torch.linalg.matrix_norm(start - eye).mean().item(),
+    )

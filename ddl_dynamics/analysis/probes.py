@@ -36,8 +36,7 @@ PROBE_SAMPLES = 256
 
 def _folder(run: Run) -> RunFolder:
     if run.folder is None:
-        raise ValueError(f"{run.run_dir}: a run made of rows alone has no trained models to "
-                         "probe")
+        raise ValueError(f"{run.run_dir}: a run made of rows alone has no trained models to probe")
     return run.folder
 
 
@@ -45,13 +44,17 @@ def usable_rows(run: Run) -> list[RunResult]:
     """The cells the report shows (each row at its chosen grid value) whose metrics count
     and whose trained weights are stored (none, in a run made of rows alone)."""
     folder = run.folder
-    return [r for r in run.selected() if r.status in COUNTED
-            and folder is not None and folder.has_weights(r.key)]
+    return [
+        r
+        for r in run.selected()
+        if r.status in COUNTED and folder is not None and folder.has_weights(r.key)
+    ]
 
 
 @torch.no_grad()
-def probe_model(task: Task, model: Model, seed: int, n: int = PROBE_SAMPLES
-                ) -> dict[str, np.ndarray]:
+def probe_model(
+    task: Task, model: Model, seed: int, n: int = PROBE_SAMPLES
+) -> dict[str, np.ndarray]:
     """Arrays of one trained model on ``n`` samples of each split it can run.
 
     Per split ``s``: ``s_states`` (hidden trajectory), ``s_pred`` (decoded per step),
@@ -82,8 +85,7 @@ def probe_model(task: Task, model: Model, seed: int, n: int = PROBE_SAMPLES
     return arrays
 
 
-def _probe_sequence(task: Task, model: Transformer, seed: int,
-                    n: int) -> dict[str, np.ndarray]:
+def _probe_sequence(task: Task, model: Transformer, seed: int, n: int) -> dict[str, np.ndarray]:
     """A Transformer on ``n`` test sequences: ``test_tokens`` ``(n, T)``; ``test_looks``, the
     key position every head of every block's attention weighs most from each token
     ``(n, T, depth, heads)``; and a Delta model's gates, every token counted as a sample and
@@ -92,46 +94,67 @@ def _probe_sequence(task: Task, model: Transformer, seed: int,
     arrays = {"test_tokens": tokens.numpy(), "test_looks": model.looks(tokens).numpy()}
     if model.probes:
         probe = cast(Any, model).probe(tokens)  # a Delta Transformer: (n, T, sublayers, ·)
-        arrays.update({name: a.reshape(-1, *a.shape[2:])
-                       for name, a in _gate_arrays(probe).items()})
+        arrays.update(
+            {name: a.reshape(-1, *a.shape[2:]) for name, a in _gate_arrays(probe).items()}
+        )
     return arrays
 
 
 def _gate_arrays(probe: DeltaProbe) -> dict[str, np.ndarray]:
     names = ("beta", "k_raw_norm", "readout", "v", "e_pre", "e_post", "beta_write", "update")
-    return {name: getattr(probe, name).float().numpy() for name in names
-            if getattr(probe, name) is not None}
+    return {
+        name: getattr(probe, name).float().numpy()
+        for name in names
+        if getattr(probe, name) is not None
+    }
 
 
-def probe_run(run: Run | str | Path, n: int = PROBE_SAMPLES, progress: bool = True,
-              rows: Sequence[RunResult] | None = None) -> int:
+def probe_run(
+    run: Run | str | Path,
+    n: int = PROBE_SAMPLES,
+    progress: bool = True,
+    rows: Sequence[RunResult] | None = None,
+) -> int:
     """Probe the cells ``rows`` (default: every cell the report shows, warning of those with
     no stored weights) whose probe is not kept yet; returns how many were probed. With
     ``progress``, a bar says what it does, with its time and the time left, and a last line
     how long it took."""
     run = run if isinstance(run, Run) else load_run(run)
     folder = _folder(run)
-    missing = [r for r in run.selected()
-               if r.status in COUNTED and not folder.has_weights(r.key)]
+    missing = [r for r in run.selected() if r.status in COUNTED and not folder.has_weights(r.key)]
     if missing and rows is None:  # figures are drawn without them: say so, naming them
         named = ", ".join(f"{r.task} × {r.model} seed {r.seed} ({r.key})" for r in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        warnings.warn(f"{run.run_dir}: {len(missing)} of {len(run.selected())} shown cells have "
-                      f"no stored weights (models/<key>.pt) and are left out of the figures: "
-                      f"{named}{more}", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"{run.run_dir}: {len(missing)} of {len(run.selected())} shown cells have "
+            f"no stored weights (models/<key>.pt) and are left out of the figures: "
+            f"{named}{more}",
+            UserWarning,
+            stacklevel=2,
+        )
     todo = [r for r in (usable_rows(run) if rows is None else rows) if folder.probe(r.key) is None]
     shown = progress and bool(todo)
-    what = (f"probing {len(todo)} trained models on {n} test samples each (gates, states, "
-            f"predictions; once, cached in {folder.probe_path('').parent})")
+    what = (
+        f"probing {len(todo)} trained models on {n} test samples each (gates, states, "
+        f"predictions; once, cached in {folder.probe_path('').parent})"
+    )
     start = time.perf_counter()
     with torch_threads(1):  # as in training: several threads on a busy machine are 10× slower
-        for row in tqdm(todo, desc=what, disable=not shown, leave=False, unit="model",
-                        bar_format="{desc}: {n}/{total} [{elapsed}<{remaining}]"):
+        for row in tqdm(
+            todo,
+            desc=what,
+            disable=not shown,
+            leave=False,
+            unit="model",
+            bar_format="{desc}: {n}/{total} [{elapsed}<{remaining}]",
+        ):
             task, model = folder.load_model(row.key)
             folder.put_probe(row.key, probe_model(task, model, row.seed, n))
     if shown:
-        print(f"probed {len(todo)} trained models in {time.perf_counter() - start:.1f} s",
-              file=sys.stderr)
+        print(
+            f"probed {len(todo)} trained models in {time.perf_counter() - start:.1f} s",
+            file=sys.stderr,
+        )
     return len(todo)
 
 

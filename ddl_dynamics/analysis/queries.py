@@ -41,8 +41,10 @@ def scored(task: Task, seed: int, tokens: np.ndarray) -> np.ndarray:
     sampled again as the probe did (the tokens must match)."""
     data = task.sample(tokens.shape[0], seed, "test")
     if not np.array_equal(data.inputs.numpy(), tokens):
-        raise ValueError(f"{type(task).__name__}: the probed tokens are not the test split of "
-                         f"seed {seed}; probe the run again")
+        raise ValueError(
+            f"{type(task).__name__}: the probed tokens are not the test split of "
+            f"seed {seed}; probe the run again"
+        )
     return data.targets.numpy() != IGNORE_INDEX
 
 
@@ -66,8 +68,10 @@ def query_gates(run: Run) -> list[QueryGates]:
         task = make_task(row.config["task"], **row.config.get("spec", {}))
         queries = scored(task, row.seed, arrays["test_tokens"])
         for regime in task.regimes:
-            found[row.task, row.model, regime].append(
-                seed_shares(arrays["beta"], queries, regime))
-    return [QueryGates(task, model, regime,
-                       tuple(Estimate.of(list(column)) for column in np.stack(seeds).T))
-            for (task, model, regime), seeds in sorted(found.items())]
+            found[row.task, row.model, regime].append(seed_shares(arrays["beta"], queries, regime))
+    return [
+        QueryGates(
+            task, model, regime, tuple(Estimate.of(list(column)) for column in np.stack(seeds).T)
+        )
+        for (task, model, regime), seeds in sorted(found.items())
+    ]

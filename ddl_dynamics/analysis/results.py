@@ -33,8 +33,17 @@ CELLS, RECORD = "cells.csv", "record.json"
 
 #: The figures every cell has a column for, after its identity and status: what the store
 #: records beside the metrics (``RunResult``'s counts) and the ODE checks.
-COUNTS = ("params", "flops", "nfe_forward", "nfe_backward", "nfe_test", "wall_time",
-          "peak_mem", "reconstruction_error", "reconstruction_flag")
+COUNTS = (
+    "params",
+    "flops",
+    "nfe_forward",
+    "nfe_backward",
+    "nfe_test",
+    "wall_time",
+    "peak_mem",
+    "reconstruction_error",
+    "reconstruction_flag",
+)
 
 
 def load_results(run: Run | str | Path) -> list[dict[str, Any]]:
@@ -68,9 +77,11 @@ def _records(cells: Sequence[RunResult], chosen: set[str]) -> list[dict[str, Any
 
 def _columns(cells: Sequence[RunResult]) -> tuple[list[str], list[str], list[str]]:
     """The searched fields, OOD splits and task extras of ``cells``, in first-seen order."""
-    return (list(dict.fromkeys(f for c in cells for f in searched(c.config))),
-            list(dict.fromkeys(s for c in cells for s in c.metrics.get("ood", {}))),
-            list(dict.fromkeys(n for c in cells for n in c.metrics.get("extra", {}))))
+    return (
+        list(dict.fromkeys(f for c in cells for f in searched(c.config))),
+        list(dict.fromkeys(s for c in cells for s in c.metrics.get("ood", {}))),
+        list(dict.fromkeys(n for c in cells for n in c.metrics.get("extra", {}))),
+    )
 
 
 def write_cells(folder: RunFolder, run: Run, path: str | Path) -> Path:
@@ -81,10 +92,16 @@ def write_cells(folder: RunFolder, run: Run, path: str | Path) -> Path:
     store, chosen = folder.store, _chosen(run)
     tagged = [*((c, False) for c in store.rows()), *((a, True) for a in store.attempts())]
     grid, ood, extra = _columns([c for c, _ in tagged])
-    records = [{**_record(c, not attempt and c.key in chosen, grid, ood, extra),
-                "attempt": attempt, "created_at": c.created_at,
-                "config": json.dumps(c.config, sort_keys=True),
-                "metrics": json.dumps(c.metrics, sort_keys=True)} for c, attempt in tagged]
+    records = [
+        {
+            **_record(c, not attempt and c.key in chosen, grid, ood, extra),
+            "attempt": attempt,
+            "created_at": c.created_at,
+            "config": json.dumps(c.config, sort_keys=True),
+            "metrics": json.dumps(c.metrics, sort_keys=True),
+        }
+        for c, attempt in tagged
+    ]
     path = Path(path)
     path.write_text(results_csv(records))
     return path
@@ -103,12 +120,17 @@ def published_run(folder: str | Path) -> Run:
         experiment, run_dir = record["experiment"], record["run_dir"]
     except (OSError, KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{folder / CELLS}: damaged ({type(err).__name__}: {err})") from None
-    return run_of([c for c, attempt in tagged if not attempt],
-                  [c for c, attempt in tagged if attempt], experiment, run_dir)
+    return run_of(
+        [c for c, attempt in tagged if not attempt],
+        [c for c, attempt in tagged if attempt],
+        experiment,
+        run_dir,
+    )
 
 
 def _cell(row: dict[str, str]) -> RunResult:
     """A cell from its ``cells.csv`` row (``""``: None)."""
+
     def number(name: str, kind: type) -> Any:
         return kind(row[name]) if row[name] else None
 
@@ -118,12 +140,24 @@ def _cell(row: dict[str, str]) -> RunResult:
             raise ValueError(f"cell {row['key']}: its {name} is not a JSON object")
         return found
 
-    return RunResult(row["status"], row["message"], row["key"], row["task"], row["model"],
-                     int(row["seed"]), record("metrics"), [],
-                     number("params", int), number("flops", float),
-                     number("nfe_forward", float), number("nfe_backward", float),
-                     number("wall_time", float), number("peak_mem", int),
-                     record("config"), row["created_at"])
+    return RunResult(
+        row["status"],
+        row["message"],
+        row["key"],
+        row["task"],
+        row["model"],
+        int(row["seed"]),
+        record("metrics"),
+        [],
+        number("params", int),
+        number("flops", float),
+        number("nfe_forward", float),
+        number("nfe_backward", float),
+        number("wall_time", float),
+        number("peak_mem", int),
+        record("config"),
+        row["created_at"],
+    )
 
 
 def _grid(cell: RunResult, fields: Sequence[str]) -> tuple[str, ...]:
@@ -132,14 +166,20 @@ def _grid(cell: RunResult, fields: Sequence[str]) -> tuple[str, ...]:
     return tuple(repr(train.get(f)) for f in fields)
 
 
-def _record(cell: RunResult, chosen: bool, grid: Sequence[str], ood: Sequence[str],
-            extra: Sequence[str]) -> dict[str, Any]:
+def _record(
+    cell: RunResult, chosen: bool, grid: Sequence[str], ood: Sequence[str], extra: Sequence[str]
+) -> dict[str, Any]:
     metrics, train = cell.metrics, cell.config.get("train", {})
     return {
-        "task": cell.task, "model": cell.model, "seed": cell.seed,
+        "task": cell.task,
+        "model": cell.model,
+        "seed": cell.seed,
         **{f: train.get(f) for f in grid},
-        "chosen": chosen, "status": cell.status, "message": cell.message,
-        "metric": metrics.get("metric"), "higher_is_better": metrics.get("higher_is_better"),
+        "chosen": chosen,
+        "status": cell.status,
+        "message": cell.message,
+        "metric": metrics.get("metric"),
+        "higher_is_better": metrics.get("higher_is_better"),
         **{split: metrics.get(split) for split in ("train", "val", "test")},
         **{f"ood/{s}": metrics.get("ood", {}).get(s) for s in ood},
         **{f"extra/{n}": metrics.get("extra", {}).get(n) for n in extra},

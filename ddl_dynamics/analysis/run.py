@@ -64,8 +64,10 @@ class Row:
 
     def at(self, value: tuple[Any, ...]) -> list[RunResult]:
         """The cells at one grid value, by seed."""
-        return sorted((c for c in self.cells if grid_value(c.config, list(self.grid)) == value),
-                      key=lambda c: c.seed)
+        return sorted(
+            (c for c in self.cells if grid_value(c.config, list(self.grid)) == value),
+            key=lambda c: c.seed,
+        )
 
     @property
     def selected(self) -> list[RunResult]:
@@ -84,8 +86,11 @@ class Row:
         steps = self.edge_steps
         if steps is None:
             return text
-        return f"{text} (grid edge after {steps} extension{'s' * (steps != 1)})" if steps \
+        return (
+            f"{text} (grid edge after {steps} extension{'s' * (steps != 1)})"
+            if steps
             else f"{text} (grid edge)"
+        )
 
     @property
     def at_grid_edge(self) -> bool:
@@ -103,8 +108,11 @@ class Row:
             tried = list({grid_value(c.config, [field])[0] for c in self.cells})
             side = choice_edge(self.cells, list(self.grid), i, self.higher_is_better)
             if side:
-                return sum(1 for v in tried if v > max(declared)) if side > 0 else sum(
-                    1 for v in tried if v < min(declared))
+                return (
+                    sum(1 for v in tried if v > max(declared))
+                    if side > 0
+                    else sum(1 for v in tried if v < min(declared))
+                )
         return None
 
     @property
@@ -112,10 +120,16 @@ class Row:
         """The sizes of the ensembles the selected cells trained in, where they trained in
         more than one (their last bits differ by the float rounding of folding); empty
         where they trained together, or alone each, or before ensembles were recorded."""
-        sizes = {c.metrics["ensemble_id"]: c.metrics.get("ensemble", 1)
-                 for c in self.selected if "ensemble_id" in c.metrics}
-        return sorted(sizes.values(), reverse=True) if len(sizes) > 1 and max(
-            sizes.values()) > 1 else []
+        sizes = {
+            c.metrics["ensemble_id"]: c.metrics.get("ensemble", 1)
+            for c in self.selected
+            if "ensemble_id" in c.metrics
+        }
+        return (
+            sorted(sizes.values(), reverse=True)
+            if len(sizes) > 1 and max(sizes.values()) > 1
+            else []
+        )
 
     @property
     def baseline(self) -> str | None:
@@ -126,8 +140,9 @@ class Row:
     def described(self) -> dict[str, Any]:
         """How the task's numbers read (``metric``, ``higher_is_better``), from any cell, or
         from the task itself where no cell was scored (every one failed)."""
-        found = next((c.metrics for c in self.cells
-                      if {"metric", "higher_is_better"} & set(c.metrics)), None)
+        found = next(
+            (c.metrics for c in self.cells if {"metric", "higher_is_better"} & set(c.metrics)), None
+        )
         if found is not None:
             return found
         config = self.cells[0].config
@@ -176,8 +191,11 @@ class Run:
         row = self.rows[task, label]
         if "baseline" in row.cells[0].config:
             return row.baseline
-        return (DEFAULT_BASELINE if label != DEFAULT_BASELINE
-                and (task, DEFAULT_BASELINE) in self.rows else None)
+        return (
+            DEFAULT_BASELINE
+            if label != DEFAULT_BASELINE and (task, DEFAULT_BASELINE) in self.rows
+            else None
+        )
 
     def selected(self) -> list[RunResult]:
         """Every row's cells at its chosen grid value: what tables, probes and figures read."""
@@ -190,12 +208,19 @@ def load_run(run: str | Path | RunFolder) -> Run:
     folder = run if isinstance(run, RunFolder) else RunFolder.open(run)
     store = folder.store
     experiment = store.experiment() or {}
-    return replace(run_of(store.rows(), store.attempts(), experiment, folder.path),
-                   progress=store.progress(), folder=folder)
+    return replace(
+        run_of(store.rows(), store.attempts(), experiment, folder.path),
+        progress=store.progress(),
+        folder=folder,
+    )
 
 
-def run_of(cells: Sequence[RunResult], attempts: Sequence[RunResult] = (),
-           experiment: dict[str, Any] | None = None, run_dir: str | Path = ".") -> Run:
+def run_of(
+    cells: Sequence[RunResult],
+    attempts: Sequence[RunResult] = (),
+    experiment: dict[str, Any] | None = None,
+    run_dir: str | Path = ".",
+) -> Run:
     """The run these results make: its cells grouped into rows, each row at its newest
     config version, and the comparisons its experiment record declares."""
     experiment = experiment or {}
@@ -209,11 +234,14 @@ def run_of(cells: Sequence[RunResult], attempts: Sequence[RunResult] = (),
     for (task, label), found in sorted(by_row.items()):
         newest = max(found, key=lambda c: c.created_at)
         current = [c for c in found if row_identity(c.config) == row_identity(newest.config)]
-        rows[task, label] = Row(task, label, tuple(current),
-                                tuple(a for c in current for a in history[c.key]),
-                                len(found) - len(current))
-    return Run(Path(run_dir), rows, experiment,
-               recorded_comparisons(experiment.get("config", "")))
+        rows[task, label] = Row(
+            task,
+            label,
+            tuple(current),
+            tuple(a for c in current for a in history[c.key]),
+            len(found) - len(current),
+        )
+    return Run(Path(run_dir), rows, experiment, recorded_comparisons(experiment.get("config", "")))
 
 
 def recorded_comparisons(text: str) -> tuple[ComparisonSpec, ...]:
@@ -230,14 +258,26 @@ def recorded_comparisons(text: str) -> tuple[ComparisonSpec, ...]:
             return ()
     entries = data.get("comparisons", [])
     for i, c in enumerate(entries if isinstance(entries, list) else [entries]):
-        missing = [key for key in ("model", "control") if not isinstance(c, dict)
-                   or not isinstance(c.get(key), str)]
+        missing = [
+            key
+            for key in ("model", "control")
+            if not isinstance(c, dict) or not isinstance(c.get(key), str)
+        ]
         if missing:
-            raise ValueError(f"damaged experiment record: its comparisons[{i}] has no "
-                             f"{missing[0]!r} label (the run checked it when it started)")
-    return tuple(ComparisonSpec(c["model"], c["control"], tuple(c.get("tasks", ())),
-                            c.get("split", "test"), c.get("requires"))
-                 for c in entries)
+            raise ValueError(
+                f"damaged experiment record: its comparisons[{i}] has no "
+                f"{missing[0]!r} label (the run checked it when it started)"
+            )
+    return tuple(
+        ComparisonSpec(
+            c["model"],
+            c["control"],
+            tuple(c.get("tasks", ())),
+            c.get("split", "test"),
+            c.get("requires"),
+        )
+        for c in entries
+    )
 
 
 def in_tasks(label: str, names: Sequence[str]) -> bool:

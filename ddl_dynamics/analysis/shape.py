@@ -37,8 +37,9 @@ def check_shape(value: Any, hint: Any, where: str) -> None:
         _check_union(value, args, where)
     elif origin is Literal:
         if value not in args:
-            raise DamagedError(f"{where}: expected one of {', '.join(map(repr, args))}, "
-                               f"got {_shown(value)}")
+            raise DamagedError(
+                f"{where}: expected one of {', '.join(map(repr, args))}, got {_shown(value)}"
+            )
     elif origin in (list, tuple) or hint in (list, tuple):
         _check_sequence(value, args, origin is tuple, where)
     elif hint is dict or origin in (dict, Mapping):
@@ -50,8 +51,9 @@ def check_shape(value: Any, hint: Any, where: str) -> None:
         if type(value) is not int:
             raise DamagedError(f"{where}: expected an integer, got {_shown(value)}")
     elif hint in (str, bool) and not isinstance(value, hint):
-        raise DamagedError(f"{where}: expected {'text' if hint is str else 'true or false'}, "
-                           f"got {_shown(value)}")
+        raise DamagedError(
+            f"{where}: expected {'text' if hint is str else 'true or false'}, got {_shown(value)}"
+        )
     elif hint is type(None) and value is not None:
         raise DamagedError(f"{where}: expected null, got {_shown(value)}")
 
@@ -86,8 +88,9 @@ def _check_union(value: Any, args: tuple[Any, ...], where: str) -> None:
             return
         except DamagedError:
             continue
-    raise DamagedError(f"{where}: expected {' or '.join(map(_named, options))}, "
-                       f"got {_shown(value)}")
+    raise DamagedError(
+        f"{where}: expected {' or '.join(map(_named, options))}, got {_shown(value)}"
+    )
 
 
 def _check_sequence(value: Any, args: tuple[Any, ...], fixed: bool, where: str) -> None:
@@ -124,7 +127,8 @@ def _named(hint: Any) -> str:
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return "an object"
     return {str: "text", int: "an integer", float: "a number", bool: "true or false"}.get(
-        hint, "a list" if typing.get_origin(hint) in (list, tuple) else str(hint))
+        hint, "a list" if typing.get_origin(hint) in (list, tuple) else str(hint)
+    )
 
 
 def _shown(value: Any) -> str:

@@ -37,16 +37,23 @@ def study_step(cells: Sequence[Cell], compile: bool) -> TrainingStep:
 def study_cells(study: str | Path, task_label: str, row: str) -> list[Cell]:
     """The cells of ``row`` on ``task_label`` (an expanded label, e.g.
     ``var-chain-w32[hops=4]``): what the trainer folds into one ensemble."""
-    cells = [c for c in expand_cells(load_experiment(study))
-             if c.task_label == task_label and c.label == row]
+    cells = [
+        c
+        for c in expand_cells(load_experiment(study))
+        if c.task_label == task_label and c.label == row
+    ]
     if not cells:
         raise ValueError(f"{study}: no cells of row {row!r} on task {task_label!r}")
     return cells
 
 
 def bench_folded(
-    widths: Sequence[int] = (32,), hops: int = 4, variants: Sequence[str] = FOLDED_VARIANTS,
-    study: str | Path = DEPTH_STUDY, repeats: int = 10, threads: int | None = 1,
+    widths: Sequence[int] = (32,),
+    hops: int = 4,
+    variants: Sequence[str] = FOLDED_VARIANTS,
+    study: str | Path = DEPTH_STUDY,
+    repeats: int = 10,
+    threads: int | None = 1,
     device: str = "cpu",
 ) -> list[dict[str, Any]]:
     """Each row in ``variants`` of ``study`` on ``var-chain-w{width}[hops={hops}]``: its
@@ -65,8 +72,10 @@ def bench_folded(
     with timing(threads, device) as (clock, sync):
         for width in widths:
             for row in variants:
-                cells = [dataclasses.replace(c, train=dataclasses.replace(c.train, device=device))
-                         for c in study_cells(study, f"var-chain-w{width}[hops={hops}]", row)]
+                cells = [
+                    dataclasses.replace(c, train=dataclasses.replace(c.train, device=device))
+                    for c in study_cells(study, f"var-chain-w{width}[hops={hops}]", row)
+                ]
                 members[row, width] = len(cells)
                 for compile in (False, True):
                     step = study_step(cells, compile)
@@ -81,26 +90,36 @@ def bench_folded(
     rows = []
     for (row, width), size in members.items():
         eager, compiled = measured[row, width, False], measured[row, width, True]
-        rows.append({
-            "variant": row, "width": width, "hops": hops, "members": size,
-            "eager_ms": 1e3 * eager["seconds"], "compiled_ms": 1e3 * compiled["seconds"],
-            "x_compiled": eager["seconds"] / compiled["seconds"],
-            "compile_s": compile_s[row, width],
-            "eager_gflop_per_s": eager["gflop_per_s"],
-            "compiled_gflop_per_s": compiled["gflop_per_s"],
-            "matmul_gflop_per_s": eager["matmul_gflop_per_s"],
-        })
+        rows.append(
+            {
+                "variant": row,
+                "width": width,
+                "hops": hops,
+                "members": size,
+                "eager_ms": 1e3 * eager["seconds"],
+                "compiled_ms": 1e3 * compiled["seconds"],
+                "x_compiled": eager["seconds"] / compiled["seconds"],
+                "compile_s": compile_s[row, width],
+                "eager_gflop_per_s": eager["gflop_per_s"],
+                "compiled_gflop_per_s": compiled["gflop_per_s"],
+                "matmul_gflop_per_s": eager["matmul_gflop_per_s"],
+            }
+        )
     return rows
 
 
 def format_folded_table(rows: list[dict[str, Any]]) -> str:
     """The rows of `bench_folded` as a plain-text table."""
-    lines = [f"{'variant':<12} {'width':>5} {'members':>7} {'eager ms':>8} {'compiled ms':>11} "
-             f"{'×compiled':>9} {'compile s':>9} {'GFLOP/s eager':>13} {'compiled':>8} "
-             f"{'matmul 256³':>11}"]
+    lines = [
+        f"{'variant':<12} {'width':>5} {'members':>7} {'eager ms':>8} {'compiled ms':>11} "
+        f"{'×compiled':>9} {'compile s':>9} {'GFLOP/s eager':>13} {'compiled':>8} "
+        f"{'matmul 256³':>11}"
+    ]
     for r in rows:
-        lines.append(f"{r['variant']:<12} {r['width']:>5} {r['members']:>7} "
-                     f"{r['eager_ms']:>8.1f} {r['compiled_ms']:>11.1f} {r['x_compiled']:>9.2f} "
-                     f"{r['compile_s']:>9.1f} {r['eager_gflop_per_s']:>13.1f} "
-                     f"{r['compiled_gflop_per_s']:>8.1f} {r['matmul_gflop_per_s']:>11.1f}")
+        lines.append(
+            f"{r['variant']:<12} {r['width']:>5} {r['members']:>7} "
+            f"{r['eager_ms']:>8.1f} {r['compiled_ms']:>11.1f} {r['x_compiled']:>9.2f} "
+            f"{r['compile_s']:>9.1f} {r['eager_gflop_per_s']:>13.1f} "
+            f"{r['compiled_gflop_per_s']:>8.1f} {r['matmul_gflop_per_s']:>11.1f}"
+        )
     return "\n".join(lines)

@@ -54,8 +54,9 @@ def bench_ode(
                 module.reset_nfe()
                 marks: list[float] = []
 
-                def forward_done(losses: list[float], marks: list[float] = marks,
-                                 size: int = size) -> list[bool]:
+                def forward_done(
+                    losses: list[float], marks: list[float] = marks, size: int = size
+                ) -> list[bool]:
                     marks.append(clock())  # the losses are read back: the forward is done
                     return [True] * size
 
@@ -70,38 +71,57 @@ def bench_ode(
             field = _field_evaluation(module, batch, repeats, clock, sync)
             ms = {name: 1e3 * sorted(t)[len(t) // 2] for name, t in parts.items()}
             field_ms = (nfe[0] * field["forward_backward"] + nfe[1] * field["forward"]) * 1e3
-            rows.append({"solver": solver, "members": size, "width": width, "depth": depth,
-                         "nfe_forward": nfe[0], "nfe_backward": nfe[1],
-                         "forward_ms": ms["forward"], "backward_ms": ms["backward"],
-                         "step_ms": ms["forward"] + ms["backward"],
-                         "eval_forward_us": 1e6 * field["forward"],
-                         "eval_forward_backward_us": 1e6 * field["forward_backward"],
-                         "field_ms": field_ms, "solver_ms": ms["forward"] + ms["backward"]
-                         - field_ms})
+            rows.append(
+                {
+                    "solver": solver,
+                    "members": size,
+                    "width": width,
+                    "depth": depth,
+                    "nfe_forward": nfe[0],
+                    "nfe_backward": nfe[1],
+                    "forward_ms": ms["forward"],
+                    "backward_ms": ms["backward"],
+                    "step_ms": ms["forward"] + ms["backward"],
+                    "eval_forward_us": 1e6 * field["forward"],
+                    "eval_forward_backward_us": 1e6 * field["forward_backward"],
+                    "field_ms": field_ms,
+                    "solver_ms": ms["forward"] + ms["backward"] - field_ms,
+                }
+            )
     return rows
 
 
-def _field_evaluation(module: NeuralODE, batch: TaskData, repeats: int,
-                      clock: Callable[[], float], sync: Callable[[], None]) -> dict[str, float]:
+def _field_evaluation(
+    module: NeuralODE,
+    batch: TaskData,
+    repeats: int,
+    clock: Callable[[], float],
+    sync: Callable[[], None],
+) -> dict[str, float]:
     """Seconds of one evaluation of ``module``'s vector field on its folded batch, forward
     and forward + backward (medians)."""
     field = module.layer(0)
-    z = torch.randn(len(batch), module.state_dim, device=batch.inputs.device,
-                    requires_grad=True)
+    z = torch.randn(len(batch), module.state_dim, device=batch.inputs.device, requires_grad=True)
     u = None if batch.controls is None else batch.controls[:, 0]
-    calls = {"forward": lambda: field(join(z, u)),
-             "forward_backward": lambda: field(join(z, u)).sum().backward()}
+    calls = {
+        "forward": lambda: field(join(z, u)),
+        "forward_backward": lambda: field(join(z, u)).sum().backward(),
+    }
     return median_times(calls, repeats, clock, sync)
 
 
 def format_ode_table(rows: list[dict[str, Any]]) -> str:
     """The rows of `bench_ode` as a plain-text table."""
-    lines = [f"{'solver':>11} {'members':>7} {'NFE f/b':>8} {'step ms':>8} {'forward':>8} "
-             f"{'backward':>8} {'eval µs f/f+b':>13} {'field ms':>8} {'solver ms':>9}"]
+    lines = [
+        f"{'solver':>11} {'members':>7} {'NFE f/b':>8} {'step ms':>8} {'forward':>8} "
+        f"{'backward':>8} {'eval µs f/f+b':>13} {'field ms':>8} {'solver ms':>9}"
+    ]
     for r in rows:
-        lines.append(f"{r['solver']:>11} {r['members']:>7} "
-                     f"{r['nfe_forward']:>4}/{r['nfe_backward']:<3} {r['step_ms']:>8.2f} "
-                     f"{r['forward_ms']:>8.2f} {r['backward_ms']:>8.2f} "
-                     f"{r['eval_forward_us']:>6.0f}/{r['eval_forward_backward_us']:<6.0f} "
-                     f"{r['field_ms']:>8.2f} {r['solver_ms']:>9.2f}")
+        lines.append(
+            f"{r['solver']:>11} {r['members']:>7} "
+            f"{r['nfe_forward']:>4}/{r['nfe_backward']:<3} {r['step_ms']:>8.2f} "
+            f"{r['forward_ms']:>8.2f} {r['backward_ms']:>8.2f} "
+            f"{r['eval_forward_us']:>6.0f}/{r['eval_forward_backward_us']:<6.0f} "
+            f"{r['field_ms']:>8.2f} {r['solver_ms']:>9.2f}"
+        )
     return "\n".join(lines)

@@ -79,16 +79,33 @@ def bench_operator(
     with timing(threads, device) as (clock, sync):
         for d_v in value_channels:
             for d in dims:
-                rows.append(_bench_shape(
-                    d, d_v, elements // d, repeats, clock, sync, device, dtype, dense_elements,
-                    accumulate,
-                ))
+                rows.append(
+                    _bench_shape(
+                        d,
+                        d_v,
+                        elements // d,
+                        repeats,
+                        clock,
+                        sync,
+                        device,
+                        dtype,
+                        dense_elements,
+                        accumulate,
+                    )
+                )
     return rows
 
 
 def _bench_shape(
-    d: int, d_v: int, tokens: int, repeats: int, clock: Callable[[], float],
-    sync: Callable[[], None], device: str, dtype: torch.dtype, dense_elements: int,
+    d: int,
+    d_v: int,
+    tokens: int,
+    repeats: int,
+    clock: Callable[[], float],
+    sync: Callable[[], None],
+    device: str,
+    dtype: torch.dtype,
+    dense_elements: int,
     accumulate: bool,
 ) -> dict[str, Any]:
     gen = torch.Generator(device=device).manual_seed(0)
@@ -121,11 +138,15 @@ def _bench_shape(
         few = tuple(t[:dense_tokens].detach().requires_grad_() for t in inputs)
         dense = median_times(
             {"dense": _fwd_bwd(_dense_delta, few, grad[:dense_tokens], accumulate)},
-            max(1, repeats // 4), clock, sync, warmup=1,
+            max(1, repeats // 4),
+            clock,
+            sync,
+            warmup=1,
         )["dense"]
         per_element = 1e9 * dense / (dense_tokens * d * d_v)
         row |= {
-            "dense_tokens": dense_tokens, "dense_ms": 1e3 * dense,
+            "dense_tokens": dense_tokens,
+            "dense_ms": 1e3 * dense,
             "dense_ns_per_element": per_element,
             "dense_x_delta": per_element / row["delta_ns_per_element"],
         }
@@ -151,4 +172,3 @@ def format_operator_table(rows: list[dict[str, Any]]) -> str:
             f"{r['backend']:>9}"
         )
     return "\n".join(lines)
-

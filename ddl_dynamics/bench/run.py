@@ -32,8 +32,10 @@ def bench_output(run_dir: str | Path, output: str | Path | None) -> Path:
     path = Path(output) if output else Path(run_dir) / "bench.json"
     for folder in (path.parent, *path.parent.parents):
         if folder.exists() and not folder.is_dir():
-            raise ValueError(f"{folder}: a file, not a folder; give another "
-                             f"{'--output' if output else '--run-dir'}")
+            raise ValueError(
+                f"{folder}: a file, not a folder; give another "
+                f"{'--output' if output else '--run-dir'}"
+            )
     if path.is_dir():
         raise ValueError(f"{path}: a folder, not a file; give another --output")
     return path
@@ -69,8 +71,10 @@ def run_bench(
     if unknown:
         raise ValueError(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCH_PARTS)}")
     if not 1 <= repeats <= MAX_REPEATS:
-        raise ValueError(f"--repeats: expected 1 to {MAX_REPEATS:,} timed repeats (more would "
-                         f"time for days), got {repeats}")
+        raise ValueError(
+            f"--repeats: expected 1 to {MAX_REPEATS:,} timed repeats (more would "
+            f"time for days), got {repeats}"
+        )
     # the files read are checked before anything is timed: a typo fails at once, not at the end
     cuda_here = "cuda" in parts and torch.cuda.is_available()
     suite: ExperimentConfig | None = None
@@ -117,41 +121,51 @@ class _Plan:
         into: dict[str, Any] = {}
         if "operator" in self.parts or cuda:
             echo(f"\n{device}: the Delta update against an add ({dtype})")
-            into["operator"] = bench_operator(repeats=repeats, threads=threads, device=device,
-                                              dtype=dtype)
+            into["operator"] = bench_operator(
+                repeats=repeats, threads=threads, device=device, dtype=dtype
+            )
             echo(format_operator_table(into["operator"]))
         if "steps" in self.parts or cuda:
             autocast = " (bf16 autocast)" if cuda else ""
-            echo(f"\n{device}: one training step, vector families against "
-                 f"{STEP_BASELINE}{autocast}")
-            into["steps"] = bench_steps(repeats=repeats, threads=threads, device=device,
-                                        bf16=cuda)
+            echo(
+                f"\n{device}: one training step, vector families against {STEP_BASELINE}{autocast}"
+            )
+            into["steps"] = bench_steps(repeats=repeats, threads=threads, device=device, bf16=cuda)
             echo(format_steps_table(into["steps"]))
             echo(f"\n{device}: training steps of the Transformer variants{autocast}")
-            into["transformer"] = bench_transformer(threads=threads, device=device,
-                                                    variants=self.variants, bf16=cuda)
+            into["transformer"] = bench_transformer(
+                threads=threads, device=device, variants=self.variants, bf16=cuda
+            )
             echo(format_transformer_table(into["transformer"]))
         if "transformer" in self.parts and not cuda:
             echo(f"\n{device}: the depth study's folded Transformer step, eager and compiled")
-            into["folded"] = bench_folded(repeats=max(1, repeats // 2), threads=threads,
-                                          device=device)
+            into["folded"] = bench_folded(
+                repeats=max(1, repeats // 2), threads=threads, device=device
+            )
             echo(format_folded_table(into["folded"]))
         if "ode" in self.parts or cuda:
             echo(f"\n{device}: where a node training step goes")
             into["ode"] = bench_ode(repeats=repeats, threads=threads, device=device)
             echo(format_ode_table(into["ode"]))
         if "scaling" in self.parts and not cuda:
-            echo(f"\n{device}: a training step against members, width and depth, "
-                 f"beside {STEP_BASELINE}")
-            into["scaling"] = bench_scaling(repeats=max(1, repeats // 4), threads=threads,
-                                            device=device)
+            echo(
+                f"\n{device}: a training step against members, width and depth, "
+                f"beside {STEP_BASELINE}"
+            )
+            into["scaling"] = bench_scaling(
+                repeats=max(1, repeats // 4), threads=threads, device=device
+            )
             echo(format_scaling_table(into["scaling"]))
         if "suite" in self.parts or cuda:
             subset = f" ({self.only})" if self.only else ""
             echo(f"\n{device}: wall time of {self.experiment}{subset}")
-            into["suite_of"] = {"experiment": str(self.experiment), "only": self.only,
-                                "seeds": self.seeds}
-            into["suite"] = bench_suite(self.suite or self.experiment, self.only, self.seeds,
-                                        device=device, bf16=cuda)
+            into["suite_of"] = {
+                "experiment": str(self.experiment),
+                "only": self.only,
+                "seeds": self.seeds,
+            }
+            into["suite"] = bench_suite(
+                self.suite or self.experiment, self.only, self.seeds, device=device, bf16=cuda
+            )
             echo(format_suite_table(into["suite"]))
         return into

@@ -35,8 +35,7 @@ def step_memory(step: TrainingStep) -> int:
         kept = {p.untyped_storage().data_ptr() for p in params}
         saved: dict[int, int] = {}
 
-        def pack(tensor: Tensor, kept: set[int] = kept, saved: dict[int, int] = saved
-                 ) -> Tensor:
+        def pack(tensor: Tensor, kept: set[int] = kept, saved: dict[int, int] = saved) -> Tensor:
             storage = tensor.untyped_storage()
             if storage.data_ptr() not in kept:
                 saved[storage.data_ptr()] = storage.nbytes()
@@ -77,25 +76,41 @@ def bench_scaling(
             for value in values:
                 point = {**base, axis: value}
                 task = make_task(STEP_TASK, depth=point["depth"])
-                steps = {f: family_step(f, task, cfg, point["members"], point["width"],
-                                        point["depth"]) for f in families}
+                steps = {
+                    f: family_step(f, task, cfg, point["members"], point["width"], point["depth"])
+                    for f in families
+                }
                 memory = {f: step_memory(step) for f, step in steps.items()}
-                times = median_times({f: step.run for f, step in steps.items()}, repeats,
-                                     clock, sync, warmup=1)
-                rows += [{"axis": axis, "value": value, **point, "family": f,
-                          "folded": steps[f].folded, "ms": 1e3 * times[f],
-                          "x_baseline": times[f] / times[baseline], "bytes": memory[f],
-                          "memory_x_baseline": memory[f] / memory[baseline]}
-                         for f in families]
+                times = median_times(
+                    {f: step.run for f, step in steps.items()}, repeats, clock, sync, warmup=1
+                )
+                rows += [
+                    {
+                        "axis": axis,
+                        "value": value,
+                        **point,
+                        "family": f,
+                        "folded": steps[f].folded,
+                        "ms": 1e3 * times[f],
+                        "x_baseline": times[f] / times[baseline],
+                        "bytes": memory[f],
+                        "memory_x_baseline": memory[f] / memory[baseline],
+                    }
+                    for f in families
+                ]
     return rows
 
 
 def format_scaling_table(rows: list[dict[str, Any]]) -> str:
     """The rows of `bench_scaling` as a plain-text table."""
-    lines = [f"{'axis':>7} {'value':>5} {'family':>10} {'ms/step':>8} {'×baseline':>9} "
-             f"{'MiB':>8} {'×baseline':>9}"]
+    lines = [
+        f"{'axis':>7} {'value':>5} {'family':>10} {'ms/step':>8} {'×baseline':>9} "
+        f"{'MiB':>8} {'×baseline':>9}"
+    ]
     for r in rows:
-        lines.append(f"{r['axis']:>7} {r['value']:>5} {r['family']:>10} {r['ms']:>8.2f} "
-                     f"{r['x_baseline']:>9.2f} {r['bytes'] / 2**20:>8.2f} "
-                     f"{r['memory_x_baseline']:>9.2f}")
+        lines.append(
+            f"{r['axis']:>7} {r['value']:>5} {r['family']:>10} {r['ms']:>8.2f} "
+            f"{r['x_baseline']:>9.2f} {r['bytes'] / 2**20:>8.2f} "
+            f"{r['memory_x_baseline']:>9.2f}"
+        )
     return "\n".join(lines)

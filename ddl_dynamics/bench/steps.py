@@ -41,15 +41,21 @@ class TrainingStep:
         self.optimizers = [make_optimizer(group.module) for group in self.groups]
 
     @classmethod
-    def of(cls, models: Sequence[torch.nn.Module], task: Task, cfg: TrainConfig,
-           parts: Sequence[TaskData]) -> TrainingStep:
+    def of(
+        cls,
+        models: Sequence[torch.nn.Module],
+        task: Task,
+        cfg: TrainConfig,
+        parts: Sequence[TaskData],
+    ) -> TrainingStep:
         """The step of ``models``, each on its data ``parts`` (on ``cfg.device``): folded
         where they fold, else one by one."""
         folded = fold(models)
         if folded is not None:
             return cls(task, cfg, [folded], [to_device(fold_data(parts), cfg.device)])
-        return cls(task, cfg, [alone(m) for m in models],
-                   [to_device(part, cfg.device) for part in parts])
+        return cls(
+            task, cfg, [alone(m) for m in models], [to_device(part, cfg.device) for part in parts]
+        )
 
     def run(self) -> None:
         for group in range(len(self.groups)):
@@ -57,23 +63,33 @@ class TrainingStep:
 
     def run_group(self, group: int) -> list[float]:
         """The step of ``groups[group]`` alone; its members' losses."""
-        return training_step(self.groups[group], self.optimizers[group], self.task,
-                             self.batches[group], self.cfg)
+        return training_step(
+            self.groups[group], self.optimizers[group], self.task, self.batches[group], self.cfg
+        )
 
     @property
     def folded(self) -> bool:
         return len(self.groups) == 1 and self.groups[0].size > 1
 
 
-def family_step(family: str, task: Task, cfg: TrainConfig, size: int, width: int,
-                depth: int, **options: Any) -> TrainingStep:
+def family_step(
+    family: str, task: Task, cfg: TrainConfig, size: int, width: int, depth: int, **options: Any
+) -> TrainingStep:
     """One training step of ``size`` seeds of ``family`` (see `bench_steps`)."""
     models = []
     for seed in range(size):
         torch.manual_seed(seed)
-        models.append(make_model(family, in_dim=task.in_dim, out_dim=task.out_dim,
-                                 control_dim=task.control_dim, width=width, depth=depth,
-                                 **options).to(cfg.device))
+        models.append(
+            make_model(
+                family,
+                in_dim=task.in_dim,
+                out_dim=task.out_dim,
+                control_dim=task.control_dim,
+                width=width,
+                depth=depth,
+                **options,
+            ).to(cfg.device)
+        )
     parts = [task.sample(cfg.batch_size, seed, "train") for seed in range(size)]
     return TrainingStep.of(models, task, cfg, parts)
 
@@ -118,16 +134,21 @@ def bench_steps(
     alone_ms: dict[str, float] = {}
     with timing(threads, device) as (clock, sync):
         for size in seeds:
-            calls = {family: family_step(family, task, cfg, size, width, depth)
-                     for family in families}
-            times = median_times({f: step.run for f, step in calls.items()}, repeats, clock,
-                                 sync)
+            calls = {
+                family: family_step(family, task, cfg, size, width, depth) for family in families
+            }
+            times = median_times({f: step.run for f, step in calls.items()}, repeats, clock, sync)
             for family in families:
                 ms = 1e3 * times[family]
                 if size == 1:
                     alone_ms[family] = ms
-                row = {"family": family, "seeds": size, "folded": calls[family].folded,
-                       "ms": ms, "x_baseline": ms / (1e3 * times[baseline])}
+                row = {
+                    "family": family,
+                    "seeds": size,
+                    "folded": calls[family].folded,
+                    "ms": ms,
+                    "x_baseline": ms / (1e3 * times[baseline]),
+                }
                 if family in alone_ms:
                     row["x_one_by_one"] = ms / (size * alone_ms[family])
                 rows.append(row)
@@ -136,10 +157,14 @@ def bench_steps(
 
 def format_steps_table(rows: list[dict[str, Any]]) -> str:
     """The rows of `bench_steps` as a plain-text table."""
-    lines = [f"{'family':>12} {'seeds':>5} {'folded':>6} {'ms/step':>8} {'×baseline':>9} "
-             f"{'×one by one':>11}"]
+    lines = [
+        f"{'family':>12} {'seeds':>5} {'folded':>6} {'ms/step':>8} {'×baseline':>9} "
+        f"{'×one by one':>11}"
+    ]
     for r in rows:
         one = f"{r['x_one_by_one']:>11.2f}" if "x_one_by_one" in r else f"{'—':>11}"
-        lines.append(f"{r['family']:>12} {r['seeds']:>5} {'yes' if r['folded'] else 'no':>6} "
-                     f"{r['ms']:>8.2f} {r['x_baseline']:>9.2f} {one}")
+        lines.append(
+            f"{r['family']:>12} {r['seeds']:>5} {'yes' if r['folded'] else 'no':>6} "
+            f"{r['ms']:>8.2f} {r['x_baseline']:>9.2f} {one}"
+        )
     return "\n".join(lines)

@@ -36,22 +36,35 @@ def bench_suite(
     Returns one row per run: ``vectorize``, ``jobs``, ``cells``, ``counts`` (statuses),
     ``wall_s`` and ``x_first`` (over the first run's wall time).
     """
-    config = (experiment if isinstance(experiment, ExperimentConfig)
-              else load_experiment(experiment))
+    config = experiment if isinstance(experiment, ExperimentConfig) else load_experiment(experiment)
     if bf16:
-        config = dataclasses.replace(config, train_defaults={**config.train_defaults,
-                                                             "bf16": True})
+        config = dataclasses.replace(config, train_defaults={**config.train_defaults, "bf16": True})
     rows: list[dict[str, Any]] = []
     for vectorize, jobs in runs:
         load = machine_load()
         with tempfile.TemporaryDirectory() as run_dir:
-            summary = run_experiment(config, run_dir, jobs=jobs, device=device, seeds=seeds,
-                                     only=only, vectorize=vectorize, progress=False)
-        rows.append({"vectorize": vectorize, "jobs": jobs, "cells": sum(summary.counts.values()),
-                     "counts": summary.counts, "wall_s": summary.wall_time,
-                     "x_first": summary.wall_time / (rows[0]["wall_s"] if rows
-                                                     else summary.wall_time),
-                     "load_before": load, "load_after": machine_load()})
+            summary = run_experiment(
+                config,
+                run_dir,
+                jobs=jobs,
+                device=device,
+                seeds=seeds,
+                only=only,
+                vectorize=vectorize,
+                progress=False,
+            )
+        rows.append(
+            {
+                "vectorize": vectorize,
+                "jobs": jobs,
+                "cells": sum(summary.counts.values()),
+                "counts": summary.counts,
+                "wall_s": summary.wall_time,
+                "x_first": summary.wall_time / (rows[0]["wall_s"] if rows else summary.wall_time),
+                "load_before": load,
+                "load_after": machine_load(),
+            }
+        )
     return rows
 
 
@@ -60,7 +73,8 @@ def format_suite_table(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'seeds':>12} {'jobs':>4} {'cells':>5} {'wall s':>8} {'×first':>6}  load"]
     for r in rows:
         seeds = "together" if r["vectorize"] else "one by one"
-        lines.append(f"{seeds:>12} {r['jobs']:>4} {r['cells']:>5} {r['wall_s']:>8.1f} "
-                     f"{r['x_first']:>6.2f}  {r['load_before']} → {r['load_after']}")
+        lines.append(
+            f"{seeds:>12} {r['jobs']:>4} {r['cells']:>5} {r['wall_s']:>8.1f} "
+            f"{r['x_first']:>6.2f}  {r['load_before']} → {r['load_after']}"
+        )
     return "\n".join(lines)
-

@@ -21,8 +21,11 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 
 
 def median_times(
-    calls: Mapping[K, Callable[[], Any]], repeats: int, clock: Callable[[], float],
-    sync: Callable[[], None], warmup: int = 3,
+    calls: Mapping[K, Callable[[], Any]],
+    repeats: int,
+    clock: Callable[[], float],
+    sync: Callable[[], None],
+    warmup: int = 3,
 ) -> dict[K, float]:
     """Median seconds of each call; the calls are interleaved within every repeat, so
     load from other processes falls on all of them alike."""
@@ -75,8 +78,13 @@ def timing(
         torch.set_num_threads(previous)
 
 
-def matmul_rate(clock: Callable[[], float], sync: Callable[[], None] = lambda: None,
-                device: str = "cpu", size: int = 256, repeats: int = 20) -> float:
+def matmul_rate(
+    clock: Callable[[], float],
+    sync: Callable[[], None] = lambda: None,
+    device: str = "cpu",
+    size: int = 256,
+    repeats: int = 20,
+) -> float:
     """GFLOP/s of a ``size``³ float32 matmul on ``device`` (median): what the machine's
     arithmetic gives in the same run, against which a step's achieved rate reads."""
     a, b = (torch.randn(size, size, device=device) for _ in range(2))
@@ -85,8 +93,12 @@ def matmul_rate(clock: Callable[[], float], sync: Callable[[], None] = lambda: N
 
 
 def achieved_rates(
-    calls: Mapping[K, Callable[[], Any]], repeats: int, clock: Callable[[], float],
-    sync: Callable[[], None], device: str, warmup: int = 1,
+    calls: Mapping[K, Callable[[], Any]],
+    repeats: int,
+    clock: Callable[[], float],
+    sync: Callable[[], None],
+    device: str,
+    warmup: int = 1,
 ) -> dict[K, dict[str, float]]:
     """Each call's FLOPs (counted on one call), median ``seconds`` (`median_times`)
     and achieved ``gflop_per_s``, beside ``matmul_gflop_per_s`` (`matmul_rate`)
@@ -98,8 +110,15 @@ def achieved_rates(
         flops[name] = float(counter.get_total_flops())
     seconds = median_times(calls, repeats, clock, sync, warmup=warmup)
     rate = matmul_rate(clock, sync, device)
-    return {name: {"seconds": s, "flops": flops[name], "gflop_per_s": flops[name] / s / 1e9,
-                   "matmul_gflop_per_s": rate} for name, s in seconds.items()}
+    return {
+        name: {
+            "seconds": s,
+            "flops": flops[name],
+            "gflop_per_s": flops[name] / s / 1e9,
+            "matmul_gflop_per_s": rate,
+        }
+        for name, s in seconds.items()
+    }
 
 
 def machine_load() -> str:

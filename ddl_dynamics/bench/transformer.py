@@ -34,8 +34,9 @@ def transformer_variants(study: str | Path = STUDY) -> dict[str, tuple[str, dict
     """label → (model name, options) of every row of ``study``, in its order, then
     `EXTRA_VARIANTS`; the options are the row's own (the file's defaults aside: the
     benchmark sets width and depth)."""
-    rows = {entry.label: (entry.name, dict(entry.options))
-            for entry in load_experiment(study).models}
+    rows = {
+        entry.label: (entry.name, dict(entry.options)) for entry in load_experiment(study).models
+    }
     return rows | EXTRA_VARIANTS
 
 
@@ -62,9 +63,17 @@ class RandomTokens(SequenceTask):
 
 
 def bench_transformer(
-    width: int = 64, depth: int = 2, length: int = 64, batch: int = 32, vocab: int = 64,
-    steps: int = 3, repeats: int = 5, threads: int | None = 1, device: str = "cpu",
-    variants: Mapping[str, tuple[str, dict[str, Any]]] | None = None, bf16: bool = False,
+    width: int = 64,
+    depth: int = 2,
+    length: int = 64,
+    batch: int = 32,
+    vocab: int = 64,
+    steps: int = 3,
+    repeats: int = 5,
+    threads: int | None = 1,
+    device: str = "cpu",
+    variants: Mapping[str, tuple[str, dict[str, Any]]] | None = None,
+    bf16: bool = False,
 ) -> list[dict[str, Any]]:
     """Training throughput of each Transformer variant (default:
     `transformer_variants`) relative to the first (the baseline).
@@ -87,21 +96,30 @@ def bench_transformer(
     params = {}
     for label, (name, options) in variants.items():
         torch.manual_seed(0)
-        model = make_model(name, in_dim=vocab, out_dim=vocab, width=width, depth=depth,
-                           **options).to(device)
+        model = make_model(
+            name, in_dim=vocab, out_dim=vocab, width=width, depth=depth, **options
+        ).to(device)
         params[label] = count_parameters(model)
         calls[label] = _repeated(TrainingStep(task, cfg, [alone(model)], [data]), steps)
     with timing(threads, device) as (clock, sync):
         measured = achieved_rates(calls, repeats, clock, sync, device)
     first = measured[next(iter(variants))]["seconds"]
     return [
-        {"variant": label, "model": name, "options": options, "width": width, "depth": depth,
-         "batch": batch, "length": length, "params": params[label],
-         "ms_per_step": 1e3 * measured[label]["seconds"] / steps,
-         "tokens_per_s": batch * length * steps / measured[label]["seconds"],
-         "x_transformer": first / measured[label]["seconds"],
-         "gflop_per_s": measured[label]["gflop_per_s"],
-         "matmul_gflop_per_s": measured[label]["matmul_gflop_per_s"]}
+        {
+            "variant": label,
+            "model": name,
+            "options": options,
+            "width": width,
+            "depth": depth,
+            "batch": batch,
+            "length": length,
+            "params": params[label],
+            "ms_per_step": 1e3 * measured[label]["seconds"] / steps,
+            "tokens_per_s": batch * length * steps / measured[label]["seconds"],
+            "x_transformer": first / measured[label]["seconds"],
+            "gflop_per_s": measured[label]["gflop_per_s"],
+            "matmul_gflop_per_s": measured[label]["matmul_gflop_per_s"],
+        }
         for label, (name, options) in variants.items()
     ]
 
@@ -116,10 +134,14 @@ def _repeated(step: TrainingStep, steps: int) -> Callable[[], None]:
 
 def format_transformer_table(rows: list[dict[str, Any]]) -> str:
     """The rows of `bench_transformer` as a plain-text table."""
-    lines = [f"{'variant':<20} {'params':>10} {'ms/step':>8} {'tokens/s':>9} {'×transformer':>12} "
-             f"{'GFLOP/s':>7} {'matmul 256³':>11}"]
+    lines = [
+        f"{'variant':<20} {'params':>10} {'ms/step':>8} {'tokens/s':>9} {'×transformer':>12} "
+        f"{'GFLOP/s':>7} {'matmul 256³':>11}"
+    ]
     for r in rows:
-        lines.append(f"{r['variant']:<20} {r['params']:>10,} {r['ms_per_step']:>8.1f} "
-                     f"{r['tokens_per_s']:>9.0f} {r['x_transformer']:>12.2f} "
-                     f"{r['gflop_per_s']:>7.1f} {r['matmul_gflop_per_s']:>11.1f}")
+        lines.append(
+            f"{r['variant']:<20} {r['params']:>10,} {r['ms_per_step']:>8.1f} "
+            f"{r['tokens_per_s']:>9.0f} {r['x_transformer']:>12.2f} "
+            f"{r['gflop_per_s']:>7.1f} {r['matmul_gflop_per_s']:>11.1f}"
+        )
     return "\n".join(lines)

@@ -19,8 +19,9 @@ from .._task import TaskData
 
 def fold_data(parts: Sequence[TaskData]) -> TaskData:
     """The members' data as one batch, member by member."""
-    folded: dict[str, Any] = {n: torch.cat([getattr(p, n) for p in parts])
-                              for n in _tensors(parts[0])}
+    folded: dict[str, Any] = {
+        n: torch.cat([getattr(p, n) for p in parts]) for n in _tensors(parts[0])
+    }
     return dataclasses.replace(parts[0], **folded)
 
 
@@ -45,4 +46,4 @@ def minibatches(n: int, batch_size: int, generator: torch.Generator) -> Iterator
     while True:
         perm = torch.randperm(n, generator=generator)
         for i in range(0, n - batch_size + 1, batch_size):
-            yield perm[i:i + batch_size]
+            yield perm[i : i + batch_size]

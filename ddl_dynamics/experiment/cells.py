@@ -89,7 +89,9 @@ def expand_cells(
     only = dict(only or {})
     for axis, labels in only.items():
         tables: dict[str, Sequence[TaskEntry] | Sequence[ModelEntry]] = {
-            "task": config.tasks, "model": config.models}
+            "task": config.tasks,
+            "model": config.models,
+        }
         entries = tables.get(axis)
         if entries is None:
             raise ValueError(f"only: unknown axis {axis!r}; use 'task' or 'model'")
@@ -110,22 +112,41 @@ def expand_cells(
             if "model" in only and model.label not in only["model"]:
                 continue
             if runs(config, t_index, m_index):
-                cells += pair_cells(config, t_index, m_index,
-                                    config.seeds if seeds is None else seeds, device)
+                cells += pair_cells(
+                    config, t_index, m_index, config.seeds if seeds is None else seeds, device
+                )
     return cells
 
 
-def pair_cells(config: ExperimentConfig, t_index: int, m_index: int, seeds: Sequence[int],
-               device: str | None = None) -> list[Cell]:
+def pair_cells(
+    config: ExperimentConfig,
+    t_index: int,
+    m_index: int,
+    seeds: Sequence[int],
+    device: str | None = None,
+) -> list[Cell]:
     """The cells of one task entry × model entry: every grid value at every seed."""
     entry, model = config.tasks[t_index], config.models[m_index]
     pair = _resolve(config, t_index, m_index)
     baseline = baseline_on(config, t_index, m_index)
-    return [Cell(entry.name, entry.label, pair.spec, model.name, model.label, pair.config,
-                 train if device is None else dataclasses.replace(train, device=device), s,
-                 baseline=baseline, match_params=pair.match_params,
-                 params_target=pair.params_target, tune=pair.tune)
-            for train in pair.grid for s in seeds]
+    return [
+        Cell(
+            entry.name,
+            entry.label,
+            pair.spec,
+            model.name,
+            model.label,
+            pair.config,
+            train if device is None else dataclasses.replace(train, device=device),
+            s,
+            baseline=baseline,
+            match_params=pair.match_params,
+            params_target=pair.params_target,
+            tune=pair.tune,
+        )
+        for train in pair.grid
+        for s in seeds
+    ]
 
 
 def runs(config: ExperimentConfig, t_index: int, m_index: int) -> bool:
@@ -142,7 +163,8 @@ def baseline_on(config: ExperimentConfig, t_index: int, m_index: int) -> str | N
     if model.baseline is not None:
         if not runs(config, t_index, labels.index(model.baseline)):
             raise ConfigError(
-                config.source, f"models[{m_index}].baseline",
+                config.source,
+                f"models[{m_index}].baseline",
                 f"{model.baseline!r} does not run on task {config.tasks[t_index].label!r}, "
                 f"which {model.label!r} runs on; add the task to its tasks or name another "
                 "baseline",
@@ -150,8 +172,7 @@ def baseline_on(config: ExperimentConfig, t_index: int, m_index: int) -> str | N
         return model.baseline
     default = config.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in labels else None)
     heads = {default, *(m.baseline for m in config.models)}
-    if default is None or model.label in heads or not runs(config, t_index,
-                                                           labels.index(default)):
+    if default is None or model.label in heads or not runs(config, t_index, labels.index(default)):
         return None
     return default
 
@@ -183,8 +204,7 @@ def check_experiment(config: ExperimentConfig) -> None:
                 continue
             built[cell.task_label, cell.label] = task, model
             cells.append(cell)
-            tasks.setdefault(repr((cell.task, sorted(cell.spec.items()))),
-                             (cell.task_label, task))
+            tasks.setdefault(repr((cell.task, sorted(cell.spec.items()))), (cell.task_label, task))
             replaced |= _replaced_defaults(config, cell, task)
         for label, task in tasks.values():
             try:
@@ -199,9 +219,13 @@ def check_experiment(config: ExperimentConfig) -> None:
     for index, entry in enumerate(config.tasks):
         if not any(t == index for t, _ in pairs):
             kind = _task_kind(entry.name)
-            errors.append(ConfigError(
-                config.source, f"tasks[{index}]",
-                f"no model of kind {kind!r} in this experiment can run task {entry.label!r}"))
+            errors.append(
+                ConfigError(
+                    config.source,
+                    f"tasks[{index}]",
+                    f"no model of kind {kind!r} in this experiment can run task {entry.label!r}",
+                )
+            )
     for index in range(len(config.models)):
         if not any(m == index for _, m in pairs):
             errors.append(ConfigError(config.source, f"models[{index}]", _idle(config, index)))
@@ -217,19 +241,26 @@ def check_experiment(config: ExperimentConfig) -> None:
 
 def _pairs(config: ExperimentConfig) -> list[tuple[int, int]]:
     """Every (task entry, model entry) index pair that runs."""
-    return [(t, m) for t in range(len(config.tasks)) for m in range(len(config.models))
-            if runs(config, t, m)]
+    return [
+        (t, m)
+        for t in range(len(config.tasks))
+        for m in range(len(config.models))
+        if runs(config, t, m)
+    ]
 
 
 def _idle(config: ExperimentConfig, m_index: int) -> str:
     """Why model entry ``m_index`` runs on no task, and what would make it run."""
     model = config.models[m_index]
     kind = family(model.name).kind
-    kinds = sorted({_task_kind(t.name) for t in config.tasks
-                    if not model.tasks or t.label in model.tasks})
-    what = (f"its tasks {', '.join(model.tasks)} are " if model.tasks else "the tasks are ")
-    return (f"{model.label!r} runs on no task: it is a {kind} model and {what}"
-            f"{' and '.join(kinds) or 'none'} tasks; give it a task of kind {kind!r} or drop it")
+    kinds = sorted(
+        {_task_kind(t.name) for t in config.tasks if not model.tasks or t.label in model.tasks}
+    )
+    what = f"its tasks {', '.join(model.tasks)} are " if model.tasks else "the tasks are "
+    return (
+        f"{model.label!r} runs on no task: it is a {kind} model and {what}"
+        f"{' and '.join(kinds) or 'none'} tasks; give it a task of kind {kind!r} or drop it"
+    )
 
 
 def _unchecked(config: ExperimentConfig, m_index: int) -> list[ConfigError]:
@@ -255,31 +286,43 @@ def _unchecked(config: ExperimentConfig, m_index: int) -> list[ConfigError]:
     return errors
 
 
-def _resized(config: ExperimentConfig, cells: Sequence[Cell],
-             built: Mapping[tuple[str, str], tuple[Task, Model]]) -> set[str]:
+def _resized(
+    config: ExperimentConfig,
+    cells: Sequence[Cell],
+    built: Mapping[tuple[str, str], tuple[Task, Model]],
+) -> set[str]:
     """Notes on rows that ``match_params`` sizes to the parameter count of a row of another
     kind: one set of weights for every step (tied, an ODE) against one per layer, where the
     same count means very different models (a 17k-parameter vector field)."""
     notes = set()
     for cell in cells:
-        _, target = built.get((cell.task_label, cell.match_params), (None, None)) if isinstance(
-            cell.match_params, str) else (None, None)
+        _, target = (
+            built.get((cell.task_label, cell.match_params), (None, None))
+            if isinstance(cell.match_params, str)
+            else (None, None)
+        )
         own = built[cell.task_label, cell.label][1]
-        if target is not None and cell.match_params != cell.label and (
-                own.can_extrapolate != target.can_extrapolate):
-            kinds = {True: "one set of weights for every step",
-                     False: "its own weights per layer"}
-            notes.add(f"match_params = {cell.match_params!r} sizes {cell.label!r} "
-                      f"({kinds[own.can_extrapolate]}) to the {cell.params_target:,} parameters "
-                      f"of {cell.match_params!r} ({kinds[target.can_extrapolate]}) on task "
-                      f"{cell.task_label!r}, hidden = {cell.config.get('hidden')}; set "
-                      f"match_params on {cell.label!r} to a row of its kind if that is not meant")
+        if (
+            target is not None
+            and cell.match_params != cell.label
+            and (own.can_extrapolate != target.can_extrapolate)
+        ):
+            kinds = {True: "one set of weights for every step", False: "its own weights per layer"}
+            notes.add(
+                f"match_params = {cell.match_params!r} sizes {cell.label!r} "
+                f"({kinds[own.can_extrapolate]}) to the {cell.params_target:,} parameters "
+                f"of {cell.match_params!r} ({kinds[target.can_extrapolate]}) on task "
+                f"{cell.task_label!r}, hidden = {cell.config.get('hidden')}; set "
+                f"match_params on {cell.label!r} to a row of its kind if that is not meant"
+            )
     return notes
 
 
-def compared_tasks(config: ExperimentConfig, index: int,
-                   built: Mapping[tuple[str, str], tuple[Task, Model]] | None = None,
-                   ) -> list[str]:
+def compared_tasks(
+    config: ExperimentConfig,
+    index: int,
+    built: Mapping[tuple[str, str], tuple[Task, Model]] | None = None,
+) -> list[str]:
     """The task labels on which declared comparison ``index`` is drawn: its ``tasks`` (each
     run by both rows and having its split) or every task both rows run; with the models
     ``built`` per (task, row), each must be able to run the split (an untied row cannot run
@@ -294,13 +337,21 @@ def compared_tasks(config: ExperimentConfig, index: int,
             continue
         both = all(runs(config, t_index, m_index) for m_index in rows)
         if not both and comparison.tasks:
-            raise ConfigError(config.source, where, f"{comparison.model!r} and "
-                              f"{comparison.control!r} do not both run task {entry.label!r}")
+            raise ConfigError(
+                config.source,
+                where,
+                f"{comparison.model!r} and "
+                f"{comparison.control!r} do not both run task {entry.label!r}",
+            )
         task = make_task(entry.name, **entry.spec) if both else None
         splits = task.splits if task is not None else ()
         if both and comparison.split not in splits:
-            raise ConfigError(config.source, f"{where}.split", f"task {entry.label!r} has no "
-                              f"split {comparison.split!r}; splits: {', '.join(splits)}")
+            raise ConfigError(
+                config.source,
+                f"{where}.split",
+                f"task {entry.label!r} has no "
+                f"split {comparison.split!r}; splits: {', '.join(splits)}",
+            )
         if both:
             for label in (comparison.model, comparison.control):
                 own, model = (built or {}).get((entry.label, label), (None, None))
@@ -308,15 +359,18 @@ def compared_tasks(config: ExperimentConfig, index: int,
                 steps = own.split_steps(comparison.split) if own is not None else depth
                 if model is not None and not model.can_extrapolate and steps != depth:
                     raise ConfigError(
-                        config.source, f"{where}.split",
+                        config.source,
+                        f"{where}.split",
                         f"{label!r} cannot run split {comparison.split!r} of task "
                         f"{entry.label!r} ({steps} steps, and it has {depth} untied layers): "
                         "the comparison would have no seed; compare rows with tied = true, "
-                        "or on another split")
+                        "or on another split",
+                    )
             shared.append(entry.label)
     if not shared:
-        raise ConfigError(config.source, where, f"{comparison.model!r} and "
-                          f"{comparison.control!r} share no task")
+        raise ConfigError(
+            config.source, where, f"{comparison.model!r} and {comparison.control!r} share no task"
+        )
     return shared
 
 
@@ -324,8 +378,12 @@ def check_size(cell: Cell) -> None:
     """``ValueError`` for a model too large for any sane run, before anything allocates it:
     its sizes first (`MAX_DEPTH`, `MAX_WIDTH`; counting builds every layer),
     then its parameters (`MAX_PARAMS`), counted on the meta device."""
-    for option, limit in (("depth", MAX_DEPTH), ("width", MAX_WIDTH), ("hidden", MAX_WIDTH),
-                          ("max_steps", MAX_STEPS)):
+    for option, limit in (
+        ("depth", MAX_DEPTH),
+        ("width", MAX_WIDTH),
+        ("hidden", MAX_WIDTH),
+        ("max_steps", MAX_STEPS),
+    ):
         value = cell.config.get(option)
         if isinstance(value, int):
             check_limit(f"{option} = {value}", value, limit)
@@ -335,13 +393,29 @@ def check_size(cell: Cell) -> None:
         for split in task.splits:
             length = task.split_steps(split)
             check_limit(f"sequence length {length:,} of split {split!r}", length, MAX_LENGTH)
-            check_limit(f"{examples:,} examples × {length:,} tokens of split {split!r}",
-                        examples * length, MAX_TOKENS, " tokens")
+            check_limit(
+                f"{examples:,} examples × {length:,} tokens of split {split!r}",
+                examples * length,
+                MAX_TOKENS,
+                " tokens",
+            )
     with torch.device("meta"):
-        count = count_parameters(make_model(cell.model, in_dim=task.in_dim, out_dim=task.out_dim,
-                                            control_dim=task.control_dim, **cell.config))
-    check_limit(f"a model of {count:,} parameters (≈ {16 * count / 1e9:,.0f} GB to train: "
-                "weights, gradients and AdamW state)", count, MAX_PARAMS, " parameters")
+        count = count_parameters(
+            make_model(
+                cell.model,
+                in_dim=task.in_dim,
+                out_dim=task.out_dim,
+                control_dim=task.control_dim,
+                **cell.config,
+            )
+        )
+    check_limit(
+        f"a model of {count:,} parameters (≈ {16 * count / 1e9:,.0f} GB to train: "
+        "weights, gradients and AdamW state)",
+        count,
+        MAX_PARAMS,
+        " parameters",
+    )
 
 
 def model_options(name: str) -> dict[str, tuple[Any, Any]]:
@@ -384,17 +458,23 @@ class _Pair:
     tune: dict[str, list[Any]]
 
 
-def _resolve(config: ExperimentConfig, t_index: int, m_index: int,
-             chain: tuple[str, ...] = ()) -> _Pair:
+def _resolve(
+    config: ExperimentConfig, t_index: int, m_index: int, chain: tuple[str, ...] = ()
+) -> _Pair:
     """Task spec, model config and train config of one pair of entries of the same kind
     (``chain``: the labels whose ``match_params`` led here, to catch cycles)."""
     entry, model = config.tasks[t_index], config.models[m_index]
     where = f"task {entry.label!r} × model {model.label!r}"
     overrides = [o for o in config.overrides if o.matches(entry.label, model.label)]
     try:
-        grid, tune = expand([(config.train_defaults, config.tune_defaults),
-                             (entry.train, entry.tune), (model.train, model.tune),
-                             *((o.train, o.tune) for o in overrides)])
+        grid, tune = expand(
+            [
+                (config.train_defaults, config.tune_defaults),
+                (entry.train, entry.tune),
+                (model.train, model.tune),
+                *((o.train, o.tune) for o in overrides),
+            ]
+        )
         task = make_task(entry.name, **entry.spec)
     except ValueError as err:
         raise ConfigError(config.source, where, str(err)) from err
@@ -402,7 +482,10 @@ def _resolve(config: ExperimentConfig, t_index: int, m_index: int,
     options = model_options(model.name)
     layers = [
         {"max_steps": train.ode_max_steps} if train.ode_max_steps else {},
-        config.model_defaults, dict(task.model_defaults), entry.model, model.options,
+        config.model_defaults,
+        dict(task.model_defaults),
+        entry.model,
+        model.options,
         *(o.model for o in overrides),
     ]
     resolved = {name: default for name, (default, _) in options.items()}
@@ -426,8 +509,15 @@ def _resolve(config: ExperimentConfig, t_index: int, m_index: int,
     return _Pair(spec, resolved, grid, match, target, tune)
 
 
-def _match(config: ExperimentConfig, t_index: int, m_index: int, match: str | int,
-           dims: dict[str, int], resolved: dict[str, Any], chain: tuple[str, ...]) -> int:
+def _match(
+    config: ExperimentConfig,
+    t_index: int,
+    m_index: int,
+    match: str | int,
+    dims: dict[str, int],
+    resolved: dict[str, Any],
+    chain: tuple[str, ...],
+) -> int:
     """Size ``resolved["hidden"]`` for the parameter count ``match`` asks for on this task,
     and return that count (a row that names itself keeps its size)."""
     entry, model = config.tasks[t_index], config.models[m_index]
@@ -441,9 +531,12 @@ def _match(config: ExperimentConfig, t_index: int, m_index: int, match: str | in
         if isinstance(match, str):
             index = [m.label for m in config.models].index(match)
             if not same_kind(entry, config.models[index]):
-                raise ConfigError(config.source, where,
-                                  f"match_params: model {match!r} cannot run task "
-                                  f"{entry.label!r}, so it has no parameter count there")
+                raise ConfigError(
+                    config.source,
+                    where,
+                    f"match_params: model {match!r} cannot run task "
+                    f"{entry.label!r}, so it has no parameter count there",
+                )
             reference = _resolve(config, t_index, index, (*chain, model.label))
             target = parameter_count(config.models[index].name, **dims, **reference.config)
         else:
@@ -473,9 +566,11 @@ def _replaced_defaults(config: ExperimentConfig, cell: Cell, task: Task) -> set[
     choice, and silences the note)."""
     entry = next(t for t in config.tasks if t.label == cell.task_label)
     model = next(m for m in config.models if m.label == cell.label)
-    explicit = {*entry.model, *model.options,
-                *(k for o in config.overrides if o.matches(entry.label, model.label)
-                  for k in o.model)}
+    explicit = {
+        *entry.model,
+        *model.options,
+        *(k for o in config.overrides if o.matches(entry.label, model.label) for k in o.model),
+    }
     defaults = config.model_defaults
     return {
         f"[defaults.model] {key} = {defaults[key]!r} does not apply to task "

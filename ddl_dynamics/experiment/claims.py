@@ -36,8 +36,13 @@ class CellQueue:
     several runs split one experiment. While open, a background thread sends the heartbeat
     of this run's claims, and closing it releases those not finished."""
 
-    def __init__(self, store: ResultStore, cells: Sequence[Cell],
-                 finished: Collection[str], vectorize: bool = True) -> None:
+    def __init__(
+        self,
+        store: ResultStore,
+        cells: Sequence[Cell],
+        finished: Collection[str],
+        vectorize: bool = True,
+    ) -> None:
         self.store = store
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.generation = store.todo((c.key for c in cells), finished)
@@ -86,8 +91,9 @@ class CellQueue:
         """The cells of ``group`` this run could claim; those others hold go to ``busy``."""
         claimed: list[Cell] = []
         busy: list[Cell] = []
-        states = self.store.claim_all({c.key: self.generation[c.key] for c in group},
-                                      self.owner, STALE_AFTER)
+        states = self.store.claim_all(
+            {c.key: self.generation[c.key] for c in group}, self.owner, STALE_AFTER
+        )
         for cell in group:
             state = states[cell.key]
             (claimed if state == "claimed" else busy if state == "busy" else []).append(cell)
@@ -103,8 +109,10 @@ class CellQueue:
         for owner in self.store.owners():
             name, pid, tag = owner.rsplit(":", 2) if owner.count(":") >= 2 else ("", "", "")
             if not (name and pid.isdigit() and tag):
-                raise ValueError(f"damaged claim in {self.store.path}: claims table, owner "
-                                 f"{owner!r} is not HOST:PID:ID")
+                raise ValueError(
+                    f"damaged claim in {self.store.path}: claims table, owner "
+                    f"{owner!r} is not HOST:PID:ID"
+                )
             if name == host and not _alive(int(pid)):
                 self.store.release(owner)
 

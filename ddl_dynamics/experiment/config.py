@@ -64,7 +64,6 @@ NO_LIMITS = "DDL_DYNAMICS_NO_LIMITS"
 EXTEND = 2
 
 
-
 class ConfigError(ValueError):
     """An experiment file (or dict) is invalid; the message names file, key and fix.
 
@@ -83,8 +82,9 @@ class ConfigError(ValueError):
         if len(unique) == 1:
             return unique[0]
         source = unique[0].source
-        listed = "; ".join(f"({i}) {str(e).removeprefix(f'{source}: ')}"
-                           for i, e in enumerate(unique, 1))
+        listed = "; ".join(
+            f"({i}) {str(e).removeprefix(f'{source}: ')}" for i, e in enumerate(unique, 1)
+        )
         combined = cls(source, "", f"{len(unique)} errors: {listed}")
         combined.errors = tuple(unique)
         return combined
@@ -92,14 +92,15 @@ class ConfigError(ValueError):
 
 def unknown_key(source: str, where: str, key: str, allowed: Sequence[str]) -> ConfigError:
     """The error for ``key``, not one of ``allowed`` at ``where``, with a did-you-mean hint."""
-    return ConfigError(source, f"{where}.{key}" if where else key,
-                       f"unknown key; valid keys: {', '.join(allowed)}."
-                       + did_you_mean(key, list(allowed)))
+    return ConfigError(
+        source,
+        f"{where}.{key}" if where else key,
+        f"unknown key; valid keys: {', '.join(allowed)}." + did_you_mean(key, list(allowed)),
+    )
 
 
 class ConfigWarning(UserWarning):
     """An experiment value that does not apply where one might expect it to."""
-
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,17 @@ class TrainConfig:
         check_finite(self)
         if self.n_val is None:
             object.__setattr__(self, "n_val", self.n_test)
-        positive = ("steps", "batch_size", "lr", "eval_every", "n_train", "n_test", "n_val",
-                    "max_seconds", "ode_max_steps")
+        positive = (
+            "steps",
+            "batch_size",
+            "lr",
+            "eval_every",
+            "n_train",
+            "n_test",
+            "n_val",
+            "max_seconds",
+            "ode_max_steps",
+        )
         for name in positive:
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -293,11 +303,13 @@ class Cell:
         task = make_task(self.task, **self.spec)
         torch.manual_seed(self.seed)
         model = make_model(
-            self.model, in_dim=task.in_dim, out_dim=task.out_dim,
-            control_dim=task.control_dim, **self.config,
+            self.model,
+            in_dim=task.in_dim,
+            out_dim=task.out_dim,
+            control_dim=task.control_dim,
+            **self.config,
         )
         return task, model
-
 
 
 @dataclass(frozen=True)
@@ -340,8 +352,10 @@ def coerce(value: Any, default: Any, hint: Any) -> Any:
         raise ValueError(f"expected a finite number, got {value!r}")
     allowed, choices = _allowed(default, hint)
     if choices is not None and value not in choices:
-        raise ValueError(f"{value!r} is not one of {', '.join(map(repr, choices))}."
-                         + did_you_mean(str(value), [str(c) for c in choices]))
+        raise ValueError(
+            f"{value!r} is not one of {', '.join(map(repr, choices))}."
+            + did_you_mean(str(value), [str(c) for c in choices])
+        )
     if allowed is None:
         return value
     if type(value) is int and float in allowed and int not in allowed:
@@ -354,8 +368,11 @@ def coerce(value: Any, default: Any, hint: Any) -> Any:
 
 def _allowed(default: Any, hint: Any) -> tuple[tuple[type, ...] | None, tuple[Any, ...] | None]:
     """The Python types an option accepts and, for ``Literal`` hints, its valid values."""
-    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union,
-                                                                   types.UnionType) else (hint,)
+    args = (
+        typing.get_args(hint)
+        if typing.get_origin(hint) in (typing.Union, types.UnionType)
+        else (hint,)
+    )
     choices = tuple(v for a in args if typing.get_origin(a) is Literal for v in typing.get_args(a))
     allowed = tuple(a for a in args if isinstance(a, type) and a is not type(None))
     allowed += tuple({type(c) for c in choices} - set(allowed))
@@ -383,8 +400,9 @@ def check_name(value: str, what: str) -> str:
     `MAX_NAME` bytes, without control or format characters (a right-to-left override
     would show a name as another) and not blank; else ``ValueError``."""
     if value in ("", ".", "..") or "/" in value or "\\" in value:
-        raise ValueError(f"{value!r} is not one path component ({what}): no '/', '\\' or "
-                         "'..', and not empty")
+        raise ValueError(
+            f"{value!r} is not one path component ({what}): no '/', '\\' or '..', and not empty"
+        )
     if any(ord(c) < 32 or c == "\x7f" for c in value):
         raise ValueError(f"{value!r} has a control character ({what})")
     if any(unicodedata.category(c) == "Cf" for c in value):
@@ -406,8 +424,10 @@ def check_limit(what: str, value: int, limit: int, note: str = "") -> None:
     """``ValueError`` saying ``what`` is beyond any sane run when ``value`` exceeds ``limit``,
     unless `NO_LIMITS` is set."""
     if value > limit and os.environ.get(NO_LIMITS, "") in ("", "0"):
-        raise ValueError(f"{what} is beyond any sane run (at most {limit:,}{note}); set "
-                         f"{NO_LIMITS}=1 if you mean it")
+        raise ValueError(
+            f"{what} is beyond any sane run (at most {limit:,}{note}); set "
+            f"{NO_LIMITS}=1 if you mean it"
+        )
 
 
 def check_finite(config: Any) -> None:

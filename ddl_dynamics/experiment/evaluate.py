@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 
 @torch.no_grad()
-def member_metrics(model: nn.Module, task: Task, data: TaskData, predict: Predict,
-                   size: int) -> list[float]:
+def member_metrics(
+    model: nn.Module, task: Task, data: TaskData, predict: Predict, size: int
+) -> list[float]:
     """Each member's metric on its rows of the folded ``data``."""
     model.eval()
     try:
@@ -34,8 +35,13 @@ def member_metrics(model: nn.Module, task: Task, data: TaskData, predict: Predic
 
 
 def final_metrics(
-    model: nn.Module, task: Task, cfg: TrainConfig, seed: int,
-    splits: tuple[TaskData, TaskData, TaskData], predict: Predict, ode: bool,
+    model: nn.Module,
+    task: Task,
+    cfg: TrainConfig,
+    seed: int,
+    splits: tuple[TaskData, TaskData, TaskData],
+    predict: Predict,
+    ode: bool,
 ) -> tuple[dict[str, Any], str]:
     """Train/val/test/OOD metrics of one member on its ``splits`` (train, val, test), task
     extras and ODE checks: the only time the test split is scored. A solver cap hit here
@@ -43,10 +49,17 @@ def final_metrics(
     cell is capped); on test, OOD data or the reconstruction check it is kept per split in
     ``metrics["capped"]``, a failure of that split alone, so that test data never steers
     the choice of a grid value or fails the trained split."""
-    metrics: dict[str, Any] = {"metric": task.metric_name,
-                               "higher_is_better": task.higher_is_better, "train": None,
-                               "val": None, "test": None, "ood": {}, "skipped": {}, "extra": {},
-                               "capped": {}}
+    metrics: dict[str, Any] = {
+        "metric": task.metric_name,
+        "higher_is_better": task.higher_is_better,
+        "train": None,
+        "val": None,
+        "test": None,
+        "ood": {},
+        "skipped": {},
+        "extra": {},
+        "capped": {},
+    }
     notes = []
     data, val, test = splits
     test = to_device(test, val.inputs.device)
@@ -86,8 +99,9 @@ def final_metrics(
             metrics["ood"][split] = score(split, split_data)
         else:
             metrics["ood"][split] = None
-            metrics["skipped"][split] = (f"an untied model of depth {depth} cannot run "
-                                         f"{split_data.steps} steps")
+            metrics["skipped"][split] = (
+                f"an untied model of depth {depth} cannot run {split_data.steps} steps"
+            )
     return metrics, "; ".join(notes)
 
 
@@ -102,8 +116,9 @@ def _reconstruction(solver: NeuralODE, test: TaskData, metrics: dict[str, Any]) 
         error = None
         metrics["capped"]["reconstruction"] = str(cap)
     metrics["reconstruction_error"] = error
-    metrics["reconstruction_flag"] = (None if error is None
-                                      else not error <= solver.reconstruction_tolerance)
+    metrics["reconstruction_flag"] = (
+        None if error is None else not error <= solver.reconstruction_tolerance
+    )
 
 
 @torch.no_grad()
@@ -131,8 +146,9 @@ def own_flops(ensemble: Ensemble, task: Task, batch: TaskData, predict: Predict)
     for i, model in enumerate(ensemble.members):
         counter = flop_counter()
         with counter:
-            member_losses(model, task, batch.subset(slice(i * rows, (i + 1) * rows)), predict,
-                          1).sum().backward()
+            member_losses(
+                model, task, batch.subset(slice(i * rows, (i + 1) * rows)), predict, 1
+            ).sum().backward()
         model.zero_grad(set_to_none=True)
         flops.append(counter.get_total_flops())
     return flops

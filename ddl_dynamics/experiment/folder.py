@@ -52,8 +52,9 @@ class RunFolder:
         self._probes: dict[str, dict[str, np.ndarray] | None] = {}
 
     @classmethod
-    def open(cls, path: str | Path, mode: Literal["r", "w"] = "r",
-             task_files: bool = True) -> RunFolder:
+    def open(
+        cls, path: str | Path, mode: Literal["r", "w"] = "r", task_files: bool = True
+    ) -> RunFolder:
         """Open a run folder; ``"r"`` refuses a missing one, and imports the run's kept task
         files where what they register is missing (so a ``--task-file`` given again takes
         precedence over the run's copy): Python from the folder, run as this process.
@@ -63,8 +64,10 @@ class RunFolder:
         if mode not in ("r", "w"):
             raise ValueError(f"unknown run folder mode {mode!r}; use 'r' or 'w'")
         if path.is_symlink() and not path.exists():
-            raise FileNotFoundError(f"{path}: a symbolic link to {os.readlink(path)!r}, which "
-                                    "does not exist or loops; give a folder")
+            raise FileNotFoundError(
+                f"{path}: a symbolic link to {os.readlink(path)!r}, which "
+                "does not exist or loops; give a folder"
+            )
         if mode == "r" and not path.exists():
             raise FileNotFoundError(f"{path}: no such run folder")
         folder = cls(path, ResultStore(path / STORE, create=mode == "w"))
@@ -91,8 +94,10 @@ class RunFolder:
         group or none."""
         for trained in group:
             if trained.weights is not None:
-                write_atomically(self.model_path(trained.result.key),
-                                 functools.partial(torch.save, trained.weights))
+                write_atomically(
+                    self.model_path(trained.result.key),
+                    functools.partial(torch.save, trained.weights),
+                )
         self.store.put_all([trained.result for trained in group])
 
     def load_model(self, key: str) -> tuple[Task, Model]:
@@ -106,9 +111,11 @@ class RunFolder:
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         except Exception as err:  # a truncated or foreign file may fail in any way
             why = str(err).strip().splitlines()[:1] or [""]
-            raise ValueError(f"damaged weights: {path}, of cell {key} ({result.task!r} × "
-                             f"{result.model!r}, seed {result.seed}), cannot be read "
-                             f"({type(err).__name__}: {why[0]})") from err
+            raise ValueError(
+                f"damaged weights: {path}, of cell {key} ({result.task!r} × "
+                f"{result.model!r}, seed {result.seed}), cannot be read "
+                f"({type(err).__name__}: {why[0]})"
+            ) from err
         return task, model.eval()
 
     def probe(self, key: str) -> dict[str, np.ndarray] | None:
@@ -131,8 +138,10 @@ class RunFolder:
         self._probes[key] = arrays
         with contextlib.suppress(OSError):
             # (Any: numpy's stubs would match an array to allow_pickle)
-            write_atomically(self.probe_path(key), functools.partial(
-                np.savez_compressed, **cast("dict[str, Any]", arrays)))
+            write_atomically(
+                self.probe_path(key),
+                functools.partial(np.savez_compressed, **cast("dict[str, Any]", arrays)),
+            )
 
     def keep_task_files(self, paths: Iterable[str | Path]) -> list[dict[str, Any]]:
         """Copy user task files into ``task_files/<stem>-<hash>.py`` and import them;
@@ -149,8 +158,14 @@ class RunFolder:
             target = self.path / copy
             if not target.is_file():  # concurrent runs copying the same file both succeed
                 write_atomically(target, methodcaller("write", data))
-            records.append({"file": str(path.resolve()), "sha256": digest, "copy": str(copy),
-                            "registers": list(load_task_file(target))})
+            records.append(
+                {
+                    "file": str(path.resolve()),
+                    "sha256": digest,
+                    "copy": str(copy),
+                    "registers": list(load_task_file(target)),
+                }
+            )
         return records
 
 

@@ -55,16 +55,24 @@ def check_tune(data: Mapping[str, Any], where: str, source: str) -> dict[str, tu
     grid = {}
     for key, values in data.items():
         if key == "extend":
-            raise ConfigError(source, f"{where}.{key}", "the bound is the experiment's: set it "
-                              "in [defaults.tune]")
+            raise ConfigError(
+                source, f"{where}.{key}", "the bound is the experiment's: set it in [defaults.tune]"
+            )
         if key in fields and key not in TUNABLE:
-            raise ConfigError(source, f"{where}.{key}", "not tunable: a row's budget is the "
-                              f"same at every grid value; tunable: {', '.join(TUNABLE)}")
+            raise ConfigError(
+                source,
+                f"{where}.{key}",
+                "not tunable: a row's budget is the "
+                f"same at every grid value; tunable: {', '.join(TUNABLE)}",
+            )
         if key not in TUNABLE:
             raise unknown_key(source, where, key, TUNABLE)
         if not isinstance(values, list) or not values:
-            raise ConfigError(source, f"{where}.{key}", f"expected a non-empty list of values "
-                              f"to try, got {values!r}")
+            raise ConfigError(
+                source,
+                f"{where}.{key}",
+                f"expected a non-empty list of values to try, got {values!r}",
+            )
         coerced: list[Any] = []
         for j, value in enumerate(values):
             try:
@@ -73,8 +81,11 @@ def check_tune(data: Mapping[str, Any], where: str, source: str) -> dict[str, tu
                 raise ConfigError(source, f"{where}.{key}[{j}]", str(err)) from None
         for j, value in enumerate(coerced):
             if value in coerced[:j]:
-                raise ConfigError(source, f"{where}.{key}[{j}]",
-                                  f"{value!r} is listed twice; list each value once")
+                raise ConfigError(
+                    source,
+                    f"{where}.{key}[{j}]",
+                    f"{value!r} is listed twice; list each value once",
+                )
         grid[key] = tuple(coerced)
     size = math.prod(len(v) for v in grid.values())
     try:
@@ -84,13 +95,19 @@ def check_tune(data: Mapping[str, Any], where: str, source: str) -> dict[str, tu
     return grid
 
 
-def contradictions(train: Mapping[str, Any], tune: Mapping[str, Any], where: str,
-                   source: str) -> list[ConfigError]:
+def contradictions(
+    train: Mapping[str, Any], tune: Mapping[str, Any], where: str, source: str
+) -> list[ConfigError]:
     """A field both fixed and searched at one level is a contradiction (which one wins
     would be a silent guess)."""
-    return [ConfigError(source, f"{where}.tune.{key}", f"{key} is also fixed in {where}.train; "
-                        "fix it there or search it here, not both")
-            for key in sorted(set(train) & set(tune))]
+    return [
+        ConfigError(
+            source,
+            f"{where}.tune.{key}",
+            f"{key} is also fixed in {where}.train; fix it there or search it here, not both",
+        )
+        for key in sorted(set(train) & set(tune))
+    ]
 
 
 def expand(layers: Sequence[Layer]) -> tuple[list[TrainConfig], dict[str, list[Any]]]:
@@ -112,8 +129,10 @@ def expand(layers: Sequence[Layer]) -> tuple[list[TrainConfig], dict[str, list[A
     tune = {key: values for key, values in tune.items() if len(values) > 1}
     size = math.prod(len(values) for values in tune.values())
     check_limit(f"{size:,} combinations of grid values", size, MAX_GRID)
-    grid = [TrainConfig(**fixed, **dict(zip(tune, values, strict=True)))
-            for values in itertools.product(*tune.values())]
+    grid = [
+        TrainConfig(**fixed, **dict(zip(tune, values, strict=True)))
+        for values in itertools.product(*tune.values())
+    ]
     return grid, tune
 
 
@@ -130,8 +149,9 @@ def grid_value(config: Mapping[str, Any], fields: Sequence[str]) -> tuple[Any, .
     return tuple(train.get(f) for f in fields)
 
 
-def _merits(cells: Sequence[RunResult], fields: Sequence[str],
-            higher_is_better: bool) -> dict[tuple[Any, ...], tuple[int, float]]:
+def _merits(
+    cells: Sequence[RunResult], fields: Sequence[str], higher_is_better: bool
+) -> dict[tuple[Any, ...], tuple[int, float]]:
     """Each grid value's merit on val: how many of its seeds finished with a finite val
     metric, then their mean in the task's direction (larger is better)."""
     by_value: dict[tuple[Any, ...], list[float]] = {}
@@ -147,8 +167,9 @@ def _merits(cells: Sequence[RunResult], fields: Sequence[str],
     return merits
 
 
-def chosen_value(cells: Sequence[RunResult], fields: Sequence[str],
-                 higher_is_better: bool) -> tuple[Any, ...]:
+def chosen_value(
+    cells: Sequence[RunResult], fields: Sequence[str], higher_is_better: bool
+) -> tuple[Any, ...]:
     """The grid value a tuned row is reported at: the one whose seeds finished with a
     finite val metric most often, then the best mean val metric over them in the task's
     direction (the first in grid order on a tie). Test and out-of-distribution data play no
@@ -166,8 +187,9 @@ def edge(values: Sequence[Any], chosen: Any) -> int:
     return -1 if chosen == min(numbers) else 1 if chosen == max(numbers) else 0
 
 
-def choice_edge(cells: Sequence[RunResult], fields: Sequence[str], i: int,
-                higher_is_better: bool) -> int:
+def choice_edge(
+    cells: Sequence[RunResult], fields: Sequence[str], i: int, higher_is_better: bool
+) -> int:
     """Where a row's choice of its ``i``-th searched field sits among the values it trained
     (`edge`), counted as inside (0) where the next value inward ties it on val: a plateau,
     such as every rate solving the task, says the best does not lie beyond the end."""
@@ -177,7 +199,7 @@ def choice_edge(cells: Sequence[RunResult], fields: Sequence[str], i: int,
     side = edge(tried, chosen[i])
     if side:
         inward = tried[-2] if side > 0 else tried[1]
-        neighbour = (*chosen[:i], inward, *chosen[i + 1:])
+        neighbour = (*chosen[:i], inward, *chosen[i + 1 :])
         if merits.get(neighbour) == merits[chosen]:
             return 0
     return side
@@ -205,8 +227,7 @@ def beyond(field: str, declared: Sequence[Any], side: int, step: int) -> float |
     return value
 
 
-def extensions(cells: Sequence[Cell], results: Mapping[str, RunResult],
-               bound: int) -> list[Cell]:
+def extensions(cells: Sequence[Cell], results: Mapping[str, RunResult], bound: int) -> list[Cell]:
     """The cells one step past the grid edge where each row of ``cells`` chose an end of a
     searched field, once the row's every cell has a result (``results`` by key): for each
     such field, every cell of the row at that end, moved one step beyond (`beyond`),
@@ -228,8 +249,9 @@ def extensions(cells: Sequence[Cell], results: Mapping[str, RunResult],
             tried = sorted({getattr(c.train, field) for c in row})
             side = choice_edge(done, fields, i, task.higher_is_better)
             declared = row[0].tune[field]
-            taken = len([v for v in tried
-                         if (v > max(declared) if side > 0 else v < min(declared))])
+            taken = len(
+                [v for v in tried if (v > max(declared) if side > 0 else v < min(declared))]
+            )
             if not side or taken >= bound:
                 continue
             value = beyond(field, declared, side, taken + 1)
@@ -265,10 +287,14 @@ def point_text(fields: Sequence[str], values: Sequence[Any]) -> str:
 
 def _sequence_typed(default: Any, hint: Any) -> bool:
     """Whether a spec field's single values are lists (a ``list`` or ``tuple`` type)."""
-    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union,
-                                                                   types.UnionType) else (hint,)
+    args = (
+        typing.get_args(hint)
+        if typing.get_origin(hint) in (typing.Union, types.UnionType)
+        else (hint,)
+    )
     return isinstance(default, list | tuple) or any(
-        a in (list, tuple) or typing.get_origin(a) in (list, tuple) for a in args)
+        a in (list, tuple) or typing.get_origin(a) in (list, tuple) for a in args
+    )
 
 
 def swept_values(value: Any, default: Any, hint: Any) -> list[Any] | None:
@@ -276,8 +302,7 @@ def swept_values(value: Any, default: Any, hint: Any) -> list[Any] | None:
     field whose values are lists is swept only by a non-empty list of lists."""
     if not isinstance(value, list):
         return None
-    if _sequence_typed(default, hint) and not (value and all(isinstance(v, list)
-                                                             for v in value)):
+    if _sequence_typed(default, hint) and not (value and all(isinstance(v, list) for v in value)):
         return None
     return value
 

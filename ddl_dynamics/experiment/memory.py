@@ -18,7 +18,7 @@ PEAK_MEMORY_MEASURES = {
     "cuda": "CUDA memory allocated, peak during this cell",
     "cell": "resident set size, peak during this cell (VmHWM reset at its start)",
     "process": "resident set size, peak of the worker process since it started "
-               "(not reset per cell: includes earlier cells in the same process)",
+    "(not reset per cell: includes earlier cells in the same process)",
 }
 
 

@@ -22,12 +22,19 @@ def make_optimizer(module: nn.Module) -> torch.optim.Optimizer:
     """AdamW over every parameter at learning rate 1 and no weight decay: `descend`
     scales each member's step by its own rate and applies its own decay. AdamW acts per
     element, so it serves an ensemble's members as it would each alone."""
-    return torch.optim.AdamW(module.parameters(), lr=1.0, weight_decay=0.0,
-                             fused=True)  # one kernel for all tensors: ~6x faster on CPU
+    return torch.optim.AdamW(
+        module.parameters(), lr=1.0, weight_decay=0.0, fused=True
+    )  # one kernel for all tensors: ~6x faster on CPU
 
 
-def descend(ensemble: Ensemble, optimizer: torch.optim.Optimizer, losses: Tensor,
-            training: Tensor, cfgs: Sequence[TrainConfig], index: int) -> None:
+def descend(
+    ensemble: Ensemble,
+    optimizer: torch.optim.Optimizer,
+    losses: Tensor,
+    training: Tensor,
+    cfgs: Sequence[TrainConfig],
+    index: int,
+) -> None:
     """Optimiser step ``index`` (from 0) of the members still ``training`` (a bool mask),
     each on its own loss with its own config: gradient clipped to its ``grad_clip`` (0:
     unclipped), then AdamW at its rate on its schedule (`_lr_factor`) and decay.
@@ -50,11 +57,12 @@ def descend(ensemble: Ensemble, optimizer: torch.optim.Optimizer, losses: Tensor
         before = torch._foreach_mul(params, 1.0)
         optimizer.step()
         keep = 1 - rates
-        torch._foreach_lerp_(params, before, [_per_member(keep, p, ensemble.size)
-                                              for p in params])
+        torch._foreach_lerp_(params, before, [_per_member(keep, p, ensemble.size) for p in params])
         if decays.any():
-            torch._foreach_sub_(params, torch._foreach_mul(
-                before, [_per_member(decays, p, ensemble.size) for p in params]))
+            torch._foreach_sub_(
+                params,
+                torch._foreach_mul(before, [_per_member(decays, p, ensemble.size) for p in params]),
+            )
 
 
 def _per_member(values: Tensor, like: Tensor, size: int) -> Tensor:

@@ -46,12 +46,19 @@ class RunOptions:
 
     def lines(self) -> list[str]:
         """The options as the record lists them, one per line."""
-        seeds = (None if self.seeds is None else str(self.seeds) if isinstance(self.seeds, int)
-                 else ",".join(map(str, self.seeds)))
-        only = ",".join(f"{axis}={label}" for axis, labels in self.only.items()
-                        for label in labels)
-        return ([f"--set {s}" for s in self.sets] + ([f"--seeds {seeds}"] if seeds else [])
-                + ([f"--only {only}"] if only else []))
+        seeds = (
+            None
+            if self.seeds is None
+            else str(self.seeds)
+            if isinstance(self.seeds, int)
+            else ",".join(map(str, self.seeds))
+        )
+        only = ",".join(f"{axis}={label}" for axis, labels in self.only.items() for label in labels)
+        return (
+            [f"--set {s}" for s in self.sets]
+            + ([f"--seeds {seeds}"] if seeds else [])
+            + ([f"--only {only}"] if only else [])
+        )
 
 
 def parse_only(text: str) -> dict[str, list[str]]:
@@ -71,8 +78,9 @@ def parse_seeds(text: str) -> int | tuple[int, ...]:
     try:
         values = tuple(int(s) for s in text.split(","))
     except ValueError:
-        raise ValueError(f"--seeds: expected a count like 3 or seeds like 0,1,2, got "
-                         f"{text!r}") from None
+        raise ValueError(
+            f"--seeds: expected a count like 3 or seeds like 0,1,2, got {text!r}"
+        ) from None
     if "," in text:
         return values
     if values[0] < 1:
@@ -91,8 +99,9 @@ def apply(data: Mapping[str, Any], options: RunOptions, source: str) -> dict[str
     if isinstance(options.seeds, int):
         seeds = data.get("seeds", [0])
         if isinstance(seeds, list) and seeds and all(type(s) is int for s in seeds):
-            data["seeds"] = (seeds + list(range(max(seeds) + 1, max(seeds) + 1
-                                                + options.seeds)))[:options.seeds]
+            data["seeds"] = (seeds + list(range(max(seeds) + 1, max(seeds) + 1 + options.seeds)))[
+                : options.seeds
+            ]
     elif options.seeds is not None:
         data["seeds"] = list(options.seeds)
     return data
@@ -102,8 +111,11 @@ def recorded(text: str, options: RunOptions) -> str:
     """A file's text with the options it runs with listed below it, as TOML comments (the
     record still reads as the file); the text itself where there are none."""
     lines = options.lines()
-    return text if not lines else "\n".join([text.rstrip("\n"), "", MARKER,
-                                             *(f"# {line}" for line in lines)]) + "\n"
+    return (
+        text
+        if not lines
+        else "\n".join([text.rstrip("\n"), "", MARKER, *(f"# {line}" for line in lines)]) + "\n"
+    )
 
 
 def effective_config(text: str, source: str = "<record>") -> dict[str, Any]:
@@ -161,33 +173,35 @@ def _assignment(assignment: str, source: str) -> tuple[list[str], Any]:
         try:
             parsed = tomllib.loads(f"{key} = {json.dumps(value.strip())}")
         except tomllib.TOMLDecodeError as err:
-            raise ConfigError(source, "--set", f"{key.strip()!r} is not a TOML key path "
-                              f"({err})") from None
+            raise ConfigError(
+                source, "--set", f"{key.strip()!r} is not a TOML key path ({err})"
+            ) from None
     path: list[str] = []
     node: Any = parsed
     while isinstance(node, dict) and len(node) == 1 and len(path) < key.count(".") + 1:
-        (name, node), = node.items()
+        ((name, node),) = node.items()
         path.append(name)
     return path, node
 
 
-def _put(data: dict[str, Any], path: Sequence[str], value: Any, source: str,
-         assignment: str) -> None:
+def _put(
+    data: dict[str, Any], path: Sequence[str], value: Any, source: str, assignment: str
+) -> None:
     """Set ``value`` at ``path`` of ``data``, creating tables on the way."""
     path = ["defaults", *path] if path[0] in SHORTHAND else list(path)
     node: Any = data
     for i, part in enumerate(path[:-1]):
-        where = ".".join(path[:i + 1])
+        where = ".".join(path[: i + 1])
         if isinstance(node, list):
             node = _entry(node, part, ".".join(path[:i]), source)
         else:
             node = node.setdefault(part, {})
         if not isinstance(node, dict | list):
-            raise ConfigError(source, where, f"--set {assignment}: {where} is a value, not a "
-                              "table")
+            raise ConfigError(source, where, f"--set {assignment}: {where} is a value, not a table")
     if isinstance(node, list):
-        raise ConfigError(source, ".".join(path), f"--set {assignment}: set a key of an entry, "
-                          "not a whole entry")
+        raise ConfigError(
+            source, ".".join(path), f"--set {assignment}: set a key of an entry, not a whole entry"
+        )
     node[path[-1]] = value
 
 
@@ -200,6 +214,10 @@ def _entry(entries: list[Any], name: str, where: str, source: str) -> Any:
     if name.isdigit() and int(name) < len(entries):
         return entries[int(name)]
     known = [str(label) for label in labels if label is not None]
-    raise ConfigError(source, f"{where}.{name}", f"no entry labelled {name!r}; labels: "
-                      f"{', '.join(known) or 'none'} (or an index below {len(entries)})."
-                      + did_you_mean(name, known))
+    raise ConfigError(
+        source,
+        f"{where}.{name}",
+        f"no entry labelled {name!r}; labels: "
+        f"{', '.join(known) or 'none'} (or an index below {len(entries)})."
+        + did_you_mean(name, known),
+    )

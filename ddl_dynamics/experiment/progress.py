@@ -25,8 +25,15 @@ class Progress:
     def __init__(self, total: int, desc: str, shown: bool, workers: int) -> None:
         self.log = shown and not sys.stderr.isatty()
         self.workers = workers
-        self.bar = tqdm(total=total, desc=desc, unit="cell", disable=not shown, smoothing=0,
-                        bar_format=ESTIMATING, delay=math.inf if self.log else 0)
+        self.bar = tqdm(
+            total=total,
+            desc=desc,
+            unit="cell",
+            disable=not shown,
+            smoothing=0,
+            bar_format=ESTIMATING,
+            delay=math.inf if self.log else 0,
+        )
         self.printed = time.monotonic()
         self._line()
 

@@ -22,8 +22,9 @@ class Progress:
     ended: bool
 
     def __str__(self) -> str:
-        return f"{self.finished} of {self.selected} cells" + ("" if self.ended else
-                                                              "; run unfinished")
+        return f"{self.finished} of {self.selected} cells" + (
+            "" if self.ended else "; run unfinished"
+        )
 
 
 def versions() -> dict[str, str]:
@@ -39,8 +40,11 @@ def versions() -> dict[str, str]:
 
 def machine() -> dict[str, Any]:
     """The platform, processor, core count and GPU, if any."""
-    machine = {"platform": platform.platform(), "processor": platform.machine(),
-               "cpu_count": os.cpu_count()}
+    machine = {
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
     if torch.cuda.is_available():
         machine["cuda"] = torch.cuda.get_device_name()
     return machine

@@ -28,37 +28,43 @@ import tomllib
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 from .._registry import did_you_mean
 from .._task import TASKS, Metric, list_tasks
 from ..models.base import MODELS, list_models
 from .cells import check_experiment, model_options, named_entries, references
+from .checker import Checker
 from .config import (
     EXTEND,
-    MAX_GRID,
-    TASK_DIMS,
     ComparisonSpec,
     ConfigError,
     ExperimentConfig,
     ModelEntry,
     Override,
     TaskEntry,
-    TrainConfig,
-    check_label,
-    check_limit,
     check_name,
-    check_seeds,
-    coerce,
     task_metrics,
     too_deep,
-    unknown_key,
 )
-from .grid import check_tune, contradictions, spelled, swept_values
+from .grid import contradictions, spelled, swept_values
 from .options import RunOptions, apply, recorded
 
 #: The most tables and lists an experiment file nests in one another (it needs about 6).
 MAX_NESTING = 32
+#: The top-level keys of an experiment file.
+TOP_KEYS = (
+    "name",
+    "description",
+    "seeds",
+    "defaults",
+    "tasks",
+    "models",
+    "overrides",
+    "comparisons",
+    "baseline",
+)
+T = TypeVar("T")
 
 
 def load_experiment(path: str | Path, options: RunOptions | None = None) -> ExperimentConfig:
@@ -74,26 +80,34 @@ def load_experiment(path: str | Path, options: RunOptions | None = None) -> Expe
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError(str(path), "", f"not a TOML text file ({err.reason} at byte "
-                                         f"{err.start})") from err
+        raise ConfigError(
+            str(path), "", f"not a TOML text file ({err.reason} at byte {err.start})"
+        ) from err
     if text.startswith("\ufeff"):
-        raise ConfigError(str(path), "", "starts with a UTF-8 byte-order mark, which TOML does "
-                                         "not allow: save it as UTF-8 without one")
+        raise ConfigError(
+            str(path),
+            "",
+            "starts with a UTF-8 byte-order mark, which TOML does "
+            "not allow: save it as UTF-8 without one",
+        )
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(str(path), "", f"malformed TOML: {err}") from err
     except RecursionError:
-        raise ConfigError(str(path), "", f"nested more than {MAX_NESTING} tables or lists "
-                                         "deep") from None
+        raise ConfigError(
+            str(path), "", f"nested more than {MAX_NESTING} tables or lists deep"
+        ) from None
     data.setdefault("name", path.stem)
     options = options or RunOptions()
-    return parse_experiment(apply(data, options, str(path)), source=str(path),
-                            text=recorded(text, options))
+    return parse_experiment(
+        apply(data, options, str(path)), source=str(path), text=recorded(text, options)
+    )
 
 
-def parse_experiment(data: Mapping[str, Any], source: str = "<dict>",
-                     text: str = "") -> ExperimentConfig:
+def parse_experiment(
+    data: Mapping[str, Any], source: str = "<dict>", text: str = ""
+) -> ExperimentConfig:
     """Parse and fully validate an experiment given as the TOML's dict."""
     deep = too_deep(data, MAX_NESTING)
     if deep is not None:
@@ -103,98 +117,63 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<dict>",
     return config
 
 
-class _Parser:
+class _Parser(Checker):
     """Turns the TOML's dict into entries, checking keys and types as it goes."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.errors: list[ConfigError] = []
-        #: Sections with an entry that failed: a label missing from them may be its.
-        self.unsure: set[str] = set()
-
-    def fail(self, where: str, message: str) -> ConfigError:
-        return ConfigError(self.source, where, message)
-
-    def table(self, value: Any, where: str) -> dict[str, Any]:
-        if not isinstance(value, Mapping):
-            raise self.fail(where, f"expected a table, got {type(value).__name__}")
-        return dict(value)
-
-    def keys(self, data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
-        for key in data:
-            if key not in allowed:
-                raise unknown_key(self.source, where, key, allowed)
-
-    def string(self, data: Mapping[str, Any], key: str, where: str, default: Any = None) -> str:
-        value = data.get(key, default)
-        if not isinstance(value, str):
-            raise self.fail(f"{where}.{key}", f"expected a string, got {value!r}")
-        return value
-
-    def name(self, value: str, where: str, check: Callable[[str], str] = check_label) -> str:
-        """``value`` if it can name files (``check``: `check_label` or `check_name`)."""
-        try:
-            return check(value)
-        except ValueError as err:
-            raise self.fail(where, str(err)) from None
-
-    def labels(self, value: Any, where: str) -> tuple[str, ...]:
-        value = [value] if isinstance(value, str) else value
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(where, f"expected a label or a list of labels, got {value!r}")
-        return tuple(value)
 
     def experiment(self, data: Mapping[str, Any], text: str) -> ExperimentConfig:
         """The whole file, every entry checked even after another fails: the errors found
         are raised together (`ConfigError.of`)."""
         data = self.table(data, "")
-        self.keys(data, ("name", "description", "seeds", "defaults", "tasks", "models",
-                         "overrides", "comparisons", "baseline"), "")
+        self.keys(data, TOP_KEYS, "")
         seeds = self.collect(self.seeds, data.get("seeds", [0]))
-        name = self.collect(lambda: self.name(
-            self.string(data, "name", "", "experiment"), "name",
-            lambda n: check_name(n, "it names the run folder runs/<name>")))
+        name = self.collect(
+            lambda: self.name(
+                self.string(data, "name", "", "experiment"),
+                "name",
+                lambda n: check_name(n, "it names the run folder runs/<name>"),
+            )
+        )
         defaults = self.collect(self.table, data.get("defaults", {}), "defaults") or {}
         self.collect(self.keys, defaults, ("model", "train", "tune"), "defaults")
-        before = len(self.errors)
-        tasks = tuple(entry for i, t in enumerate(self.collect(self.entries, data, "tasks") or [])
-                      for entry in self.collect(self.task_entries, t, f"tasks[{i}]") or [])
-        if len(self.errors) > before:
-            self.unsure.add("tasks")
-        before = len(self.errors)
-        models = self.each(self.model_entry, self.collect(self.entries, data, "models"),
-                           "models", tasks)
-        if len(self.errors) > before:
-            self.unsure.add("models")
-        self.unique_labels(tasks, models)
-        # where a model entry failed, its options are unknown: the names go unchecked
-        option_names = (None if "models" in self.unsure
-                        else {o for m in models for o in model_options(m.name)})
-        model_defaults = self.collect(self.model_table, defaults.get("model", {}),
-                                      "defaults.model", option_names) or {}
-        train_defaults = self.collect(self.train_table, defaults.get("train", {}),
-                                      "defaults.train") or {}
-        tune = self.collect(self.table, defaults.get("tune", {}), "defaults.tune") or {}
-        extend = self.collect(self.extend, tune.pop("extend", EXTEND))
-        tune_defaults = self.collect(self.tune_table, tune, "defaults.tune") or {}
-        self.errors += contradictions(train_defaults, tune_defaults, "defaults", self.source)
-        for i, entry in enumerate(tasks):
-            self.collect(self.model_table, entry.model, f"tasks[{i}].model", option_names)
-        overrides = self.each(self.override, self.collect(self.listed, data, "overrides"),
-                              "overrides", tasks, models, option_names)
-        comparisons = self.each(self.comparison, self.collect(self.listed, data, "comparisons"),
-                                "comparisons", tasks, models)
+        tasks, models = self.rows(data)
+        option_names = self.option_names(tasks, models)
+        model_defaults, train_defaults, tune_defaults, extend = self.defaults(
+            defaults, option_names
+        )
+        overrides = self.each(
+            self.override,
+            self.collect(self.listed, data, "overrides"),
+            "overrides",
+            tasks,
+            models,
+            option_names,
+        )
+        comparisons = self.each(
+            self.comparison,
+            self.collect(self.listed, data, "comparisons"),
+            "comparisons",
+            tasks,
+            models,
+        )
         self.mirrors(comparisons)
-        baseline = (self.collect(self.string, data, "baseline", "") if "baseline" in data
-                    else None)
+        baseline = self.collect(self.string, data, "baseline", "") if "baseline" in data else None
         description = self.collect(self.string, data, "description", "", "")
         if self.errors:
             raise ConfigError.of(self.errors)
         config = ExperimentConfig(
-            name=name, description=description,
-            seeds=seeds, tasks=tasks, models=models, model_defaults=model_defaults,
-            train_defaults=train_defaults, overrides=overrides, tune_defaults=tune_defaults,
-            comparisons=comparisons, baseline=baseline, source=self.source, text=text,
+            name=name,
+            description=description,
+            seeds=seeds,
+            tasks=tasks,
+            models=models,
+            model_defaults=model_defaults,
+            train_defaults=train_defaults,
+            overrides=overrides,
+            tune_defaults=tune_defaults,
+            comparisons=comparisons,
+            baseline=baseline,
+            source=self.source,
+            text=text,
             extend=extend,
         )
         self.references(config)
@@ -202,49 +181,87 @@ class _Parser:
             raise ConfigError.of(self.errors)
         return config
 
+    def rows(self, data: Mapping[str, Any]) -> tuple[tuple[TaskEntry, ...], tuple[ModelEntry, ...]]:
+        """The task and model entries that pass, each section marked unsure where one
+        failed, their labels unique."""
+        tasks = self.watched(
+            "tasks",
+            lambda: tuple(
+                entry
+                for i, t in enumerate(self.collect(self.entries, data, "tasks") or [])
+                for entry in self.collect(self.task_entries, t, f"tasks[{i}]") or []
+            ),
+        )
+        models = self.watched(
+            "models",
+            lambda: self.each(
+                self.model_entry, self.collect(self.entries, data, "models"), "models", tasks
+            ),
+        )
+        self.unique_labels(tasks, models)
+        return tasks, models
+
+    def option_names(
+        self, tasks: Sequence[TaskEntry], models: Sequence[ModelEntry]
+    ) -> set[str] | None:
+        """The model options any row takes, with every task entry's ``model`` table checked
+        against them; None where a model entry failed, its options unknown, the names then
+        unchecked."""
+        if "models" in self.unsure:
+            names = None
+        else:
+            names = {o for m in models for o in model_options(m.name)}
+        for i, entry in enumerate(tasks):
+            self.collect(self.model_table, entry.model, f"tasks[{i}].model", names)
+        return names
+
+    def watched(self, what: str, read: Callable[[], T]) -> T:
+        """``read()``, and ``what`` marked unsure where reading it found an error."""
+        before = len(self.errors)
+        value = read()
+        if len(self.errors) > before:
+            self.unsure.add(what)
+        return value
+
+    def defaults(
+        self, defaults: Mapping[str, Any], option_names: set[str] | None
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[Any, ...]], int]:
+        """``[defaults]``'s model, train and tune tables, and the tune bound ``extend``."""
+        model_defaults = (
+            self.collect(
+                self.model_table, defaults.get("model", {}), "defaults.model", option_names
+            )
+            or {}
+        )
+        train_defaults = (
+            self.collect(self.train_table, defaults.get("train", {}), "defaults.train") or {}
+        )
+        tune = self.collect(self.table, defaults.get("tune", {}), "defaults.tune") or {}
+        extend = self.collect(self.extend, tune.pop("extend", EXTEND))
+        tune_defaults = self.collect(self.tune_table, tune, "defaults.tune") or {}
+        self.errors += contradictions(train_defaults, tune_defaults, "defaults", self.source)
+        return model_defaults, train_defaults, tune_defaults, extend
+
     def unique_labels(self, tasks: Sequence[TaskEntry], models: Sequence[ModelEntry]) -> None:
         """A label names one entry: a repeated one is an error (its results would merge)."""
         for section, entries in (("tasks", tasks), ("models", models)):
             labels = [e.label for e in entries]
             for i, label in enumerate(labels):
                 if label in labels[:i]:
-                    self.errors.append(self.fail(
-                        f"{section}.label",
-                        f"duplicate label {label!r}; give each entry its own label"))
-
-    def collect(self, check: Callable[..., Any], *args: Any) -> Any:
-        """``check(*args)``, or None with its `ConfigError` kept for the end."""
-        try:
-            return check(*args)
-        except ConfigError as err:
-            self.errors.extend(err.errors)
-            return None
-
-    def each(self, check: Callable[..., Any], items: Sequence[Any] | None, section: str,
-             *args: Any) -> tuple[Any, ...]:
-        """``check(item, "section[i]", *args)`` of every item that passes it."""
-        checked = (self.collect(check, item, f"{section}[{i}]", *args)
-                   for i, item in enumerate(items or []))
-        return tuple(c for c in checked if c is not None)
-
-    def seeds(self, value: Any) -> tuple[int, ...]:
-        try:
-            return check_seeds(value)
-        except ValueError as err:
-            raise self.fail("seeds", str(err)) from None
+                    self.errors.append(
+                        self.fail(
+                            f"{section}.label",
+                            f"duplicate label {label!r}; give each entry its own label",
+                        )
+                    )
 
     def extend(self, value: Any) -> int:
         """``[defaults.tune] extend``: steps a grid may grow past an end, 0 or more."""
         if type(value) is not int or value < 0:
-            raise self.fail("defaults.tune.extend", "expected a number of grid steps ≥ 0 "
-                            f"(0: no extension), got {value!r}")
-        return value
-
-    def listed(self, data: Mapping[str, Any], key: str) -> list[Any]:
-        """An optional array of tables (``[[overrides]]``, ``[[comparisons]]``)."""
-        value = data.get(key, [])
-        if not isinstance(value, list):
-            raise self.fail(key, f"expected [[{key}]] entries, got {type(value).__name__}")
+            raise self.fail(
+                "defaults.tune.extend",
+                f"expected a number of grid steps ≥ 0 (0: no extension), got {value!r}",
+            )
         return value
 
     def mirrors(self, comparisons: Sequence[ComparisonSpec]) -> None:
@@ -253,46 +270,65 @@ class _Parser:
         seen: dict[tuple[str, str, str], int] = {}
         for i, c in enumerate(comparisons):
             first = seen.get((c.control, c.model, c.split))
-            shared = first is not None and (not c.tasks or not comparisons[first].tasks
-                                            or set(c.tasks) & set(comparisons[first].tasks))
+            shared = first is not None and (
+                not c.tasks
+                or not comparisons[first].tasks
+                or set(c.tasks) & set(comparisons[first].tasks)
+            )
             if shared:
-                self.errors.append(self.fail(
-                    f"comparisons[{i}]", f"mirrors comparisons[{first}] ({c.control!r} "
-                    f"against {c.model!r}): one test already judges both directions; drop "
-                    "this one"))
+                self.errors.append(
+                    self.fail(
+                        f"comparisons[{i}]",
+                        f"mirrors comparisons[{first}] ({c.control!r} "
+                        f"against {c.model!r}): one test already judges both directions; drop "
+                        "this one",
+                    )
+                )
             seen.setdefault((c.model, c.control, c.split), i)
 
     def references(self, config: ExperimentConfig) -> None:
         """Every ``match_params`` is a model label of the file or a count ≥ 1, and every
         ``baseline`` a model label of the file other than the row's own."""
-        tables = [("defaults.model", config.model_defaults),
-                  *((f"tasks[{i}].model", t.model) for i, t in enumerate(config.tasks)),
-                  *((f"models[{i}]", m.options) for i, m in enumerate(config.models)),
-                  *((f"overrides[{i}].model", o.model) for i, o in enumerate(config.overrides))]
+        tables = [
+            ("defaults.model", config.model_defaults),
+            *((f"tasks[{i}].model", t.model) for i, t in enumerate(config.tasks)),
+            *((f"models[{i}]", m.options) for i, m in enumerate(config.models)),
+            *((f"overrides[{i}].model", o.model) for i, o in enumerate(config.overrides)),
+        ]
         for where, table in tables:
             value = table.get("match_params")
             if isinstance(value, str):
                 self.collect(self.known_labels, value, f"{where}.match_params", config.models)
             elif value is not None and (type(value) is not int or value < 1):
-                self.errors.append(self.fail(f"{where}.match_params", "expected a model label "
-                                             f"or a parameter count ≥ 1, got {value!r}"))
+                self.errors.append(
+                    self.fail(
+                        f"{where}.match_params",
+                        f"expected a model label or a parameter count ≥ 1, got {value!r}",
+                    )
+                )
         if config.baseline is not None:
             self.collect(self.known_labels, config.baseline, "baseline", config.models)
         for i, model in enumerate(config.models):
             if model.baseline is not None:
-                self.collect(self.known_labels, model.baseline, f"models[{i}].baseline",
-                             config.models)
+                self.collect(
+                    self.known_labels, model.baseline, f"models[{i}].baseline", config.models
+                )
                 if model.baseline == model.label:
-                    self.errors.append(self.fail(f"models[{i}].baseline",
-                                                 "a row cannot be its own baseline"))
+                    self.errors.append(
+                        self.fail(f"models[{i}].baseline", "a row cannot be its own baseline")
+                    )
         baselines = {m.label: m.baseline for m in config.models}
         for i, model in enumerate(config.models):
             chain = [model.label]
             while (label := baselines.get(chain[-1])) is not None and label not in chain:
                 chain.append(label)
             if label is not None and model.baseline != model.label:  # each against the next
-                self.errors.append(self.fail(f"models[{i}].baseline", "baselines name each "
-                                             f"other in a circle: {' → '.join([*chain, label])}"))
+                self.errors.append(
+                    self.fail(
+                        f"models[{i}].baseline",
+                        f"baselines name each other in a circle: {' → '.join([*chain, label])}",
+                    )
+                )
 
     def entries(self, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
         value = data.get(key)
@@ -306,8 +342,10 @@ class _Parser:
         name = self.string(data, "name", where)
         names = list_tasks()
         if name not in TASKS:
-            raise self.fail(f"{where}.name", f"unknown task {name!r}; tasks: "
-                            f"{', '.join(names)}." + did_you_mean(name, names))
+            raise self.fail(
+                f"{where}.name",
+                f"unknown task {name!r}; tasks: {', '.join(names)}." + did_you_mean(name, names),
+            )
         label = self.name(self.string(data, "label", where, name), f"{where}.label")
         spec = self.table(data.get("spec", {}), f"{where}.spec")
         model = self.table(data.get("model", {}), f"{where}.model")
@@ -324,21 +362,25 @@ class _Parser:
             default = None if default is dataclasses.MISSING else default
             swept = swept_values(value, default, hints.get(key))
             if swept == []:
-                raise self.fail(f"{where}.spec.{key}", "an empty list sweeps nothing; give at "
-                                "least one value")
+                raise self.fail(
+                    f"{where}.spec.{key}", "an empty list sweeps nothing; give at least one value"
+                )
             here = f"{where}.spec.{key}"
             values = [value] if swept is None else swept
-            coerced = [self.coerce(v, default, hints.get(key),
-                                   here if swept is None else f"{here}[{j}]")
-                       for j, v in enumerate(values)]
+            coerced = [
+                self.coerce(v, default, hints.get(key), here if swept is None else f"{here}[{j}]")
+                for j, v in enumerate(values)
+            ]
             for j, v in enumerate(coerced):
                 if v in coerced[:j]:
-                    raise self.fail(f"{here}[{j}]",
-                                    f"{values[j]!r} is swept twice; list each value once")
+                    raise self.fail(
+                        f"{here}[{j}]", f"{values[j]!r} is swept twice; list each value once"
+                    )
             tags = [""] if swept is None else [f"{key}={spelled(v)}" for v in swept]
             choices[key] = list(zip(tags, coerced, strict=True))
-        self.bounded("combinations of swept values", [len(c) for c in choices.values()],
-                     f"{where}.spec")
+        self.bounded(
+            "combinations of swept values", [len(c) for c in choices.values()], f"{where}.spec"
+        )
         entries = []
         for combination in itertools.product(*choices.values()):
             resolved = {k: v for k, (_, v) in zip(choices, combination, strict=True)}
@@ -347,21 +389,28 @@ class _Parser:
             if "depth" in resolved:  # the task runs at its model's depth; see the docstring
                 entry_model.setdefault("depth", resolved.pop("depth"))
             entry_label = self.name(f"{label}[{tag}]", f"{where}.spec") if tag else label
-            entries.append(TaskEntry(name, entry_label, resolved, entry_model, train,
-                                     label if tag else "", tune))
+            entries.append(
+                TaskEntry(
+                    name, entry_label, resolved, entry_model, train, label if tag else "", tune
+                )
+            )
         return entries
 
-    def model_entry(self, data: dict[str, Any], where: str,
-                    tasks: Sequence[TaskEntry]) -> ModelEntry:
+    def model_entry(
+        self, data: dict[str, Any], where: str, tasks: Sequence[TaskEntry]
+    ) -> ModelEntry:
         name = self.string(data, "name", where)
         names = list_models()
         if name not in MODELS:
-            raise self.fail(f"{where}.name", f"unknown model {name!r}; models: "
-                            f"{', '.join(names)}." + did_you_mean(name, names))
+            raise self.fail(
+                f"{where}.name",
+                f"unknown model {name!r}; models: {', '.join(names)}." + did_you_mean(name, names),
+            )
         entry_keys = ("name", "label", "train", "tune", "tasks", "baseline")
         options = {k: v for k, v in data.items() if k not in entry_keys}
         entry = ModelEntry(
-            name, self.name(self.string(data, "label", where, name), f"{where}.label"),
+            name,
+            self.name(self.string(data, "label", where, name), f"{where}.label"),
             self.model_table(options, where, set(model_options(name))),
             self.train_table(data.get("train", {}), f"{where}.train"),
             self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks),
@@ -377,8 +426,11 @@ class _Parser:
         known = [e.label for e in entries]
         for label in labels:
             if label not in known and "models" not in self.unsure:
-                raise self.fail(where, f"no entry labelled {label!r}; labels: "
-                                f"{', '.join(known)}." + did_you_mean(label, known))
+                raise self.fail(
+                    where,
+                    f"no entry labelled {label!r}; labels: "
+                    f"{', '.join(known)}." + did_you_mean(label, known),
+                )
         return labels
 
     def task_labels(self, value: Any, where: str, tasks: Sequence[TaskEntry]) -> tuple[str, ...]:
@@ -388,13 +440,22 @@ class _Parser:
             named = named_entries(label, tasks)
             if not named and "tasks" not in self.unsure:
                 known = references(tasks)
-                raise self.fail(where, f"no entry labelled {label!r}; labels: "
-                                f"{', '.join(known)}." + did_you_mean(label, known))
+                raise self.fail(
+                    where,
+                    f"no entry labelled {label!r}; labels: "
+                    f"{', '.join(known)}." + did_you_mean(label, known),
+                )
             found += named
         return tuple(dict.fromkeys(found))
 
-    def override(self, data: Any, where: str, tasks: Sequence[TaskEntry],
-                 models: Sequence[ModelEntry], option_names: set[str] | None) -> Override:
+    def override(
+        self,
+        data: Any,
+        where: str,
+        tasks: Sequence[TaskEntry],
+        models: Sequence[ModelEntry],
+        option_names: set[str] | None,
+    ) -> Override:
         data = self.table(data, where)
         self.keys(data, ("tasks", "models", "model", "train", "tune"), where)
         override = Override(
@@ -407,27 +468,41 @@ class _Parser:
         self.errors += contradictions(override.train, override.tune, where, self.source)
         return override
 
-    def comparison(self, data: Any, where: str, tasks: Sequence[TaskEntry],
-                   models: Sequence[ModelEntry]) -> ComparisonSpec:
+    def comparison(
+        self, data: Any, where: str, tasks: Sequence[TaskEntry], models: Sequence[ModelEntry]
+    ) -> ComparisonSpec:
         data = self.table(data, where)
         self.keys(data, ("model", "control", "tasks", "split", "requires", "question"), where)
-        model, control = (self.known_labels(self.string(data, key, where), f"{where}.{key}",
-                                            models)[0] for key in ("model", "control"))
+        model, control = (
+            self.known_labels(self.string(data, key, where), f"{where}.{key}", models)[0]
+            for key in ("model", "control")
+        )
         if model == control:
             raise self.fail(where, f"{model!r} is compared with itself; name another control")
         split = self.string(data, "split", where, "test")
         named = self.task_labels(data.get("tasks", []), f"{where}.tasks", tasks)
-        spanned = task_metrics([t for t in tasks if (not named or t.label in named) and all(
-            m.runs(t.label) for m in models if m.label in (model, control))])
+        spanned = task_metrics(
+            [
+                t
+                for t in tasks
+                if (not named or t.label in named)
+                and all(m.runs(t.label) for m in models if m.label in (model, control))
+            ]
+        )
         requires = self.requires(data.get("requires"), f"{where}.requires", spanned)
         if split != "test" and requires is None:
-            raise self.fail(where, f"a comparison on split {split!r} must state `requires`, the "
-                            "test metric both rows have to reach first")
-        return ComparisonSpec(model, control, named, split, requires,
-                              self.string(data, "question", where, ""))
+            raise self.fail(
+                where,
+                f"a comparison on split {split!r} must state `requires`, the "
+                "test metric both rows have to reach first",
+            )
+        return ComparisonSpec(
+            model, control, named, split, requires, self.string(data, "question", where, "")
+        )
 
-    def requires(self, value: Any, where: str, spanned: dict[str, list[str]]
-                 ) -> float | dict[str, float] | None:
+    def requires(
+        self, value: Any, where: str, spanned: dict[str, list[str]]
+    ) -> float | dict[str, float] | None:
         """A comparison's ``requires``: one number where its tasks share a metric (``spanned``:
         metric → task labels), else a table by metric, finite, an accuracy in [0, 1]."""
         if value is None:
@@ -435,66 +510,27 @@ class _Parser:
         table = value if isinstance(value, dict) else dict.fromkeys(spanned or [""], value)
         if not isinstance(value, dict) and len(spanned) > 1:
             tasks = "; ".join(f"{m} on {', '.join(labels)}" for m, labels in spanned.items())
-            raise self.fail(where, f"one threshold for tasks whose metrics differ ({tasks}); give "
-                            "one per metric, e.g. requires = { accuracy = 0.99, mse = 0.01 }")
+            raise self.fail(
+                where,
+                f"one threshold for tasks whose metrics differ ({tasks}); give "
+                "one per metric, e.g. requires = { accuracy = 0.99, mse = 0.01 }",
+            )
         for metric, number in table.items():
             at = f"{where}.{metric}" if isinstance(value, dict) else where
             if isinstance(value, dict) and metric not in get_args(Metric):
                 raise self.fail(at, f"not a metric; metrics: {', '.join(get_args(Metric))}")
-            if isinstance(number, bool) or not isinstance(number, int | float) \
-                    or not math.isfinite(number):  # "test ≥ nan" means nothing
+            if (
+                isinstance(number, bool)
+                or not isinstance(number, int | float)
+                or not math.isfinite(number)
+            ):  # "test ≥ nan" means nothing
                 raise self.fail(at, f"expected a finite number, got {number!r}")
             if metric == "accuracy" and not 0 <= number <= 1:
                 raise self.fail(at, f"an accuracy lies in [0, 1], got {number!r}")
         if isinstance(value, dict):
             if missing := [m for m in spanned if m not in value]:
-                raise self.fail(where, f"no threshold for {missing[0]} (on "
-                                f"{', '.join(spanned[missing[0]])})")
+                raise self.fail(
+                    where, f"no threshold for {missing[0]} (on {', '.join(spanned[missing[0]])})"
+                )
             return {metric: float(number) for metric, number in value.items()}
         return float(value)
-
-    def model_table(self, data: Any, where: str,
-                    option_names: set[str] | None) -> dict[str, Any]:
-        """Keys are checked here against every model in play (and ``match_params``); types
-        per model on resolve, ``match_params`` values once every label is known."""
-        data = self.table(data, where)
-        for key in data:
-            if key in TASK_DIMS:
-                raise self.fail(f"{where}.{key}", "set by the task; it cannot be configured")
-            if option_names is not None and key not in option_names and key != "match_params":
-                raise self.fail(
-                    f"{where}.{key}",
-                    f"unknown model option; options: {', '.join(sorted(option_names))}."
-                    + did_you_mean(key, sorted(option_names)),
-                )
-        return data
-
-    def train_table(self, data: Any, where: str) -> dict[str, Any]:
-        data = self.table(data, where)
-        fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-        hints = typing.get_type_hints(TrainConfig)
-        self.keys(data, list(fields), where)
-        table = {k: self.coerce(v, fields[k], hints[k], f"{where}.{k}") for k, v in data.items()}
-        try:  # each value alone, here: the combined one is checked per cell
-            TrainConfig(**table)
-        except ValueError as err:
-            raise self.fail(where, str(err)) from None
-        return table
-
-    def tune_table(self, data: Any, where: str) -> dict[str, tuple[Any, ...]]:
-        return check_tune(self.table(data, where), where, self.source)
-
-    def bounded(self, what: str, sizes: Sequence[int], where: str) -> None:
-        """Fail when the product of ``sizes`` (entries or cells per seed) is beyond any sane
-        run (`MAX_GRID`), before anything expands it."""
-        try:
-            check_limit(f"{math.prod(sizes):,} {what}", math.prod(sizes), MAX_GRID)
-        except ValueError as err:
-            raise self.fail(where, str(err)) from None
-
-    def coerce(self, value: Any, default: Any, hint: Any, where: str) -> Any:
-        """``value`` if it has the option's type and is finite (`coerce`), else fail."""
-        try:
-            return coerce(value, default, hint)
-        except ValueError as err:
-            raise self.fail(where, str(err)) from None

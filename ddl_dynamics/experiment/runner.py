@@ -126,23 +126,40 @@ def run_experiment(
     _check_backend(backend, jobs, address)
     for task_file in task_files:  # before the experiment names their tasks
         load_task_file(task_file)
-    config = (config_or_path if isinstance(config_or_path, ExperimentConfig)
-              else load_experiment(config_or_path))
+    config = (
+        config_or_path
+        if isinstance(config_or_path, ExperimentConfig)
+        else load_experiment(config_or_path)
+    )
     cells = expand_cells(config, seeds=seeds, device=device, only=only)
     _check_devices(cells, backend, address)
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
     folder = RunFolder.open(run_dir, "w")  # the one store of this run: all goes through it
     kept = folder.keep_task_files(task_files)
-    workers = _Workers([str((run_dir / record["copy"]).resolve()) for record in kept], jobs,
-                       backend, address, retry_failed, vectorize, progress)
+    workers = _Workers(
+        [str((run_dir / record["copy"]).resolve()) for record in kept],
+        jobs,
+        backend,
+        address,
+        retry_failed,
+        vectorize,
+        progress,
+    )
     text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
     _warn_beside(folder.store, config.name, cells, run_dir)
     run_id = folder.store.start_run(config.name, text, kept, [cell.key for cell in cells])
     cells, (ran, skipped, others) = workers.rounds(folder, run_id, cells, config)
     statuses = {row.key: row.status for row in folder.store.rows()}
     counts = Counter(statuses.get(cell.key, "failed") for cell in cells)
-    return SuiteSummary(config.name, run_dir, {s: counts[s] for s in STATUSES if counts[s]},
-                        ran, skipped, time.perf_counter() - start, others)
+    return SuiteSummary(
+        config.name,
+        run_dir,
+        {s: counts[s] for s in STATUSES if counts[s]},
+        ran,
+        skipped,
+        time.perf_counter() - start,
+        others,
+    )
 
 
 def _check_backend(backend: str, jobs: int, address: str | None) -> None:
@@ -152,8 +169,7 @@ def _check_backend(backend: str, jobs: int, address: str | None) -> None:
     if not 1 <= jobs <= MAX_JOBS:
         raise ValueError(f"jobs must be between 1 and {MAX_JOBS}, got {jobs}")
     if address is not None and backend != "ray":
-        raise ValueError(f"address {address!r} is the Ray cluster to join: it needs "
-                         "backend 'ray'")
+        raise ValueError(f"address {address!r} is the Ray cluster to join: it needs backend 'ray'")
     if backend == "ray":
         _import_ray()
 
@@ -179,18 +195,22 @@ class _Workers:
     vectorize: bool
     progress: bool
 
-    def rounds(self, folder: RunFolder, run_id: int, cells: list[Cell],
-               config: ExperimentConfig) -> tuple[list[Cell], tuple[int, int, int]]:
+    def rounds(
+        self, folder: RunFolder, run_id: int, cells: list[Cell], config: ExperimentConfig
+    ) -> tuple[list[Cell], tuple[int, int, int]]:
         """Train the selected cells, then each round of grid extensions they call for:
         every cell of the run, and how many were trained, skipped and taken by others."""
         todo, ran, skipped, others = cells, 0, 0, 0
         while todo:
-            queue = self.train(folder, todo, config.name if todo is cells
-                               else f"{config.name} (grid extension)")
-            ran, skipped, others = (ran + queue.taken, skipped + queue.skipped,
-                                    others + queue.others)
-            todo = extensions(cells, {row.key: row for row in folder.store.rows()},
-                              config.extend)
+            queue = self.train(
+                folder, todo, config.name if todo is cells else f"{config.name} (grid extension)"
+            )
+            ran, skipped, others = (
+                ran + queue.taken,
+                skipped + queue.skipped,
+                others + queue.others,
+            )
+            todo = extensions(cells, {row.key: row for row in folder.store.rows()}, config.extend)
             folder.store.add_cells(run_id, [cell.key for cell in todo])
             cells = [*cells, *todo]
         folder.store.finish_run(run_id)
@@ -200,8 +220,10 @@ class _Workers:
         """Train the unfinished ``cells``; their queue counts what it trained and skipped."""
         vectorize = self.vectorize
         kept = ("ok",) if self.retry_failed else FINISHED
-        with (CellQueue(folder.store, cells, kept, vectorize) as queue,
-              Progress(queue.size, desc, self.progress, self.jobs) as bar):
+        with (
+            CellQueue(folder.store, cells, kept, vectorize) as queue,
+            Progress(queue.size, desc, self.progress, self.jobs) as bar,
+        ):
 
             def finished(group: Sequence[Trained]) -> None:
                 """Store a group's weights, then its rows in one transaction: a run stopped
@@ -227,17 +249,24 @@ class _Workers:
         return queue
 
 
-def plan(config: ExperimentConfig, run_dir: str | Path | None = None,
-         device: str | None = None, only: Mapping[str, Sequence[str]] | None = None,
-         vectorize: bool = True) -> list[str]:
+def plan(
+    config: ExperimentConfig,
+    run_dir: str | Path | None = None,
+    device: str | None = None,
+    only: Mapping[str, Sequence[str]] | None = None,
+    vectorize: bool = True,
+) -> list[str]:
     """What `run_experiment` would train, in lines, training nothing: the cells and the
     groups that train together, per row (grid, seeds, members folded into one ensemble),
     those the run folder already holds, and at most how many cells extending the grids
     (`extensions`) adds."""
     cells = expand_cells(config, device=device, only=only)
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
-    stored = (RunFolder.open(run_dir).store.todo([c.key for c in cells])
-              if (run_dir / STORE).is_file() else None)
+    stored = (
+        RunFolder.open(run_dir).store.todo([c.key for c in cells])
+        if (run_dir / STORE).is_file()
+        else None
+    )
     todo = [c for c in cells if stored is None or c.key in stored]
     groups = seed_groups(todo) if vectorize else [[cell] for cell in todo]
     rows: dict[str, list[list[Cell]]] = {}
@@ -251,18 +280,29 @@ def plan(config: ExperimentConfig, run_dir: str | Path | None = None,
         grid = "; ".join(f"{f}={'/'.join(map(value_text, v))}" for f, v in first.tune.items())
         sizes = Counter(len(group) for group in row_groups)
         folded = ", ".join(f"{n} group{'s' * (n > 1)} of {size}" for size, n in sizes.items())
-        lines.append(f"  {first.task_label} × {first.label}: {first.train.steps} steps; "
-                     f"{grid or 'not tuned'}; "
-                     f"{len(seeds)} seed{'s' * (len(seeds) > 1)}; {len(row)} cells in {folded}")
+        lines.append(
+            f"  {first.task_label} × {first.label}: {first.train.steps} steps; "
+            f"{grid or 'not tuned'}; "
+            f"{len(seeds)} seed{'s' * (len(seeds) > 1)}; {len(row)} cells in {folded}"
+        )
         extensible = [len(v) for v in first.tune.values() if min(v) > 0]
-        extra += len(seeds) * (math.prod(n + config.extend for n in extensible)
-                               - math.prod(extensible)) if extensible else 0
+        extra += (
+            len(seeds) * (math.prod(n + config.extend for n in extensible) - math.prod(extensible))
+            if extensible
+            else 0
+        )
     done = len(cells) - len(todo)
-    head = (f"{config.name}: {len(todo)} cells to train in {len(groups)} group"
-            + "s" * (len(groups) != 1)
-            + (f" ({done} of {len(cells)} already in {run_dir})" if done else ""))
-    tail = (f"grid extension (tune.extend = {config.extend}): up to {extra} more cells, for "
-            "rows whose choice sits at an end of their grid" if extra else "")
+    head = (
+        f"{config.name}: {len(todo)} cells to train in {len(groups)} group"
+        + "s" * (len(groups) != 1)
+        + (f" ({done} of {len(cells)} already in {run_dir})" if done else "")
+    )
+    tail = (
+        f"grid extension (tune.extend = {config.extend}): up to {extra} more cells, for "
+        "rows whose choice sits at an end of their grid"
+        if extra
+        else ""
+    )
     return [head, *lines, *([tail] if tail else [])]
 
 
@@ -272,21 +312,31 @@ def _warn_beside(store: ResultStore, name: str, cells: Sequence[Cell], run_dir: 
     runs, rerun with ``--only`` or ``--seeds`` or not)."""
     latest = store.experiment()
     if latest is not None and latest["name"] != name:
-        warnings.warn(f"{run_dir} holds results of experiment {latest['name']!r}: those of "
-                      f"{name!r} are stored beside them", ConfigWarning, stacklevel=2)
+        warnings.warn(
+            f"{run_dir} holds results of experiment {latest['name']!r}: those of "
+            f"{name!r} are stored beside them",
+            ConfigWarning,
+            stacklevel=2,
+        )
     rows = store.rows()  # oldest first: each cell below keeps its newest row
     stored = {_place(row.config, row.task, row.model, row.seed): row for row in rows}
     keys = {row.key for row in rows}
-    places = [(cell, _place(cell.to_dict(), cell.task_label, cell.label, cell.seed))
-              for cell in cells if cell.key not in keys]
+    places = [
+        (cell, _place(cell.to_dict(), cell.task_label, cell.label, cell.seed))
+        for cell in cells
+        if cell.key not in keys
+    ]
     changed = [(cell, stored[place]) for cell, place in places if place in stored]
     if changed:
         cell, row = changed[0]
         change = next(changes(row.config, cell.to_dict()), "")
-        warnings.warn(f"{run_dir}: {len(changed)} of the selected cells have results under "
-                      f"another config (e.g. {cell.task_label} × {cell.label}, seed "
-                      f"{cell.seed}: {change}); the new results are stored beside them",
-                      ConfigWarning, stacklevel=2)
+        warnings.warn(
+            f"{run_dir}: {len(changed)} of the selected cells have results under "
+            f"another config (e.g. {cell.task_label} × {cell.label}, seed "
+            f"{cell.seed}: {change}); the new results are stored beside them",
+            ConfigWarning,
+            stacklevel=2,
+        )
 
 
 def _place(config: Mapping[str, Any], task: str, label: str, seed: int) -> str:
@@ -318,8 +368,12 @@ def _crashed(group: Sequence[Cell], message: str = _CRASHED) -> list[Trained]:
     return [Trained(stamp(RunResult(status="failed", message=message), cell)) for cell in group]
 
 
-def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
-              finished: Callable[[Sequence[Trained]], None]) -> None:
+def _run_pool(
+    queue: CellQueue,
+    task_files: Sequence[str],
+    jobs: int,
+    finished: Callable[[Sequence[Trained]], None],
+) -> None:
     """Train the queue's groups in worker processes, at most ``jobs`` at a time.
 
     When a worker dies the pool breaks and every group in flight is interrupted. Those
@@ -335,8 +389,12 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
     while True:
         alone = bool(suspects)
         running: dict[Future[list[Trained]], list[Cell]] = {}
-        with ProcessPoolExecutor(1 if alone else jobs, mp_context=context,
-                                 initializer=_init_worker, initargs=(tuple(task_files),)) as pool:
+        with ProcessPoolExecutor(
+            1 if alone else jobs,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(tuple(task_files),),
+        ) as pool:
             try:
                 while alone and suspects:
                     group = suspects.popleft()
@@ -359,8 +417,9 @@ def _run_pool(queue: CellQueue, task_files: Sequence[str], jobs: int,
                             raise
                     if not running:
                         break
-                    ready, _ = wait(running, timeout=POLL if queue.busy else None,
-                                    return_when=FIRST_COMPLETED)
+                    ready, _ = wait(
+                        running, timeout=POLL if queue.busy else None, return_when=FIRST_COMPLETED
+                    )
                     for future in ready:
                         trained = future.result()
                         del running[future]
@@ -450,8 +509,10 @@ def _import_ray():
     try:
         import ray
     except ImportError as err:
-        raise ImportError("--backend ray needs Ray, which is not installed: pip install ray "
-                          "(or pip install 'ddl-dynamics[ray]')") from err
+        raise ImportError(
+            "--backend ray needs Ray, which is not installed: pip install ray "
+            "(or pip install 'ddl-dynamics[ray]')"
+        ) from err
     return ray
 
 
@@ -475,8 +536,12 @@ def _ray_work(group: Sequence[Cell], task_files: Sequence[tuple[str, bytes]]) ->
     return run_cells(group)
 
 
-def _run_ray(queue: CellQueue, task_files: Sequence[str], address: str | None,
-             finished: Callable[[Sequence[Trained]], None]) -> None:
+def _run_ray(
+    queue: CellQueue,
+    task_files: Sequence[str],
+    address: str | None,
+    finished: Callable[[Sequence[Trained]], None],
+) -> None:
     """Train each group as a Ray task (one CPU; one GPU on ``cuda``) on the cluster at
     ``address`` (default: a new local instance); a group whose worker dies is failed."""
     ray = _ray(address)

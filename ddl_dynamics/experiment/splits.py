@@ -18,8 +18,9 @@ class TaskDataError(ValueError):
 SPLITS = ("train", "val", "test")
 
 
-def sample_splits(task: Task, cfg: TrainConfig, seed: int,
-                  splits: Sequence[str] = SPLITS) -> list[TaskData]:
+def sample_splits(
+    task: Task, cfg: TrainConfig, seed: int, splits: Sequence[str] = SPLITS
+) -> list[TaskData]:
     """The task's ``splits`` for one seed, at the sizes ``cfg`` asks for, each checked
     (`check_sample`), val and test also for content they share with train (which
     comes first)."""
@@ -39,10 +40,12 @@ def check_held_out(train: TaskData, data: TaskData, seed: int, split: str) -> No
     sample can miss an overlap that a large training set makes)."""
     shared = shared_content(train, data)
     if shared > MAX_OVERLAP:
-        raise TaskDataError(f"{shared:.1%} of the {split} examples for seed {seed} also occur "
-                            f"among its {len(train)} training examples (at most "
-                            f"{MAX_OVERLAP:.0%} allowed): hold whole inputs out, e.g. with "
-                            "held_out()")
+        raise TaskDataError(
+            f"{shared:.1%} of the {split} examples for seed {seed} also occur "
+            f"among its {len(train)} training examples (at most "
+            f"{MAX_OVERLAP:.0%} allowed): hold whole inputs out, e.g. with "
+            "held_out()"
+        )
 
 
 def check_sample(data: TaskData, n: int, seed: int, split: str) -> TaskData:
@@ -51,8 +54,9 @@ def check_sample(data: TaskData, n: int, seed: int, split: str) -> TaskData:
     model diverging, or train on less than asked for without a word)."""
     where = f"the task's {split} split for seed {seed}"
     if len(data) != n or len(data.targets) != n:
-        raise TaskDataError(f"{where} has {len(data)} inputs and {len(data.targets)} targets; "
-                            f"{n} were asked for")
+        raise TaskDataError(
+            f"{where} has {len(data)} inputs and {len(data.targets)} targets; {n} were asked for"
+        )
     for name in ("inputs", "targets", "controls"):
         value = getattr(data, name)
         if value is not None and value.is_floating_point() and not value.isfinite().all():

@@ -30,18 +30,24 @@ def predictor(task: Task, bf16: bool) -> Predict:
     bfloat16 autocast on CUDA if ``bf16``."""
 
     def predict(model: nn.Module, batch: TaskData) -> Tensor:
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if bf16
-                    else contextlib.nullcontext())
+        autocast = (
+            torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        )
         with autocast:
-            out = model(batch.inputs, u=batch.controls, steps=batch.steps,
-                        per_step=task.supervise == "trajectory")
+            out = model(
+                batch.inputs,
+                u=batch.controls,
+                steps=batch.steps,
+                per_step=task.supervise == "trajectory",
+            )
         return out.float()
 
     return predict
 
 
-def member_losses(module: nn.Module, task: Task, batch: TaskData, predict: Predict,
-                  size: int) -> Tensor:
+def member_losses(
+    module: nn.Module, task: Task, batch: TaskData, predict: Predict, size: int
+) -> Tensor:
     """Each member's training loss on its rows of the folded ``batch``, ``(size,)``."""
     return task.member_losses(unfold(predict(module, batch), size), unfold(batch.targets, size))
 
@@ -71,16 +77,16 @@ class _Compiled:
         self.losses: Losses | None = None
         self.failed = False
 
-    def __call__(self, module: nn.Module, task: Task, batch: TaskData, predict: Predict,
-                 size: int) -> Tensor:
+    def __call__(
+        self, module: nn.Module, task: Task, batch: TaskData, predict: Predict, size: int
+    ) -> Tensor:
         args = (module, task, batch, predict, size)
         if self.failed or _get_current_dispatch_mode() is not None:
             return member_losses(*args)  # a mode watching ops (a FLOP count) sees them eager
         if self.losses is None:
             reason = compile_unavailable()
             if reason:  # a run's worker stays quiet: its run's check said so once
-                return self.fall_back(reason, args,
-                                      say=multiprocessing.parent_process() is None)
+                return self.fall_back(reason, args, say=multiprocessing.parent_process() is None)
             self.losses = cast(Losses, torch.compile(member_losses, dynamic=False))
         try:
             with warnings.catch_warnings(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
@@ -88,15 +94,18 @@ class _Compiled:
                 warnings.filterwarnings("ignore", "Dynamo detected a call to a `functools")
                 return self.losses(*args)
         except torch._dynamo.exc.BackendCompilerFailed as err:
-            return self.fall_back(f"compiling failed ({type(err.inner_exception).__name__})",
-                                  args)
+            return self.fall_back(f"compiling failed ({type(err.inner_exception).__name__})", args)
 
-    def fall_back(self, reason: str, args: tuple[nn.Module, Task, TaskData, Predict, int],
-                  say: bool = True) -> Tensor:
+    def fall_back(
+        self, reason: str, args: tuple[nn.Module, Task, TaskData, Predict, int], say: bool = True
+    ) -> Tensor:
         self.failed = True
         if say:
-            warnings.warn(f"torch.compile is unavailable: {reason}; the training steps run "
-                          "eagerly", CompileWarning, stacklevel=3)
+            warnings.warn(
+                f"torch.compile is unavailable: {reason}; the training steps run eagerly",
+                CompileWarning,
+                stacklevel=3,
+            )
         return member_losses(*args)
 
     def check(self, where: str) -> None:
@@ -106,9 +115,12 @@ class _Compiled:
         reason = compile_unavailable()
         if reason and not self.failed:
             self.failed = True
-            warnings.warn(f"{where}: train.compile = true, but torch.compile is unavailable "
-                          f"here: {reason}; the training steps run eagerly", CompileWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"{where}: train.compile = true, but torch.compile is unavailable "
+                f"here: {reason}; the training steps run eagerly",
+                CompileWarning,
+                stacklevel=3,
+            )
 
 
 def compile_unavailable() -> str:
@@ -127,8 +139,13 @@ compiled_losses = _Compiled()
 
 
 def training_step(
-    ensemble: Ensemble, optimizer: torch.optim.Optimizer, task: Task, batch: TaskData,
-    cfgs: TrainConfig | Sequence[TrainConfig], index: int = 0, *,
+    ensemble: Ensemble,
+    optimizer: torch.optim.Optimizer,
+    task: Task,
+    batch: TaskData,
+    cfgs: TrainConfig | Sequence[TrainConfig],
+    index: int = 0,
+    *,
     keep: Callable[[list[float]], Sequence[bool]] | None = None,
 ) -> list[float]:
     """Step ``index`` (from 0) of the ensemble's members on their rows of the folded
@@ -150,6 +167,7 @@ def training_step(
     values = losses.tolist()
     training = [True] * size if keep is None else list(keep(values))
     if any(training):
-        descend(ensemble, optimizer, losses, torch.tensor(training, device=losses.device),
-                cfgs, index)
+        descend(
+            ensemble, optimizer, losses, torch.tensor(training, device=losses.device), cfgs, index
+        )
     return values

@@ -85,12 +85,19 @@ SCHEMA_VERSION = 1
 _JSON_COLUMNS = {"metrics": dict, "curve": list, "config": dict}
 #: SQLite errors that are the storage's problem, not the file's, by their names' prefix
 #: (``SQLITE_READONLY_DIRECTORY`` is read-only); any other means it is not a results store.
-_STORAGE_ERRORS = {"SQLITE_FULL": "disk full", "SQLITE_READONLY": "read-only",
-                   "SQLITE_PERM": "permission denied", "SQLITE_AUTH": "permission denied",
-                   "SQLITE_IOERR": "I/O error", "SQLITE_CANTOPEN": "cannot open"}
+_STORAGE_ERRORS = {
+    "SQLITE_FULL": "disk full",
+    "SQLITE_READONLY": "read-only",
+    "SQLITE_PERM": "permission denied",
+    "SQLITE_AUTH": "permission denied",
+    "SQLITE_IOERR": "I/O error",
+    "SQLITE_CANTOPEN": "cannot open",
+}
 #: What `ResultStore.claim` found: the cell is now the caller's; another live
 #: process holds it; or a result was written for it since the caller looked.
 Claim = Literal["claimed", "busy", "done"]
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -116,16 +123,18 @@ class ResultStore:
         if create:
             folder.mkdir(parents=True, exist_ok=True)
         with self._transaction() as con:
-            tables = {row[0] for row in
-                      con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = {
+                row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
             if tables or not create:  # an empty file becomes a store only when creating
                 self._check_version(con, tables)
         if create:
             self._use_wal()
             if not tables:  # one transaction: no reader sees the tables without the version
                 with self._transaction() as con:  # (two runs creating one store both may)
-                    con.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}"
-                                      f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+                    con.executescript(
+                        f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                    )
 
     def _read_only_uri(self) -> str:
         """A URI that reads the store and never writes: ``mode=ro``, or where the folder
@@ -144,8 +153,9 @@ class ResultStore:
         """What a SQLite error other than a busy or locked database means: a problem of the
         storage (``OSError``, named) or a file that is not a results store (``ValueError``)."""
         name = getattr(err, "sqlite_errorname", "")
-        why = next((why for prefix, why in _STORAGE_ERRORS.items() if name.startswith(prefix)),
-                   None)
+        why = next(
+            (why for prefix, why in _STORAGE_ERRORS.items() if name.startswith(prefix)), None
+        )
         if why == "cannot open":  # the OS knows why: permission denied, most often
             try:
                 self.path.open("rb").close()
@@ -167,8 +177,9 @@ class ResultStore:
                         con.execute("PRAGMA journal_mode=WAL")
                 return
             except sqlite3.OperationalError as err:
-                busy = getattr(err, "sqlite_errorname", "").startswith(("SQLITE_BUSY",
-                                                                        "SQLITE_LOCKED"))
+                busy = getattr(err, "sqlite_errorname", "").startswith(
+                    ("SQLITE_BUSY", "SQLITE_LOCKED")
+                )
                 if not busy:
                     raise self._refusal(err) from err
                 if time.monotonic() > deadline:
@@ -177,8 +188,11 @@ class ResultStore:
 
     def _check_version(self, con: sqlite3.Connection, tables: set[str]) -> None:
         """``ValueError`` unless the file is a results store of `SCHEMA_VERSION`."""
-        columns = ({row[1] for row in con.execute("PRAGMA table_info(results)")}
-                   if "results" in tables else set())
+        columns = (
+            {row[1] for row in con.execute("PRAGMA table_info(results)")}
+            if "results" in tables
+            else set()
+        )
         missing = [f.name for f in dataclasses.fields(RunResult) if f.name not in columns]
         if missing:
             why = f"its results table has no {missing[0]!r}" if columns else "no results table"
@@ -187,9 +201,11 @@ class ResultStore:
         if found == 0 and _table_sql(con) == _table_sql(_SCHEMA):
             found = 1  # version 1's layout, written before the version was kept
         if found != SCHEMA_VERSION:
-            raise ValueError(f"{self.path}: a results store of schema version {found}; this "
-                             f"version of ddl_dynamics reads version {SCHEMA_VERSION} alone "
-                             "(rerun the experiment into a new run folder)")
+            raise ValueError(
+                f"{self.path}: a results store of schema version {found}; this "
+                f"version of ddl_dynamics reads version {SCHEMA_VERSION} alone "
+                "(rerun the experiment into a new run folder)"
+            )
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -197,8 +213,11 @@ class ResultStore:
         commits as one transaction, or not at all. SQLite errors other than a busy or
         locked database become `_refusal`s."""
         try:
-            with closing(sqlite3.connect(self.path, timeout=60) if self._uri is None else
-                         sqlite3.connect(self._uri, uri=True, timeout=60)) as con:
+            with closing(
+                sqlite3.connect(self.path, timeout=60)
+                if self._uri is None
+                else sqlite3.connect(self._uri, uri=True, timeout=60)
+            ) as con:
                 con.execute("PRAGMA busy_timeout = 60000")
                 con.row_factory = sqlite3.Row
                 with con:
@@ -224,8 +243,10 @@ class ResultStore:
                 for column in _JSON_COLUMNS:
                     row[column] = json.dumps(row[column])
                 names = ", ".join(row)
-                con.execute(f"INSERT INTO attempts ({names}) SELECT {names} FROM results "
-                            "WHERE key = ?", (result.key,))
+                con.execute(
+                    f"INSERT INTO attempts ({names}) SELECT {names} FROM results WHERE key = ?",
+                    (result.key,),
+                )
                 con.execute(
                     f"INSERT OR REPLACE INTO results ({names}) VALUES "
                     f"({', '.join(':' + n for n in row)})",
@@ -248,16 +269,18 @@ class ResultStore:
         with self._transaction() as con:
             con.execute("BEGIN")  # one snapshot of both tables
             status = {r["key"]: r["status"] for r in con.execute("SELECT key, status FROM results")}
-            generation = {r["key"]: r["generation"]
-                          for r in con.execute("SELECT key, generation FROM claims")}
+            generation = {
+                r["key"]: r["generation"] for r in con.execute("SELECT key, generation FROM claims")
+            }
         return {key: generation.get(key, 0) for key in keys if status.get(key) not in finished}
 
     def claim(self, key: str, owner: str, generation: int, stale_after: float) -> Claim:
         """Take cell ``key`` for ``owner`` (`claim_all` of one)."""
         return self.claim_all({key: generation}, owner, stale_after)[key]
 
-    def claim_all(self, generations: Mapping[str, int], owner: str,
-                  stale_after: float) -> dict[str, Claim]:
+    def claim_all(
+        self, generations: Mapping[str, int], owner: str, stale_after: float
+    ) -> dict[str, Claim]:
         """Take the cells ``generations`` names for ``owner``, in one transaction (a group
         another run claims at the same time is never split between the two), each unless a
         result was written for it since it was at its generation (``"done"``) or another
@@ -273,10 +296,16 @@ class ResultStore:
                     "AND (owner IS NULL OR owner = ? OR heartbeat < ?)",
                     (owner, now, key, generation, owner, now - stale_after),
                 ).rowcount
-                current = con.execute("SELECT generation FROM claims WHERE key = ?",
-                                      (key,)).fetchone()
-                found[key] = ("claimed" if taken else
-                              "busy" if current["generation"] == generation else "done")
+                current = con.execute(
+                    "SELECT generation FROM claims WHERE key = ?", (key,)
+                ).fetchone()
+                found[key] = (
+                    "claimed"
+                    if taken
+                    else "busy"
+                    if current["generation"] == generation
+                    else "done"
+                )
         return found
 
     def heartbeat(self, owner: str) -> None:
@@ -315,8 +344,7 @@ class ResultStore:
         stays on record."""
         return self._select("ORDER BY id", (), table="attempts")
 
-    def _select(self, clause: str, args: Sequence[Any],
-                table: str = "results") -> list[RunResult]:
+    def _select(self, clause: str, args: Sequence[Any], table: str = "results") -> list[RunResult]:
         with self._transaction() as con:
             rows = [dict(row) for row in con.execute(f"SELECT * FROM {table} {clause}", args)]
         for row in rows:
@@ -329,8 +357,10 @@ class ResultStore:
         except (TypeError, ValueError):
             keys = None
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            raise ValueError(f"damaged run record in {self.path}: runs row {run_id}: its cells "
-                             "are not a JSON list of cell keys")
+            raise ValueError(
+                f"damaged run record in {self.path}: runs row {run_id}: its cells "
+                "are not a JSON list of cell keys"
+            )
         return keys
 
     def _result(self, row: dict[str, Any]) -> RunResult:
@@ -346,26 +376,41 @@ class ResultStore:
                 except (TypeError, ValueError) as err:
                     raise ValueError(f"its {column} is not JSON ({err})") from None
                 if not isinstance(row[column], kind):
-                    raise ValueError(f"its {column} is not a JSON "
-                                     f"{'object' if kind is dict else 'array'}")
+                    raise ValueError(
+                        f"its {column} is not a JSON {'object' if kind is dict else 'array'}"
+                    )
             for column in ("task", "model"):
                 check_label(row[column])
             _check_row(row)
         except ValueError as err:
-            raise ValueError(f"damaged row in {self.path}: cell {row['key']} ({row['task']!r} "
-                             f"× {row['model']!r}, seed {row['seed']!r}): {err}") from None
+            raise ValueError(
+                f"damaged row in {self.path}: cell {row['key']} ({row['task']!r} "
+                f"× {row['model']!r}, seed {row['seed']!r}): {err}"
+            ) from None
         return RunResult(**row)
 
-    def start_run(self, name: str, config_text: str,
-                  task_files: Sequence[dict[str, Any]] = (), cells: Sequence[str] = ()) -> int:
+    def start_run(
+        self,
+        name: str,
+        config_text: str,
+        task_files: Sequence[dict[str, Any]] = (),
+        cells: Sequence[str] = (),
+    ) -> int:
         """Record that a run (or a resume) of experiment ``name`` starts now, with the records
         of `keep_task_files` and the keys of the cells it selected."""
         with self._transaction() as con:
             cursor = con.execute(
                 "INSERT INTO runs (name, config, task_files, versions, machine, started_at, "
                 "cells) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (name, config_text, json.dumps(list(task_files)), json.dumps(versions()),
-                 json.dumps(machine()), _now(), json.dumps(list(cells))),
+                (
+                    name,
+                    config_text,
+                    json.dumps(list(task_files)),
+                    json.dumps(versions()),
+                    json.dumps(machine()),
+                    _now(),
+                    json.dumps(list(cells)),
+                ),
             )
             if cursor.lastrowid is None:  # (an INSERT sets it)
                 raise RuntimeError(f"the store gave no id to the new run {name!r}")
@@ -400,8 +445,10 @@ class ResultStore:
         last stored result before the next run began (None: it stored none), so the part a
         kill lost is left out, never the part it kept."""
         with self._transaction() as con:
-            runs = [(r["started_at"], r["ended_at"])
-                    for r in con.execute("SELECT started_at, ended_at FROM runs ORDER BY id")]
+            runs = [
+                (r["started_at"], r["ended_at"])
+                for r in con.execute("SELECT started_at, ended_at FROM runs ORDER BY id")
+            ]
             spans = []
             for i, (start, end) in enumerate(runs):
                 if end is None:
@@ -409,7 +456,9 @@ class ResultStore:
                     end = con.execute(
                         "SELECT max(created_at) FROM (SELECT created_at FROM results UNION ALL "
                         "SELECT created_at FROM attempts) WHERE created_at >= ? AND "
-                        "created_at < ?", (start, until)).fetchone()[0]
+                        "created_at < ?",
+                        (start, until),
+                    ).fetchone()[0]
                 spans.append((start, end))
             return spans
 
@@ -426,9 +475,11 @@ class ResultStore:
             except (TypeError, ValueError):
                 record[column] = None
             if not isinstance(record[column], kind):
-                raise ValueError(f"damaged run record in {self.path}: runs row {row['id']}: "
-                                 f"its {column} is not a JSON "
-                                 f"{'array' if kind is list else 'object'}")
+                raise ValueError(
+                    f"damaged run record in {self.path}: runs row {row['id']}: "
+                    f"its {column} is not a JSON "
+                    f"{'array' if kind is list else 'object'}"
+                )
         return record
 
     def task_files(self) -> list[dict[str, Any]]:
@@ -471,5 +522,9 @@ def _table_sql(source: sqlite3.Connection | str) -> list[str]:
         with closing(sqlite3.connect(":memory:")) as con:
             con.executescript(source)
             return _table_sql(con)
-    return [row[0] for row in source.execute(
-        "SELECT sql FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    return [
+        row[0]
+        for row in source.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
+        )
+    ]

@@ -54,7 +54,12 @@ DIVERGENCE_FACTOR = 1e6
 
 
 def train(
-    task: Task, model: nn.Module, cfg: TrainConfig, seed: int, *, progress: bool = False,
+    task: Task,
+    model: nn.Module,
+    cfg: TrainConfig,
+    seed: int,
+    *,
+    progress: bool = False,
     threads: int | None = 1,
 ) -> RunResult:
     """Train ``model`` on ``task`` for ``cfg.steps`` steps and evaluate it.
@@ -76,8 +81,12 @@ def train(
 
 
 def train_seeds(
-    task: Task, models: Sequence[nn.Module], cfgs: TrainConfig | Sequence[TrainConfig],
-    seeds: Sequence[int], *, progress: bool = False,
+    task: Task,
+    models: Sequence[nn.Module],
+    cfgs: TrainConfig | Sequence[TrainConfig],
+    seeds: Sequence[int],
+    *,
+    progress: bool = False,
 ) -> list[RunResult]:
     """Train ``models[i]``, initialised for ``seeds[i]``, as `train` would on that seed
     with ``cfgs[i]`` (or one config for all), all at once where they fold into one ensemble
@@ -99,8 +108,10 @@ def train_seeds(
     """
     cfgs = [cfgs] * len(models) if isinstance(cfgs, TrainConfig) else list(cfgs)
     since = _Since.now(cfgs[0].device)
-    members = [_Member(seed, cfg, *sample_splits(task, cfg, seed, SPLITS))
-               for cfg, seed in zip(cfgs, seeds, strict=True)]
+    members = [
+        _Member(seed, cfg, *sample_splits(task, cfg, seed, SPLITS))
+        for cfg, seed in zip(cfgs, seeds, strict=True)
+    ]
     return _train_members(task, models, members, since, progress)
 
 
@@ -117,19 +128,27 @@ class _Since:
         return cls(time.perf_counter(), reset_peak_memory(torch.device(device)))
 
 
-def _train_members(task: Task, models: Sequence[nn.Module], members: Sequence[_Member],
-                   since: _Since, progress: bool) -> list[RunResult]:
+def _train_members(
+    task: Task,
+    models: Sequence[nn.Module],
+    members: Sequence[_Member],
+    since: _Since,
+    progress: bool,
+) -> list[RunResult]:
     """`train_seeds` of members whose data is sampled."""
     budgets = {json.dumps(_budget(m.cfg), sort_keys=True) for m in members}
     if len(budgets) > 1:
-        raise ValueError("members trained together may differ only in the tunable fields "
-                         f"{', '.join(TUNABLE)}")
+        raise ValueError(
+            f"members trained together may differ only in the tunable fields {', '.join(TUNABLE)}"
+        )
     ensemble = fold(models)
     if ensemble is not None:
         with contextlib.suppress(_Unfolded):
             return _train(ensemble, task, members, since, progress)
-    return [_train(alone(model), task, [member], since, progress)[0]
-            for model, member in zip(models, members, strict=True)]
+    return [
+        _train(alone(model), task, [member], since, progress)[0]
+        for model, member in zip(models, members, strict=True)
+    ]
 
 
 def _budget(cfg: TrainConfig) -> dict[str, Any]:
@@ -145,8 +164,9 @@ class _Member:
     """One member of an ensemble: its seed, config and data, and how it is doing: its
     status, curve and counters."""
 
-    def __init__(self, seed: int, cfg: TrainConfig, data: TaskData, val: TaskData,
-                 test: TaskData) -> None:
+    def __init__(
+        self, seed: int, cfg: TrainConfig, data: TaskData, val: TaskData, test: TaskData
+    ) -> None:
         self.seed, self.cfg, self.data, self.val, self.test = seed, cfg, data, val, test
         self.status, self.message, self.done, self.training = "ok", "", 0, True
         self.first_loss = math.nan
@@ -161,14 +181,22 @@ class _Member:
     def point(self, step: int, metric: float) -> None:
         """Add a point to the curve: the step, the mean training loss since the last point,
         the val metric, the FLOPs so far and the mean forward NFE since the last point."""
-        recent = [f for f, _ in self.nfe[-len(self.losses):]]
-        self.curve.append([step, sum(self.losses) / len(self.losses), metric, self.flops,
-                           sum(recent) / len(recent) if recent else None])
+        recent = [f for f, _ in self.nfe[-len(self.losses) :]]
+        self.curve.append(
+            [
+                step,
+                sum(self.losses) / len(self.losses),
+                metric,
+                self.flops,
+                sum(recent) / len(recent) if recent else None,
+            ]
+        )
         self.losses.clear()
 
 
-def _train(ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _Since,
-           progress: bool) -> list[RunResult]:
+def _train(
+    ensemble: Ensemble, task: Task, members: Sequence[_Member], since: _Since, progress: bool
+) -> list[RunResult]:
     """The training loop of `train_seeds`, over the folded batches of ``ensemble``:
     a step at a time until every member has stopped or the budget is spent; a cap stops
     the members still training (a solver cap in an ensemble raises `_Unfolded`, so
@@ -197,8 +225,10 @@ def _check_time(cfg: TrainConfig, elapsed: float, step: int) -> None:
     """Raise `Capped` where each member's share of the time, ``elapsed``, is past
     ``cfg.max_seconds`` before the last step."""
     if cfg.max_seconds is not None and elapsed > cfg.max_seconds and step < cfg.steps:
-        raise Capped(f"time cap: stopped at step {step}/{cfg.steps} after {elapsed:.1f} s "
-                     f"(max_seconds={cfg.max_seconds})")
+        raise Capped(
+            f"time cap: stopped at step {step}/{cfg.steps} after {elapsed:.1f} s "
+            f"(max_seconds={cfg.max_seconds})"
+        )
 
 
 class _Loop:
@@ -224,27 +254,40 @@ class _Loop:
         if ensemble.size > 1:
             _check_fold(ensemble, task, members, min(cfg.batch_size, cfg.n_train))
         self.optimizer = make_optimizer(self.module)
-        self.orders = [minibatches(len(m.data), cfg.batch_size,
-                                   torch.Generator().manual_seed(m.seed)) for m in members]
+        self.orders = [
+            minibatches(len(m.data), cfg.batch_size, torch.Generator().manual_seed(m.seed))
+            for m in members
+        ]
         self.flops_per_unit = [0.0] * ensemble.size
 
     def step(self, step: int) -> bool:
         """Training step ``step`` (from 1) of the members still training, then their curve
         points and early stops where it is an evaluation step; whether any still trains."""
-        index = torch.cat([next(order) + i * len(self.members[i].data)
-                           for i, order in enumerate(self.orders)])
+        index = torch.cat(
+            [next(order) + i * len(self.members[i].data) for i, order in enumerate(self.orders)]
+        )
         batch = self.data.subset(index)
         counter = flop_counter() if step == 1 else contextlib.nullcontext()
         if self.ode:
             self.solver.reset_nfe()
         with solver_cap(), counter:
-            losses = training_step(self.ensemble, self.optimizer, self.task, batch, self.cfgs,
-                                   step - 1, keep=lambda values: self._watch(step, values))
+            losses = training_step(
+                self.ensemble,
+                self.optimizer,
+                self.task,
+                batch,
+                self.cfgs,
+                step - 1,
+                keep=lambda values: self._watch(step, values),
+            )
         if not self.training:
             return False
         # each member's (forward, backward) NFE; an ODE step's FLOPs scale with its NFE
-        nfe = (list(zip(self.solver.nfe_forward, self.solver.nfe_backward, strict=True))
-               if self.ode else None)
+        nfe = (
+            list(zip(self.solver.nfe_forward, self.solver.nfe_backward, strict=True))
+            if self.ode
+            else None
+        )
         units = [max(sum(n), 1) for n in nfe] if nfe else [1] * self.ensemble.size
         if step == 1:  # FLOPs are counted on step 1
             self._count_flops(batch, cast(FlopCounterMode, counter), units)
@@ -262,9 +305,12 @@ class _Loop:
             if step == 1:
                 member.first_loss = losses[i]
             if member.training and _diverged(losses[i], member.first_loss):
-                member.stop("diverged", f"loss became {losses[i]:.4g} at step {step} "
-                                        f"(first step: {member.first_loss:.4g}); training "
-                                        "stopped")
+                member.stop(
+                    "diverged",
+                    f"loss became {losses[i]:.4g} at step {step} "
+                    f"(first step: {member.first_loss:.4g}); training "
+                    "stopped",
+                )
                 self.ensemble.export(i)
         return [m.training for m in self.members]
 
@@ -273,18 +319,29 @@ class _Loop:
         ensemble's members counted alone: see `own_flops`)."""
         size = self.ensemble.size
         with solver_cap():
-            flops = (own_flops(self.ensemble, self.task, batch, self.predict)
-                     if self.ode and size > 1 else [counter.get_total_flops() / size] * size)
+            flops = (
+                own_flops(self.ensemble, self.task, batch, self.predict)
+                if self.ode and size > 1
+                else [counter.get_total_flops() / size] * size
+            )
         self.flops_per_unit = [f / u for f, u in zip(flops, units, strict=True)]
 
-    def _record(self, step: int, losses: list[float], nfe: Sequence[tuple[float, float]] | None,
-                units: list[int]) -> None:
+    def _record(
+        self,
+        step: int,
+        losses: list[float],
+        nfe: Sequence[tuple[float, float]] | None,
+        units: list[int],
+    ) -> None:
         """Count step ``step`` for the members still training; on an evaluation step, add
         their curve points and stop those that reached ``target_metric``."""
         cfg = self.cfg
         evaluate = step % cfg.eval_every == 0 or step == cfg.steps
-        metrics = (member_metrics(self.module, self.task, self.val, self.predict,
-                                  self.ensemble.size) if evaluate else [])
+        metrics = (
+            member_metrics(self.module, self.task, self.val, self.predict, self.ensemble.size)
+            if evaluate
+            else []
+        )
         for i, member in enumerate(self.members):
             if not member.training:
                 continue
@@ -296,10 +353,10 @@ class _Loop:
             if not evaluate:
                 continue
             member.point(step, metrics[i])
-            if cfg.target_metric is not None and _reached(self.task, metrics[i],
-                                                         cfg.target_metric):
-                member.stop("ok", f"val metric reached target_metric {cfg.target_metric} at "
-                                  f"step {step}")
+            if cfg.target_metric is not None and _reached(self.task, metrics[i], cfg.target_metric):
+                member.stop(
+                    "ok", f"val metric reached target_metric {cfg.target_metric} at step {step}"
+                )
                 self.ensemble.export(i)
 
 
@@ -307,10 +364,14 @@ def _results(loop: _Loop, since: _Since) -> list[RunResult]:
     """Each member's row once training has stopped: the members still training take their
     weights from the ensemble; all share its peak memory and its time per member."""
     ensemble = loop.ensemble
-    models = [ensemble.export(i) if m.training else ensemble.members[i]
-              for i, m in enumerate(loop.members)]
-    results = [_result(model, loop.task, member, loop.predict, loop.ode)
-               for model, member in zip(models, loop.members, strict=True)]
+    models = [
+        ensemble.export(i) if m.training else ensemble.members[i]
+        for i, m in enumerate(loop.members)
+    ]
+    results = [
+        _result(model, loop.task, member, loop.predict, loop.ode)
+        for model, member in zip(models, loop.members, strict=True)
+    ]
     peak_mem, measure = peak_memory(loop.device, since.memory)
     wall_time = (time.perf_counter() - since.start) / ensemble.size
     for result in results:
@@ -319,19 +380,22 @@ def _results(loop: _Loop, since: _Since) -> list[RunResult]:
     return results
 
 
-def _result(model: nn.Module, task: Task, member: _Member, predict: Predict,
-            ode: bool) -> RunResult:
+def _result(
+    model: nn.Module, task: Task, member: _Member, predict: Predict, ode: bool
+) -> RunResult:
     """One trained member's row: its final metrics, counts and curve."""
     cfg = member.cfg
-    metrics, cap_note = final_metrics(model, task, cfg, member.seed,
-                                      (member.data, member.val, member.test), predict, ode)
+    metrics, cap_note = final_metrics(
+        model, task, cfg, member.seed, (member.data, member.val, member.test), predict, ode
+    )
     metrics["steps"] = member.done
     status, message = member.status, member.message
     if cap_note and status == "ok":
         status, message = "capped", f"cap during the final evaluation: {cap_note}"
     elif metrics["capped"] and status == "ok":  # test or OOD data: that split's failure only
         message = "cap during the final evaluation: " + "; ".join(
-            f"{split}: {note}" for split, note in metrics["capped"].items())
+            f"{split}: {note}" for split, note in metrics["capped"].items()
+        )
     nfe = [sum(column) / len(column) for column in zip(*member.nfe, strict=True)]
     return RunResult(
         status=status,
@@ -354,8 +418,9 @@ def _check_fold(ensemble: Ensemble, task: Task, members: Sequence[_Member], rows
     parts = [member.data.subset(slice(0, rows)) for member in members]
     try:
         with solver_cap():
-            own = torch.cat([predict(model, part)
-                             for model, part in zip(ensemble.members, parts, strict=True)])
+            own = torch.cat(
+                [predict(model, part) for model, part in zip(ensemble.members, parts, strict=True)]
+            )
             folded = predict(ensemble.module, fold_data(parts))
     except SolverCap as cap:
         raise _Unfolded from cap
@@ -380,8 +445,11 @@ def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         groups.setdefault(row_identity(cell.to_dict()), []).append(cell)
-    return [split for group in groups.values()
-            for split in ([group] if _folds(group[0]) else [[cell] for cell in group])]
+    return [
+        split
+        for group in groups.values()
+        for split in ([group] if _folds(group[0]) else [[cell] for cell in group])
+    ]
 
 
 def _folds(cell: Cell) -> bool:
@@ -401,8 +469,9 @@ def run_cells(cells: Sequence[Cell]) -> list[Trained]:
     for i, cell in enumerate(cells):
         try:
             task, model = cell.build()
-            member = _Member(cell.seed, cell.train,
-                             *sample_splits(task, cell.train, cell.seed, SPLITS))
+            member = _Member(
+                cell.seed, cell.train, *sample_splits(task, cell.train, cell.seed, SPLITS)
+            )
             ready.append((i, task, model, member))
         except Exception as err:  # failing cells must not stop the suite
             failed[i] = err
@@ -410,23 +479,34 @@ def run_cells(cells: Sequence[Cell]) -> list[Trained]:
     if ready:
         models = [model for _, _, model, _ in ready]
         try:
-            results = _train_members(ready[0][1], models, [m for *_, m in ready], since,
-                                     False)
-            trained = {i: Trained(result, _cpu_state(model))
-                       for (i, _, model, _), result in zip(ready, results, strict=True)}
+            results = _train_members(ready[0][1], models, [m for *_, m in ready], since, False)
+            trained = {
+                i: Trained(result, _cpu_state(model))
+                for (i, _, model, _), result in zip(ready, results, strict=True)
+            }
         except Exception as err:  # failing cells must not stop the suite
             failed |= {i: err for i, *_ in ready}
     wall_time = (time.perf_counter() - since.start) / len(cells)
-    trained |= {i: Trained(RunResult(status="failed", message=describe_error(err),
-                                     wall_time=wall_time)) for i, err in failed.items()}
-    return [dataclasses.replace(trained[i], result=stamp(trained[i].result, cell))
-            for i, cell in enumerate(cells)]
+    trained |= {
+        i: Trained(RunResult(status="failed", message=describe_error(err), wall_time=wall_time))
+        for i, err in failed.items()
+    }
+    return [
+        dataclasses.replace(trained[i], result=stamp(trained[i].result, cell))
+        for i, cell in enumerate(cells)
+    ]
 
 
 def stamp(result: RunResult, cell: Cell) -> RunResult:
     """``result`` carrying the identity and resolved config of ``cell``."""
-    return dataclasses.replace(result, key=cell.key, task=cell.task_label, model=cell.label,
-                               seed=cell.seed, config=cell.to_dict())
+    return dataclasses.replace(
+        result,
+        key=cell.key,
+        task=cell.task_label,
+        model=cell.label,
+        seed=cell.seed,
+        config=cell.to_dict(),
+    )
 
 
 def describe_error(err: BaseException) -> str:
@@ -434,7 +514,6 @@ def describe_error(err: BaseException) -> str:
     where = traceback.extract_tb(err.__traceback__)[-1:] if err.__traceback__ else []
     at = f" (at {Path(where[0].filename).name}:{where[0].lineno})" if where else ""
     return f"{type(err).__name__}: {err}{at}"
-
 
 
 def _diverged(loss: float, first: float) -> bool:

@@ -32,8 +32,17 @@ def _chunk(r, start, d, dv, BLOCK_D: tl.constexpr, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def _forward_kernel(
-    X, K, V, B, Y, d, dv,
-    ERASE: tl.constexpr, ACC: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_V: tl.constexpr,
+    X,
+    K,
+    V,
+    B,
+    Y,
+    d,
+    dv,
+    ERASE: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_V: tl.constexpr,
 ):
     """``Y = X + k cᵀ``, ``c = β (v − kᵀX)`` (``c = β v`` write-only), for row ``program_id``."""
     r = tl.program_id(0).to(tl.int64)
@@ -57,8 +66,21 @@ def _forward_kernel(
 
 @triton.jit
 def _backward_kernel(
-    G, X, K, V, B, DX, DK, DV, DB, d, dv,
-    ERASE: tl.constexpr, ACC: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_V: tl.constexpr,
+    G,
+    X,
+    K,
+    V,
+    B,
+    DX,
+    DK,
+    DV,
+    DB,
+    d,
+    dv,
+    ERASE: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_V: tl.constexpr,
 ):
     """With ``g = kᵀG``, ``e = v − kᵀX``, ``c = β e``: ``dX = G − β k gᵀ``,
     ``dk = G c − β X g``, ``dv = β g``, ``dβ = eᵀg`` (the β-terms of dX, dk: erase only)."""

@@ -17,8 +17,9 @@ from .base import members_first
 
 @functools.lru_cache(maxsize=64)
 @torch.compiler.assume_constant_result
-def rope_tables(length: int, head_dim: int, base: float, device: torch.device,
-                dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def rope_tables(
+    length: int, head_dim: int, base: float, device: torch.device, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
     """RoPE's ``cos`` and signed ``sin`` per token and coordinate, ``(T, head_dim)`` each, such
     that `rotary` is ``x · cos + swap(x) · sin``; built once per length and kept, since a
     training step would otherwise rebuild them in every attention layer. Never inference
@@ -26,8 +27,9 @@ def rope_tables(length: int, head_dim: int, base: float, device: torch.device,
     ``torch.compile`` they are the graph's constants, which its kernels read, where traced
     they would be recomputed from ``cos``/``sin`` in every kernel that reads them."""
     with torch.inference_mode(False):
-        freq = base ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32)
-                        / head_dim)
+        freq = base ** (
+            -torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
+        )
         angle = torch.arange(length, device=device, dtype=torch.float32)[:, None] * freq
         cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)  # (T, hd/2)
         return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
@@ -61,8 +63,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     thousands of 10-token sequences the flash kernel's per-tile work costs more than the
     arithmetic (forward and backward about 1.5x slower at T = 10, faster from T = 32).
     Eagerly, where the broadcast would be materialised, and on CUDA, the fused kernel."""
-    if (torch.compiler.is_compiling() and q.device.type == "cpu"
-            and q.shape[-2] <= SHORT_ATTENTION):
+    if torch.compiler.is_compiling() and q.device.type == "cpu" and q.shape[-2] <= SHORT_ATTENTION:
         return broadcast_attention(q, k, v)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -99,8 +100,16 @@ class Attention(nn.Module):
     output projection). With ``qk_norm``, each head's queries and keys pass an RMSNorm with a
     learned gain (shared by the heads) after RoPE, as in the authors' released attention."""
 
-    def __init__(self, width: int, heads: int, head_dim: int, rope_base: float,
-                 qk_norm: bool, eps: float | None, outputs: int | None = None) -> None:
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        head_dim: int,
+        rope_base: float,
+        qk_norm: bool,
+        eps: float | None,
+        outputs: int | None = None,
+    ) -> None:
         super().__init__()
         self.heads, self.head_dim, self.rope_base = heads, head_dim, rope_base
         self.qkv = nn.Linear(width, 3 * heads * head_dim, bias=False)
@@ -141,4 +150,3 @@ class Attention(nn.Module):
         """The attention probabilities ``(B, H, T, T)``: query token × key token."""
         q, k, _ = self.heads_of(c)
         return causal_softmax(q @ k.mT / math.sqrt(self.head_dim))
-

@@ -286,9 +286,11 @@ def _declared(name: str, factory: object) -> type[Model]:
     """``factory`` if it is a `Model` subclass, else a ``ValueError``: only a class declares
     the traits that the trainer and the analysis read."""
     if not (isinstance(factory, type) and issubclass(factory, Model)):
-        raise ValueError(f"model {name!r} is {factory!r}, not a subclass of "
-                         "ddl_dynamics.models.base.Model (such as DepthModel), so it declares "
-                         "none of the traits a family has")
+        raise ValueError(
+            f"model {name!r} is {factory!r}, not a subclass of "
+            "ddl_dynamics.models.base.Model (such as DepthModel), so it declares "
+            "none of the traits a family has"
+        )
     return factory
 
 
@@ -354,8 +356,9 @@ def check_model(model: DepthModel, batch: int = 4, seed: int = 0) -> None:
     """
     name = type(model).__name__
     param = next(model.parameters(), None)
-    like: dict[str, Any] = ({"dtype": param.dtype, "device": param.device}
-                            if param is not None else {})
+    like: dict[str, Any] = (
+        {"dtype": param.dtype, "device": param.device} if param is not None else {}
+    )
     gen = torch.Generator().manual_seed(seed)
     steps, b = model.depth, batch
 
@@ -409,24 +412,34 @@ def _check_traits(model: DepthModel, x: Tensor, u: Tensor | None) -> None:
     each layer a square mixing matrix, an ODE counts its evaluations."""
     name, found = type(model).__name__, cast(Any, model)
     if model.kind != "vector":
-        raise ValueError(f"{name}: a DepthModel runs vector tasks: kind 'vector', not "
-                         f"{model.kind!r}")
+        raise ValueError(
+            f"{name}: a DepthModel runs vector tasks: kind 'vector', not {model.kind!r}"
+        )
     if model.erases and not model.probes:
-        raise ValueError(f"{name}: erases = True needs probes = True and a probe method: the "
-                         "gate regimes are read from its probe")
+        raise ValueError(
+            f"{name}: erases = True needs probes = True and a probe method: the "
+            "gate regimes are read from its probe"
+        )
     if model.probes:
         beta = found.probe(x, u).beta
         if beta.shape[0] != x.shape[0] or not torch.isfinite(beta).all():
-            raise ValueError(f"{name}: its probe's gates {tuple(beta.shape)} are not finite "
-                             f"values for each of the {x.shape[0]} samples")
+            raise ValueError(
+                f"{name}: its probe's gates {tuple(beta.shape)} are not finite "
+                f"values for each of the {x.shape[0]} samples"
+            )
     if model.mixes_streams:
         mixing = found.stream_mixing()
-        if (mixing.dim() != 3 or mixing.shape[0] != model.depth
-                or mixing.shape[1] != mixing.shape[2] or not torch.isfinite(mixing).all()):
-            raise ValueError(f"{name}: mixes_streams = True needs stream_mixing(), finite "
-                             f"(depth={model.depth}, n, n), got {tuple(mixing.shape)}")
+        if (
+            mixing.dim() != 3
+            or mixing.shape[0] != model.depth
+            or mixing.shape[1] != mixing.shape[2]
+            or not torch.isfinite(mixing).all()
+        ):
+            raise ValueError(
+                f"{name}: mixes_streams = True needs stream_mixing(), finite "
+                f"(depth={model.depth}, n, n), got {tuple(mixing.shape)}"
+            )
     if model.solves_ode:
         found.reset_nfe()
         if len(found.nfe_forward) != model.members:
-            raise ValueError(f"{name}: solves_ode = True needs nfe_forward, one count per "
-                             "member")
+            raise ValueError(f"{name}: solves_ode = True needs nfe_forward, one count per member")

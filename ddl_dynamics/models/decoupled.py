@@ -54,8 +54,9 @@ class DecoupledDeltaModel(_DeltaStack):
     def step(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
         k_raw, v, beta_erase, beta_write = self.generators(i, state, u_i)
         X = self.matrix(state)
-        return decoupled_update(X, normalize_direction(k_raw), v, beta_erase,
-                                beta_write).flatten(-2)
+        return decoupled_update(X, normalize_direction(k_raw), v, beta_erase, beta_write).flatten(
+            -2
+        )
 
     @torch.no_grad()
     def probe(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> DeltaProbe:
@@ -65,9 +66,18 @@ class DecoupledDeltaModel(_DeltaStack):
         rows, writes = [], []
         for i in range(states.shape[1] - 1):
             k_raw, v, beta_erase, beta_write = self.generators(
-                i, states[:, i], None if u is None else u[:, i])
+                i, states[:, i], None if u is None else u[:, i]
+            )
             target = (beta_write / beta_erase).unsqueeze(-1).to(v.dtype) * v
-            rows.append((beta_erase, k_raw, normalize_direction(k_raw), target,
-                         self.matrix(states[:, i]), self.matrix(states[:, i + 1])))
+            rows.append(
+                (
+                    beta_erase,
+                    k_raw,
+                    normalize_direction(k_raw),
+                    target,
+                    self.matrix(states[:, i]),
+                    self.matrix(states[:, i + 1]),
+                )
+            )
             writes.append(beta_write)
         return replace(DeltaProbe.of_layers(rows, dim=1), beta_write=torch.stack(writes, 1))

@@ -74,8 +74,15 @@ class _Generators(nn.Module):
     """
 
     def __init__(
-        self, branch: Callable[[int, int], Branch], context: int, d: int, d_v: int,
-        value_source: str, logit0: float, heads: int = 1, gates: int = 1,
+        self,
+        branch: Callable[[int, int], Branch],
+        context: int,
+        d: int,
+        d_v: int,
+        value_source: str,
+        logit0: float,
+        heads: int = 1,
+        gates: int = 1,
     ) -> None:
         super().__init__()
         from_branch = value_source == "branch"
@@ -145,14 +152,25 @@ class _DeltaStack(DepthModel):
         self.value_source = check_choice("value_source", value_source, VALUE_SOURCES)
         self.context = check_choice("context", context, CONTEXTS)
         if context == "control" and not self.control_dim:
-            raise ValueError("context='control' reads only the per-step controls u_l, and "
-                             "this model has none (control_dim=0)")
+            raise ValueError(
+                "context='control' reads only the per-step controls u_l, and "
+                "this model has none (control_dim=0)"
+            )
         self.d = self.state_dim // value_channels
         logit0 = gate_logit(self.beta_init, self.beta_max)
         reads = self.control_dim + (self.state_dim if context == "state" else 0)
-        self.layers = self.per_layer(lambda: _Generators(
-            self.branch, reads, self.d, value_channels, value_source, logit0, self.heads,
-            self.gates))
+        self.layers = self.per_layer(
+            lambda: _Generators(
+                self.branch,
+                reads,
+                self.d,
+                value_channels,
+                value_source,
+                logit0,
+                self.heads,
+                self.gates,
+            )
+        )
 
     def packed_generators(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
         """Layer ``i``'s generators ``[k̃ | gate logits | v]`` per head,
@@ -171,8 +189,11 @@ class _DeltaStack(DepthModel):
 
     def step(self, i: int, state: Tensor, u_i: Tensor | None) -> Tensor:
         return generated_update(
-            state, self.packed_generators(i, state, u_i), value_channels=self.value_channels,
-            beta_max=self.beta_max, erase=self.erases,
+            state,
+            self.packed_generators(i, state, u_i),
+            value_channels=self.value_channels,
+            beta_max=self.beta_max,
+            erase=self.erases,
         )
 
     @torch.no_grad()
@@ -182,8 +203,16 @@ class _DeltaStack(DepthModel):
         layers = []
         for i in range(states.shape[1] - 1):
             k_raw, v, beta = self.generators(i, states[:, i], None if u is None else u[:, i])
-            layers.append((beta, k_raw, normalize_direction(k_raw), v,
-                           self.matrix(states[:, i]), self.matrix(states[:, i + 1])))
+            layers.append(
+                (
+                    beta,
+                    k_raw,
+                    normalize_direction(k_raw),
+                    v,
+                    self.matrix(states[:, i]),
+                    self.matrix(states[:, i + 1]),
+                )
+            )
         return DeltaProbe.of_layers(layers, dim=1)
 
 

@@ -158,8 +158,18 @@ def _cpu_kernel(
         pointers = [t.data_ptr() for t in inputs] + [0] * (5 - len(inputs))
         pointers += [t.data_ptr() for t in outs] + [0] * (4 - len(outs))
         _delta_cpu.update(
-            *pointers, X.numel() // (d * dv), d, dv, erase, G is not None,
-            X.dtype == torch.float64, torch.get_num_threads(), False, 0.0, 0.0, first,
+            *pointers,
+            X.numel() // (d * dv),
+            d,
+            dv,
+            erase,
+            G is not None,
+            X.dtype == torch.float64,
+            torch.get_num_threads(),
+            False,
+            0.0,
+            0.0,
+            first,
         )
     return outs
 
@@ -174,7 +184,12 @@ def cpu_backward(G: Tensor, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase
 
 
 def cpu_generated(
-    X: Tensor, raw: Tensor, d_v: int, beta_max: float, eps: float, erase: bool,
+    X: Tensor,
+    raw: Tensor,
+    d_v: int,
+    beta_max: float,
+    eps: float,
+    erase: bool,
     G: Tensor | None = None,
 ) -> list[Tensor]:
     """The C++ kernel on a layer's packed generators ``raw = [k̃ | gate logit | v]``
@@ -188,9 +203,26 @@ def cpu_generated(
             raise RuntimeError(_NOT_BUILT)
         G_ptr, draw_ptr = (0, 0) if G is None else (G.data_ptr(), outs[1].data_ptr())
         _delta_cpu.update(
-            X.data_ptr(), raw.data_ptr(), 0, 0, G_ptr, outs[0].data_ptr(), draw_ptr, 0, 0,
-            X.numel() // X.shape[-1], X.shape[-1] // d_v, d_v, erase, G is not None,
-            X.dtype == torch.float64, torch.get_num_threads(), True, beta_max, eps, False,
+            X.data_ptr(),
+            raw.data_ptr(),
+            0,
+            0,
+            G_ptr,
+            outs[0].data_ptr(),
+            draw_ptr,
+            0,
+            0,
+            X.numel() // X.shape[-1],
+            X.shape[-1] // d_v,
+            d_v,
+            erase,
+            G is not None,
+            X.dtype == torch.float64,
+            torch.get_num_threads(),
+            True,
+            beta_max,
+            eps,
+            False,
         )
     return outs
 
@@ -213,9 +245,7 @@ def triton_forward(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool) -
     return _triton().forward(X, k, v, beta, erase)
 
 
-def triton_backward(
-    G: Tensor, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool
-) -> Grads:
+def triton_backward(G: Tensor, X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool) -> Grads:
     return _triton().backward(G, X, k, v, beta, erase)
 
 

@@ -33,12 +33,25 @@ _STAGES = (
     (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84),
 )
 #: The 5th-order solution minus the embedded 4th-order one: the local error estimate.
-_ERROR = (35 / 384 - 1951 / 21600, 0.0, 500 / 1113 - 22642 / 50085, 125 / 192 - 451 / 720,
-          -2187 / 6784 + 12231 / 42400, 11 / 84 - 649 / 6300, -1 / 60)
+_ERROR = (
+    35 / 384 - 1951 / 21600,
+    0.0,
+    500 / 1113 - 22642 / 50085,
+    125 / 192 - 451 / 720,
+    -2187 / 6784 + 12231 / 42400,
+    11 / 84 - 649 / 6300,
+    -1 / 60,
+)
 #: Shampine's weights for the state at the step's midpoint.
-_MID = (6025192743 / 30085553152 / 2, 0.0, 51252292925 / 65400821598 / 2,
-        -2691868925 / 45128329728 / 2, 187940372067 / 1594534317056 / 2,
-        -1776094331 / 19743644256 / 2, 11237099 / 235043384 / 2)
+_MID = (
+    6025192743 / 30085553152 / 2,
+    0.0,
+    51252292925 / 65400821598 / 2,
+    -2691868925 / 45128329728 / 2,
+    187940372067 / 1594534317056 / 2,
+    -1776094331 / 19743644256 / 2,
+    11237099 / 235043384 / 2,
+)
 #: torchdiffeq's step-size rule: safety factor, largest growth, largest shrink, order.
 SAFETY, GROWTH, SHRINK, ORDER = 0.9, 10.0, 0.2, 5
 
@@ -63,17 +76,22 @@ def _dense_powers() -> np.ndarray:
     """
     solution, mid = np.array((*_STAGES[-1], 0.0)), np.array(_MID)
     first, last = np.eye(7)[[0, 6]]
-    return np.stack([first,
-                     last - 4 * first - 5 * solution + 16 * mid,
-                     5 * first - 3 * last + 14 * solution - 32 * mid,
-                     2 * (last - first) - 8 * solution + 16 * mid])
+    return np.stack(
+        [
+            first,
+            last - 4 * first - 5 * solution + 16 * mid,
+            5 * first - 3 * last + 14 * solution - 32 * mid,
+            2 * (last - first) - 8 * solution + 16 * mid,
+        ]
+    )
 
 
 TABLEAU, DENSE = _tableau(), _dense_powers()
 
 
-def dopri5_step(field: Field, y0: Tensor, f0: Tensor, weights: Tensor, rtol: float,
-                atol: float) -> tuple[Tensor, Tensor, np.ndarray]:
+def dopri5_step(
+    field: Field, y0: Tensor, f0: Tensor, weights: Tensor, rtol: float, atol: float
+) -> tuple[Tensor, Tensor, np.ndarray]:
     """One step of every member: its stages ``(S, 7, N)``, the state at the step's end
     ``(S, N)`` and the error ratio ``(S,)`` (≤ 1: accept).
 
@@ -107,8 +125,17 @@ class SolverCapped(RuntimeError):
     solver's cap, which a trainer records as a capped run rather than a failure."""
 
 
-def dopri5(field: Field, y0: Tensor, times: Tensor, *, members: int = 1, rtol: float,
-           atol: float, first_step: float, max_steps: int) -> tuple[Tensor, np.ndarray]:
+def dopri5(
+    field: Field,
+    y0: Tensor,
+    times: Tensor,
+    *,
+    members: int = 1,
+    rtol: float,
+    atol: float,
+    first_step: float,
+    max_steps: int,
+) -> tuple[Tensor, np.ndarray]:
     """Solve ``dy/dt = field(y)`` from ``y(times[0]) = y0`` to every time in ``times``
     (increasing or decreasing), each member of ``y0`` under its own step-size control.
 
@@ -145,8 +172,10 @@ def dopri5(field: Field, y0: Tensor, times: Tensor, *, members: int = 1, rtol: f
         taken = np.zeros(size, dtype=np.int64)
         while (active := (t < target) & ~failed).any():
             if (taken[active] >= max_steps).any():
-                raise SolverCapped(f"max_num_steps exceeded: a member took {max_steps} steps "
-                                    f"between two output times")
+                raise SolverCapped(
+                    f"max_num_steps exceeded: a member took {max_steps} steps "
+                    f"between two output times"
+                )
             weights = torch.from_numpy(dt[:, None, None] * TABLEAU).to(y)
             k, y1, ratio = dopri5_step(f, y, slope, weights, rtol, atol)
             taken += active
@@ -177,8 +206,7 @@ class _Step(NamedTuple):
     width: np.ndarray
 
 
-def _state_at(target: float, y: Tensor, t: np.ndarray, last: _Step,
-              failed: np.ndarray) -> Tensor:
+def _state_at(target: float, y: Tensor, t: np.ndarray, last: _Step, failed: np.ndarray) -> Tensor:
     """Each member's state at ``target``: its state where its last step ended there, else
     that step's dense output; NaN from where a member failed."""
     if (t == target).all():
@@ -192,11 +220,13 @@ def _state_at(target: float, y: Tensor, t: np.ndarray, last: _Step,
     return state
 
 
-def _dense_output(origin: Tensor, stages: Tensor, start: np.ndarray, width: np.ndarray,
-                  target: float) -> Tensor:
+def _dense_output(
+    origin: Tensor, stages: Tensor, start: np.ndarray, width: np.ndarray, target: float
+) -> Tensor:
     """Each member's state at ``target``, from the dense output of its last accepted step
     (the state itself where that step ends at ``target``)."""
     x = (target - start) / width
     weights = width[:, None] * (np.stack([x, x**2, x**3, x**4], 1) @ DENSE)
-    return torch.baddbmm(origin.unsqueeze(1), torch.from_numpy(weights).to(origin)[:, None],
-                         stages).squeeze(1)
+    return torch.baddbmm(
+        origin.unsqueeze(1), torch.from_numpy(weights).to(origin)[:, None], stages
+    ).squeeze(1)

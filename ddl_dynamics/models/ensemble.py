@@ -54,16 +54,20 @@ class _MemberLinear(torch.autograd.Function):
         return torch.baddbmm(bias.unsqueeze(1), rows, weight.mT)
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor, Tensor | None],
-                      output: Tensor) -> None:
+    def setup_context(
+        ctx: Any, inputs: tuple[Tensor, Tensor, Tensor | None], output: Tensor
+    ) -> None:
         ctx.save_for_backward(*inputs[:2])
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         rows, weight = ctx.saved_tensors
         wants = ctx.needs_input_grad
-        return (grad @ weight if wants[0] else None, grad.mT @ rows if wants[1] else None,
-                grad.sum(1) if wants[2] else None)
+        return (
+            grad @ weight if wants[0] else None,
+            grad.mT @ rows if wants[1] else None,
+            grad.sum(1) if wants[2] else None,
+        )
 
 
 def stacked(layers: Sequence[nn.Module], name: str) -> nn.Parameter | None:
@@ -122,8 +126,9 @@ class EnsembleRMSNorm(nn.Module):
         self.weight = stacked_weight(layers)
 
     def forward(self, x: Tensor) -> Tensor:
-        rows, weight = members_first(self.weight, F.rms_norm(x, self.normalized_shape,
-                                                             eps=self.eps))
+        rows, weight = members_first(
+            self.weight, F.rms_norm(x, self.normalized_shape, eps=self.eps)
+        )
         return (rows * weight).flatten(0, 1)
 
 
@@ -143,7 +148,8 @@ class EnsembleVmap(nn.Module):
             name = path.replace(".", "__")
             self.sources[name] = path
             self.register_parameter(
-                name, nn.Parameter(torch.stack([m.get_parameter(path).detach() for m in layers])))
+                name, nn.Parameter(torch.stack([m.get_parameter(path).detach() for m in layers]))
+            )
         self.template = [copy.deepcopy(layers[0])]  # a list: not a submodule of the twin
 
     def forward(self, *args: Tensor | None) -> Tensor:
@@ -237,7 +243,8 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
     for path, module in list(skeleton.named_modules(remove_duplicate=False)):
         twin_of = TWINS.get(type(module))
         if any(path.startswith(f"{done}.") for done in covered) or not (
-                module._parameters or module._buffers or twin_of is not None):
+            module._parameters or module._buffers or twin_of is not None
+        ):
             continue
         if twin_of is None:
             return None

@@ -120,7 +120,6 @@ class TokenCompressor(nn.Module):
         return self.read(mixed).sum(-1)
 
 
-
 def expansion_layer(kind: str, width: int, value_channels: int, kernel_size: int) -> nn.Module:
     """The expansion ``kind`` (`EXPANSIONS`) of the embedding into the state."""
     if kind == "conv":
@@ -128,8 +127,9 @@ def expansion_layer(kind: str, width: int, value_channels: int, kernel_size: int
     return Repeat(value_channels) if value_channels > 1 else Unsqueeze()
 
 
-def compressor_layer(kind: str, width: int, value_channels: int, kernel_size: int,
-                     init: str) -> nn.Module:
+def compressor_layer(
+    kind: str, width: int, value_channels: int, kernel_size: int, init: str
+) -> nn.Module:
     """A compressor ``kind`` (`COMPRESSORS`) of the state to a sublayer's input, started as
     ``init`` says (`COMPRESSOR_INITS`); at d_v = 1 the input is the state itself."""
     if value_channels == 1:

@@ -64,9 +64,12 @@ class _HyperStack(DepthModel):
         init, self.expand, self.reduce = type(self).functions(self.streams)
         context = self.state_dim + self.control_dim
         built = iter(range(self.depth))
-        self.layers = self.per_layer(lambda: _HyperLayer(
-            init(dim=self.state_dim, layer_index=next(built)),
-            self.branch(context, self.state_dim)))
+        self.layers = self.per_layer(
+            lambda: _HyperLayer(
+                init(dim=self.state_dim, layer_index=next(built)),
+                self.branch(context, self.state_dim),
+            )
+        )
 
     def trajectory(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
         """The streams' mean before and after every step, ``(B, steps + 1, state_dim)``."""
@@ -122,9 +125,12 @@ class ManifoldHyperConnectionsModel(_HyperStack):
     over a 4 × 4 matrix dominate a step.
     """
 
-    functions = staticmethod(partial(
-        hyper_connections.mc_get_init_and_expand_reduce_stream_functions,
-        log_domain_sinkhorn=True))
+    functions = staticmethod(
+        partial(
+            hyper_connections.mc_get_init_and_expand_reduce_stream_functions,
+            log_domain_sinkhorn=True,
+        )
+    )
 
     @staticmethod
     def mixing(connection: nn.Module) -> Tensor:

@@ -27,7 +27,13 @@ from .dopri5 import SolverCapped, dopri5
 
 ADAPTIVE_METHODS = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun")
 FIXED_GRID_METHODS = (
-    "euler", "midpoint", "heun2", "heun3", "rk4", "explicit_adams", "implicit_adams"
+    "euler",
+    "midpoint",
+    "heun2",
+    "heun3",
+    "rk4",
+    "explicit_adams",
+    "implicit_adams",
 )
 SOLVERS = ("auto", "torchdiffeq")
 
@@ -145,8 +151,15 @@ class NeuralODE(DepthModel):
         try:
             if self.per_member:
                 states, evaluations = dopri5(
-                    f, z0, times, members=self.members, rtol=self.rtol, atol=self.atol,
-                    first_step=first, max_steps=self.max_steps)
+                    f,
+                    z0,
+                    times,
+                    members=self.members,
+                    rtol=self.rtol,
+                    atol=self.atol,
+                    first_step=first,
+                    max_steps=self.max_steps,
+                )
                 self._count(evaluations)
                 return states
             return self._torchdiffeq(f, z0, times, first)
@@ -157,8 +170,9 @@ class NeuralODE(DepthModel):
                 f"field may be stiff or diverging (max_steps={self.max_steps}, rtol={self.rtol})"
             ) from err
 
-    def _torchdiffeq(self, field: Callable[[Tensor], Tensor], z0: Tensor, times: Tensor,
-                     first: float) -> Tensor:
+    def _torchdiffeq(
+        self, field: Callable[[Tensor], Tensor], z0: Tensor, times: Tensor, first: float
+    ) -> Tensor:
         def f(t: Tensor, z: Tensor) -> Tensor:
             self._count(1)
             return field(z)

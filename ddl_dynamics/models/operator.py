@@ -163,7 +163,8 @@ class _RankOneUpdate(torch.autograd.Function):
             return super().apply(*args)
         # (torch's stubs leave out _FunctionBase.apply)
         return super(torch.autograd.Function, cls).apply(  # type: ignore[misc]
-            *unwrap_dead_wrappers(args))
+            *unwrap_dead_wrappers(args)
+        )
 
     @staticmethod
     def forward(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) -> Tensor:
@@ -200,8 +201,14 @@ class _RankOneUpdate(torch.autograd.Function):
 
     @staticmethod
     def vmap(
-        info: Any, in_dims: tuple[int | None, ...], X: Tensor, k: Tensor, v: Tensor,
-        beta: Tensor, erase: bool, backend: str,
+        info: Any,
+        in_dims: tuple[int | None, ...],
+        X: Tensor,
+        k: Tensor,
+        v: Tensor,
+        beta: Tensor,
+        erase: bool,
+        backend: str,
     ) -> tuple[Tensor, int]:
         """The vmapped axis becomes one more leading batch axis of the same update."""
         tensors = (
@@ -299,8 +306,13 @@ class _GeneratedUpdate(torch.autograd.Function):
 
 
 def generated_update(
-    X: Tensor, raw: Tensor, *, value_channels: int = 1, beta_max: float = 2.0,
-    erase: bool = True, backend: str | None = None,
+    X: Tensor,
+    raw: Tensor,
+    *,
+    value_channels: int = 1,
+    beta_max: float = 2.0,
+    erase: bool = True,
+    backend: str | None = None,
 ) -> Tensor:
     """A DDL layer's update from its generators, ``raw = [k̃ | gate logit | v]``
     ``(..., d + 1 + d_v)`` as one branch emits them, on the flat state ``X (..., d·d_v)``:
@@ -328,7 +340,8 @@ def generated_update(
     ):
         # Function.apply would bind the arguments by signature: they go straight to autograd.
         return super(torch.autograd.Function, _GeneratedUpdate).apply(
-            X, raw, value_channels, float(beta_max), erase)
+            X, raw, value_channels, float(beta_max), erase
+        )
     return _composed_update(X, raw, value_channels, beta_max, erase, backend)
 
 
@@ -367,9 +380,4 @@ def regime_index(beta: Tensor) -> Tensor:
     """Integer regime index (into `REGIMES`) of every gate value, same shape."""
     b = beta.detach().double()
     lo_id, lo_proj, hi_proj, hi_over = REGIME_BOUNDS
-    return (
-        (b >= lo_id).long()
-        + (b >= lo_proj).long()
-        + (b > hi_proj).long()
-        + (b > hi_over).long()
-    )
+    return (b >= lo_id).long() + (b >= lo_proj).long() + (b > hi_proj).long() + (b > hi_over).long()

@@ -67,8 +67,13 @@ class DeltaProductModel(_DeltaStack):
 
     def update(self, state: Tensor, raw: Tensor) -> Tensor:
         """One of a layer's updates, from its generators ``raw``."""
-        return generated_update(state, raw, value_channels=self.value_channels,
-                                beta_max=self.beta_max, erase=self.erases)
+        return generated_update(
+            state,
+            raw,
+            value_channels=self.value_channels,
+            beta_max=self.beta_max,
+            erase=self.erases,
+        )
 
     @torch.no_grad()
     def probe(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> DeltaProbe:
@@ -82,12 +87,14 @@ class DeltaProductModel(_DeltaStack):
             for raw in self.packed_heads(i, X, None if u is None else u[:, i]):
                 k_raw, v, beta = split_generators(raw, self.value_channels, self.beta_max)
                 after = self.update(X, raw)
-                rows.append((beta, k_raw, normalize_direction(k_raw), v, self.matrix(X),
-                             self.matrix(after)))
+                rows.append(
+                    (beta, k_raw, normalize_direction(k_raw), v, self.matrix(X), self.matrix(after))
+                )
                 X = after
         layers = states.shape[1] - 1
-        return dataclasses.replace(DeltaProbe.of_layers(rows, dim=1),
-                                   update=torch.arange(self.heads).repeat(layers))
+        return dataclasses.replace(
+            DeltaProbe.of_layers(rows, dim=1), update=torch.arange(self.heads).repeat(layers)
+        )
 
 
 @register_model("ddl-write-product")

@@ -128,8 +128,14 @@ class Sublayer(NamedTuple):
 class _Block(nn.Module):
     """Attention, then MLP; each: compress → RMSNorm → sublayer → residual update."""
 
-    def __init__(self, compress: nn.Module, sublayers: tuple[nn.Module, nn.Module],
-                 residuals: tuple[nn.Module, nn.Module], width: int, eps: float | None) -> None:
+    def __init__(
+        self,
+        compress: nn.Module,
+        sublayers: tuple[nn.Module, nn.Module],
+        residuals: tuple[nn.Module, nn.Module],
+        width: int,
+        eps: float | None,
+    ) -> None:
         super().__init__()
         self.compress = compress  # one compressor serves both sublayers of the block
         self.norms = nn.ModuleList([nn.RMSNorm(width, eps=eps), nn.RMSNorm(width, eps=eps)])
@@ -201,8 +207,10 @@ class Transformer(Model):
         self.in_dim = check_int("in_dim (vocabulary size)", in_dim, 1)
         self.out_dim = check_int("out_dim", out_dim, 1)
         if control_dim:
-            raise ValueError(f"{type(self).__name__} takes no per-step controls (control_dim "
-                             f"must be 0, got {control_dim!r})")
+            raise ValueError(
+                f"{type(self).__name__} takes no per-step controls (control_dim "
+                f"must be 0, got {control_dim!r})"
+            )
         self.width = check_int("width", width, 1)
         self.depth = check_int("depth", depth, 1)
         heads = check_int("heads", heads, 1)
@@ -219,16 +227,23 @@ class Transformer(Model):
             raise ValueError(f"rope_base must be > 1, got {rope_base!r}")
         if norm_eps is not None and not (math.isfinite(norm_eps) and norm_eps > 0):
             raise ValueError(f"norm_eps must be positive, got {norm_eps!r}")
-        compress = functools.partial(compressor_layer, compressor, width, d_v, kernel_size,
-                                     compressor_init)  # one per block, and the readout's
+        compress = functools.partial(
+            compressor_layer, compressor, width, d_v, kernel_size, compressor_init
+        )  # one per block, and the readout's
         outputs = self.sublayer_outputs()
         self.embed = nn.Embedding(in_dim, width)
         self.expand = expansion_layer(expansion, width, d_v, kernel_size)
         self.blocks = nn.ModuleList(
-            _Block(compress(),
-                   (Attention(width, heads, head_dim, rope_base, qk_norm, norm_eps, outputs),
-                    _SwiGLU(width, self.hidden, outputs)),
-                   (self.residual(), self.residual()), width, norm_eps)
+            _Block(
+                compress(),
+                (
+                    Attention(width, heads, head_dim, rope_base, qk_norm, norm_eps, outputs),
+                    _SwiGLU(width, self.hidden, outputs),
+                ),
+                (self.residual(), self.residual()),
+                width,
+                norm_eps,
+            )
             for _ in range(depth)
         )
         self.readout = compress()
@@ -265,8 +280,13 @@ class Transformer(Model):
             self.embed.weight.normal_(0.0, 0.02)
             self.head.weight.normal_(0.0, 0.02)
 
-    def forward(self, tokens: Tensor, u: Tensor | None = None, steps: int | None = None,
-                per_step: bool = True) -> Tensor:
+    def forward(
+        self,
+        tokens: Tensor,
+        u: Tensor | None = None,
+        steps: int | None = None,
+        per_step: bool = True,
+    ) -> Tensor:
         """Logits at every position ``(B, T, out_dim)``, or at the last one (``per_step=False``)."""
         X = self.state(tokens, u, steps)
         for block in cast("Iterable[_Block]", self.blocks):
@@ -289,21 +309,29 @@ class Transformer(Model):
     def looks(self, tokens: Tensor) -> Tensor:
         """Where every head of every block's attention looks from each token: the key
         position it weighs most, ``(B, T, depth, heads)``."""
-        return torch.stack([p.sublayer.weights(p.c).argmax(-1).transpose(1, 2)
-                            for p in self.passes(tokens) if isinstance(p.sublayer, Attention)],
-                           dim=2)
+        return torch.stack(
+            [
+                p.sublayer.weights(p.c).argmax(-1).transpose(1, 2)
+                for p in self.passes(tokens)
+                if isinstance(p.sublayer, Attention)
+            ],
+            dim=2,
+        )
 
     def state(self, tokens: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
         """The initial residual state ``(B, T, d_v, d)`` of ``tokens`` (checked), channels first."""
         name = type(self).__name__
         if tokens.dim() != 2 or tokens.is_floating_point():
-            raise ValueError(f"{name}: tokens must be integer ids of shape (batch, length), got "
-                             f"{tuple(tokens.shape)} {tokens.dtype}")
+            raise ValueError(
+                f"{name}: tokens must be integer ids of shape (batch, length), got "
+                f"{tuple(tokens.shape)} {tokens.dtype}"
+            )
         if u is not None:
             raise ValueError(f"{name} takes no per-step controls u")
         if steps is not None and steps != tokens.shape[1]:
-            raise ValueError(f"{name}: steps={steps} differs from the sequence length "
-                             f"{tokens.shape[1]}")
+            raise ValueError(
+                f"{name}: steps={steps} differs from the sequence length {tokens.shape[1]}"
+            )
         return self.expand(self.embed(tokens))
 
 
@@ -316,12 +344,30 @@ class _DeltaTransformer(Transformer):
     #: One update per sublayer: the block as it was before the option.
     late_options: ClassVar[Mapping[str, Any]] = {"product": 1}
 
-    def __init__(self, *, generator: str = "k-map", beta_init: float = 1.0, beta_hidden: int = 0,
-                 value: str = "sigmoid", value_scale: float = 4.0, value_input: str = "stream",
-                 beta_max: float = 2.0, product: int = 1, **common: object) -> None:
+    def __init__(
+        self,
+        *,
+        generator: str = "k-map",
+        beta_init: float = 1.0,
+        beta_hidden: int = 0,
+        value: str = "sigmoid",
+        value_scale: float = 4.0,
+        value_input: str = "stream",
+        beta_max: float = 2.0,
+        product: int = 1,
+        **common: object,
+    ) -> None:
         # set before the base builds the blocks: residual() reads it
-        self.spec = Generators(generator, float(beta_init), beta_hidden, value,
-                               float(value_scale), value_input, float(beta_max), product)
+        self.spec = Generators(
+            generator,
+            float(beta_init),
+            beta_hidden,
+            value,
+            float(value_scale),
+            value_input,
+            float(beta_max),
+            product,
+        )
         super().__init__(**common)  # type: ignore[arg-type]
 
     @property
@@ -360,8 +406,7 @@ class _DeltaTransformer(Transformer):
         probe = DeltaProbe.of_layers(layers, dim=2)
         if self.product == 1:
             return probe
-        return dataclasses.replace(probe, update=torch.arange(self.product).repeat(
-            2 * self.depth))
+        return dataclasses.replace(probe, update=torch.arange(self.product).repeat(2 * self.depth))
 
 
 @register_model("ddl-transformer")

@@ -72,10 +72,11 @@ class Generators:
         check_choice("value_input", self.value_input, VALUE_INPUTS)
         if not math.isfinite(self.value_scale) or self.value_scale <= 0:
             raise ValueError(f"value_scale must be positive, got {self.value_scale!r}")
-        if self.generator == "v-map" and (self.value == "constant"
-                                          or self.value_input != "stream"):
-            raise ValueError("v-map reads v from the sublayer output: value = 'constant' and "
-                             "value_input apply to the k-map layout only")
+        if self.generator == "v-map" and (self.value == "constant" or self.value_input != "stream"):
+            raise ValueError(
+                "v-map reads v from the sublayer output: value = 'constant' and "
+                "value_input apply to the k-map layout only"
+            )
 
 
 class DeltaResidual(nn.Module):
@@ -87,15 +88,19 @@ class DeltaResidual(nn.Module):
         self.update, self.spec = update, spec
         n = spec.product
         if spec.beta_hidden:
-            self.gate = nn.Sequential(FloatLinear(width, spec.beta_hidden, bias=False),
-                                      nn.Tanh(), FloatLinear(spec.beta_hidden, n))
+            self.gate = nn.Sequential(
+                FloatLinear(width, spec.beta_hidden, bias=False),
+                nn.Tanh(),
+                FloatLinear(spec.beta_hidden, n),
+            )
         else:
             self.gate = nn.Sequential(FloatLinear(width, n))
         with torch.no_grad():
             cast(FloatLinear, self.gate[-1]).bias.fill_(gate_logit(spec.beta_init, spec.beta_max))
         self.value = None if spec.value == "constant" else nn.Linear(width, n * value_channels)
-        self.direction = (nn.Linear(width, n * width, bias=False) if spec.generator == "v-map"
-                          else None)
+        self.direction = (
+            nn.Linear(width, n * width, bias=False) if spec.generator == "v-map" else None
+        )
         self.value_channels = value_channels
 
     def generators(self, x_in: Tensor, c: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -110,8 +115,10 @@ class DeltaResidual(nn.Module):
                 raise ValueError("v-map reads v from the sublayer output: not a constant value")
             k_raw, v = self.direction(c), self.value(h)
         elif self.value is None:
-            k_raw, v = h, c.new_full((*c.shape[:-1], n * self.value_channels),
-                                     self.spec.value_scale / 2)
+            k_raw, v = (
+                h,
+                c.new_full((*c.shape[:-1], n * self.value_channels), self.spec.value_scale / 2),
+            )
         else:
             k_raw, v = h, self.value(x_in if self.spec.value_input == "stream" else c)
         if self.spec.value == "sigmoid":

@@ -36,8 +36,9 @@ def causal_conv(x: Tensor, weight: Tensor) -> Tensor:
     padded = F.pad(x, (0, 0, K - 1, 0))  # (S, B, K − 1 + T, C): zeros before token 0
     taps = weight.unsqueeze(1)  # (S, 1, K, R, C)
     if taps.shape[-2] == 1 or torch.compiler.is_compiling():  # K shifted products
-        return cast(Tensor, sum(padded[:, :, j : j + T, None, :] * taps[:, :, j, None]
-                                for j in range(K)))
+        return cast(
+            Tensor, sum(padded[:, :, j : j + T, None, :] * taps[:, :, j, None] for j in range(K))
+        )
     windows = padded.unfold(2, K, 1)  # (S, B, T, C, K)
     return torch.einsum("sbtck,skrc->sbtrc", windows, weight)
 
@@ -62,8 +63,9 @@ class Relaid(nn.Module, ABC):
     def relay(self, saved: Tensor) -> Tensor:
         """The tensor ``saved`` under version 1, in today's layout."""
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
-                              local_metadata: dict[str, Any], *args: Any) -> None:
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *args: Any
+    ) -> None:
         key = prefix + self.relaid_key
         if (local_metadata.get("version") or 1) < 2 and key in state_dict:
             state_dict[key] = self.relay(state_dict[key])

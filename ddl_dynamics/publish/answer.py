@@ -39,16 +39,20 @@ ORDER = (*LABELS, WITHIN_MARGIN, NO_CROSSOVER)
 #: Most tasks one clause lists, and most clauses one sentence holds, before "and k more".
 TASKS, CLAUSES = 3, 4
 #: What the paragraph opens with: what its sentences rest on.
-OPENING = ("**The answer**, from the labels alone (a label says which row measured better, "
-           "not why):")
+OPENING = "**The answer**, from the labels alone (a label says which row measured better, not why):"
 
 
 def answering(report: Mapping[str, Any], asked: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The comparisons of a report that answer a declared question: its rows, on its tasks
     (all where it names none) and the split it asked for."""
-    return [c for c in report["comparisons"] if c["model"] == asked["model"]
-            and c["control"] == asked["control"] and in_tasks(c["task"], asked["tasks"])
-            and (c.get("asked_split") or c.get("split", "test")) == asked["split"]]
+    return [
+        c
+        for c in report["comparisons"]
+        if c["model"] == asked["model"]
+        and c["control"] == asked["control"]
+        and in_tasks(c["task"], asked["tasks"])
+        and (c.get("asked_split") or c.get("split", "test")) == asked["split"]
+    ]
 
 
 def _size(f: Finding) -> str:
@@ -67,8 +71,10 @@ def _within(f: Finding) -> str:
     c = f.comparison or {}
     paired = c.get("paired") or {}
     ahead = (paired.get("mean", 0) > 0) == bool(c.get("higher_is_better"))
-    return (f"significantly {'better' if ahead != f.flipped else 'worse'} {_size(f)}, inside "
-            f"the margin ±{number(paired.get('margin'), 2)}")
+    return (
+        f"significantly {'better' if ahead != f.flipped else 'worse'} {_size(f)}, inside "
+        f"the margin ±{number(paired.get('margin'), 2)}"
+    )
 
 
 def _detail(f: Finding) -> str:
@@ -132,15 +138,26 @@ def clauses(found: Sequence[Finding]) -> list[str]:
     said = [clause(*key, mine) for key, mine in groups.items()]
     if len(said) <= CLAUSES:
         return said
-    rest = sum(len(mine) for mine in list(groups.values())[CLAUSES - 1:])
-    return [*said[:CLAUSES - 1], f"and {rest} more findings (below)"]
+    rest = sum(len(mine) for mine in list(groups.values())[CLAUSES - 1 :])
+    return [*said[: CLAUSES - 1], f"and {rest} more findings (below)"]
 
 
 def _declared(report: Mapping[str, Any], asked: Mapping[str, Any]) -> tuple[str, list[Any]]:
     """A declared question answered, and the tests that answered it."""
     answers = answering(report, asked)
-    found = [Finding(report["name"], asked["question"], c["model"], str(c["control"]),
-                     where(c), kind(c, False), False, comparison=c) for c in answers]
+    found = [
+        Finding(
+            report["name"],
+            asked["question"],
+            c["model"],
+            str(c["control"]),
+            where(c),
+            kind(c, False),
+            False,
+            comparison=c,
+        )
+        for c in answers
+    ]
     words = clauses(found) or ["not drawn: the study's report holds no such comparison"]
     text = capital("; ".join(words))
     return f"*{asked['question'].strip()}* {text}.", [identity(c) for c in answers]
@@ -157,12 +174,16 @@ def answer(report: Mapping[str, Any]) -> str:
     found, _ = study_findings(report)
     rest: dict[str, list[Finding]] = {}
     for f in sorted(found, key=lambda f: QUESTIONS.index(f.question)):
-        points = ([p for _, p in f.crossover["points"]] if f.crossover is not None
-                  else [f.comparison or {}])
+        points = (
+            [p for _, p in f.crossover["points"]]
+            if f.crossover is not None
+            else [f.comparison or {}]
+        )
         if not any(identity(p) in answered for p in points):
             rest.setdefault(f.question, []).append(f)
-    lines += [f"{capital(question)}: {'; '.join(clauses(mine))}."
-              for question, mine in rest.items()]
+    lines += [
+        f"{capital(question)}: {'; '.join(clauses(mine))}." for question, mine in rest.items()
+    ]
     if len(lines) == 1:
         lines.append("The study draws no comparison of two rows.")
     if not report.get("shipped"):

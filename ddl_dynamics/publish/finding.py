@@ -38,8 +38,14 @@ from ..analysis.judge.verdicts import (
 from ..analysis.report.wording import NO_DIFFERENCE, counts_text, number, significant, where
 
 ERASE, BETA, STATE, PEERS, DEPTH, BASELINE, OTHER = (
-    "the erase term", "β > 1", "the expanded state and EC", "peers",
-    "depth and continuous time", "each row against its baseline", "other comparisons")
+    "the erase term",
+    "β > 1",
+    "the expanded state and EC",
+    "peers",
+    "depth and continuous time",
+    "each row against its baseline",
+    "other comparisons",
+)
 #: The questions in the order the finding states them.
 QUESTIONS = (ERASE, BETA, STATE, PEERS, DEPTH, BASELINE, OTHER)
 #: Labels no test was drawn for: both rows sit at an end of the metric, or the rows are not
@@ -80,6 +86,7 @@ def _untied(name: str) -> str:
 def _same_model(a: str, b: str) -> bool:
     def bare(name: str) -> str:
         return "-".join(p for p in name.split("-") if p not in SAME_MODEL)
+
     return a != b and bare(a) == bare(b)
 
 
@@ -103,13 +110,17 @@ def question(model: str, control: str, baseline: bool = False) -> str | None:
     if baseline:
         return BASELINE
     for a, b in ((model, control), (control, model)):
-        if is_delta(a) and not a.startswith("ddl-write") and b in (
-                a.replace("ddl", "ddl-write", 1), a.replace("ddl", "additive", 1)):
+        if (
+            is_delta(a)
+            and not a.startswith("ddl-write")
+            and b in (a.replace("ddl", "ddl-write", 1), a.replace("ddl", "additive", 1))
+        ):
             return ERASE
         if b.replace("-bmax1", "") == a and "bmax1" in b:
             return BETA
-        if "transformer-ec" in (a, b) or ("dv4" in a and (
-                b.endswith("-dv1") or b.endswith("-repeat"))):
+        if "transformer-ec" in (a, b) or (
+            "dv4" in a and (b.endswith("-dv1") or b.endswith("-repeat"))
+        ):
             return STATE
     sides = {_untied(model), _untied(control)}
     if sides & set(PEER_ROWS) and sides <= {*PEER_ROWS, "ddl"}:
@@ -142,8 +153,9 @@ class Finding:
         """The finding in words, its first row first: ``"`ddl` beats `hc` on parity"``."""
         pair = f"`{self.first}` {{}} `{self.second}` on {self.where} ({self.study})"
         if self.crossover is not None:
-            return pair.format({WIN: "beats", LOSS: "does worse than"}.get(
-                self.label, "against")) + crossing(self)
+            return pair.format(
+                {WIN: "beats", LOSS: "does worse than"}.get(self.label, "against")
+            ) + crossing(self)
         if self.label == WIN:
             return pair.format("beats")
         if self.label == LOSS:
@@ -154,10 +166,13 @@ class Finding:
             return pair.format("is equivalent to") + f" within {margin}"
         if self.label == WITHIN_MARGIN:
             ahead = (paired.get("mean", 0) > 0) == bool(
-                (self.comparison or {}).get("higher_is_better"))
+                (self.comparison or {}).get("higher_is_better")
+            )
             better = ahead != self.flipped
-            return (pair.format("beats" if better else "does worse than")
-                    + f", by less than the margin {margin}")
+            return (
+                pair.format("beats" if better else "does worse than")
+                + f", by less than the margin {margin}"
+            )
         detectable = (self.comparison or {}).get("detectable")
         seen = f" (detectable ±{number(detectable, 2)})" if detectable is not None else ""
         return pair.format("against") + f": {self.label}{seen}"
@@ -177,10 +192,12 @@ def in_margins(c: Mapping[str, Any], flipped: bool = False) -> float | None:
 def points(f: Finding) -> list[tuple[float, str]]:
     """What a finding draws: its difference in margins with its label, or, for a crossover,
     one per knob value where a test was drawn."""
-    tested = ([f.comparison] if f.comparison is not None else
-              [p for _, p in (f.crossover or {}).get("points", ()) if p["label"] not in UNTESTED])
-    return [(x, kind(c, f.flipped)) for c in tested
-            if (x := in_margins(c, f.flipped)) is not None]
+    tested = (
+        [f.comparison]
+        if f.comparison is not None
+        else [p for _, p in (f.crossover or {}).get("points", ()) if p["label"] not in UNTESTED]
+    )
+    return [(x, kind(c, f.flipped)) for c in tested if (x := in_margins(c, f.flipped)) is not None]
 
 
 def crossing(f: Finding) -> str:
@@ -192,9 +209,9 @@ def crossing(f: Finding) -> str:
         return f": {NO_CROSSOVER} of {knob}"
     if c.get("star") is None:
         return f": {f.label} at every {knob} tested"
-    low, high = (c.get("interval") or (None, None))
+    low, high = c.get("interval") or (None, None)
     bound = lambda v: "none" if v is None else f"{v:g}"  # noqa: E731
-    return (f" from {knob}* = {c['star']:g} on (95% interval [{bound(low)}, {bound(high)}])")
+    return f" from {knob}* = {c['star']:g} on (95% interval [{bound(low)}, {bound(high)}])"
 
 
 def _flip(label: str) -> str:
@@ -210,10 +227,16 @@ def _orient(model: str, control: str) -> tuple[str, str, bool]:
 def _baselines(report: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     """Every (task, row, its baseline) the report names: in its tables, or as a comparison
     drawn as a baseline one."""
-    return ({(t["task"], r["model"], r["baseline"]) for t in report.get("tables", [])
-             for r in t["rows"] if r.get("baseline")}
-            | {(c["task"], c["model"], c["control"]) for c in report.get("comparisons", [])
-               if "baseline" in c.get("kinds", ())})
+    return {
+        (t["task"], r["model"], r["baseline"])
+        for t in report.get("tables", [])
+        for r in t["rows"]
+        if r.get("baseline")
+    } | {
+        (c["task"], c["model"], c["control"])
+        for c in report.get("comparisons", [])
+        if "baseline" in c.get("kinds", ())
+    }
 
 
 def kind(c: Mapping[str, Any], flipped: bool) -> str:
@@ -245,8 +268,10 @@ def _crossover_label(x: Mapping[str, Any], labels: set[str], flipped: bool) -> s
     return NO_CROSSOVER
 
 
-def study_findings(report: Mapping[str, Any], untested: bool = False,
-                   ) -> tuple[list[Finding], Counter[str]]:
+def study_findings(
+    report: Mapping[str, Any],
+    untested: bool = False,
+) -> tuple[list[Finding], Counter[str]]:
     """A study's findings, and how many comparisons were left out and why (``"both solved"``,
     `CHECK`, `REPEAT`); with ``untested``, a comparison no test was drawn for (`UNTESTED`)
     is a finding with its label rather than left out (a page says it, the counts do not)."""
@@ -257,10 +282,12 @@ def study_findings(report: Mapping[str, Any], untested: bool = False,
     crossed: set[tuple[str, str, str, str]] = set()
     for x in report.get("crossovers") or ():
         points = [p for _, p in x["points"]]
-        crossed |= {(p["task"], p["model"], p["control"], p.get("split", "test"))
-                    for p in points}
-        asked = question(x["model"], x["control"],
-                         any((p["task"], p["model"], p["control"]) in baselines for p in points))
+        crossed |= {(p["task"], p["model"], p["control"], p.get("split", "test")) for p in points}
+        asked = question(
+            x["model"],
+            x["control"],
+            any((p["task"], p["model"], p["control"]) in baselines for p in points),
+        )
         if asked is None:
             left[CHECK] += 1
             continue
@@ -271,17 +298,27 @@ def study_findings(report: Mapping[str, Any], untested: bool = False,
             continue
         label = _crossover_label(x, labels, flipped) if labels else points[0]["label"]
         family, setting = x["setting"]["family"], x["setting"].get("label")
-        out.append(Finding(name, asked, first, second,
-                           f"{family}[{setting}]" if setting else family, label, flipped,
-                           crossover=x))
+        out.append(
+            Finding(
+                name,
+                asked,
+                first,
+                second,
+                f"{family}[{setting}]" if setting else family,
+                label,
+                flipped,
+                crossover=x,
+            )
+        )
     seen: set[tuple[Any, ...]] = set()
     for c in report.get("comparisons", []):
         if (c["task"], c["model"], c["control"], c.get("split", "test")) in crossed:
             continue
         if not isinstance(c["control"], str):
             continue  # against a bound: an expectation, not a comparison of two rows
-        asked = question(c["model"], c["control"],
-                         (c["task"], c["model"], c["control"]) in baselines)
+        asked = question(
+            c["model"], c["control"], (c["task"], c["model"], c["control"]) in baselines
+        )
         test = identity(c)
         dropped = c["label"] in UNTESTED and not untested
         if asked is None or dropped or test in seen:
@@ -289,8 +326,9 @@ def study_findings(report: Mapping[str, Any], untested: bool = False,
             continue
         seen.add(test)
         first, second, flipped = _orient(c["model"], c["control"])
-        out.append(Finding(name, asked, first, second, where(c), kind(c, flipped), flipped,
-                           comparison=c))
+        out.append(
+            Finding(name, asked, first, second, where(c), kind(c, flipped), flipped, comparison=c)
+        )
     return out, left
 
 
@@ -349,8 +387,10 @@ def _listed(heading: str, found: Sequence[Finding], limit: int) -> str:
 
 def question_lines(found: Sequence[Finding]) -> list[str]:
     """One Markdown list item per question: its findings' labels counted."""
-    return [f"- **{asked}**: {counts_text(Counter(f.label for f in mine))}"
-            for asked, mine in by_question(found).items()]
+    return [
+        f"- **{asked}**: {counts_text(Counter(f.label for f in mine))}"
+        for asked, mine in by_question(found).items()
+    ]
 
 
 def summary(found: Sequence[Finding], left: Mapping[str, int], limit: int = 3) -> list[str]:
@@ -361,25 +401,46 @@ def summary(found: Sequence[Finding], left: Mapping[str, int], limit: int = 3) -
     outside = [f"{k} {why if k == 1 else PLURAL.get(why, why)}" for why, k in sorted(left.items())]
     crossings = sum(f.crossover is not None for f in found)
     plural = "" if len(found) == 1 else "s"
-    lines = [f"{len(found)} distinct finding{plural}: {counts_text(tally) or 'none'} (each test "
-             "once: identical per-seed data are one test, and a comparison followed over a "
-             f"swept knob is one finding, {crossings or 'none'} here"
-             + (f"; left out: {', '.join(outside)}" if outside else "") + ")."]
+    lines = [
+        f"{len(found)} distinct finding{plural}: {counts_text(tally) or 'none'} (each test "
+        "once: identical per-seed data are one test, and a comparison followed over a "
+        f"swept knob is one finding, {crossings or 'none'} here"
+        + (f"; left out: {', '.join(outside)}" if outside else "")
+        + ")."
+    ]
     delta = [f for f in found if is_delta(f.first)]
     for label, opening in ((WIN, "Where a Delta row wins"), (LOSS, "Where a Delta row loses")):
         chosen = [f for f in delta if f.label == label]
-        lines.append(_listed(opening, chosen, limit) if chosen
-                     else f"- **{opening}**: nowhere among these findings.")
+        lines.append(
+            _listed(opening, chosen, limit)
+            if chosen
+            else f"- **{opening}**: nowhere among these findings."
+        )
     equal = [f for f in found if f.label == EQUIVALENT]
     if equal:
-        lines.append(_listed("Equivalent within the task's margin (the TOST's 90% interval "
-                             "inside it)", equal, limit))
+        lines.append(
+            _listed(
+                "Equivalent within the task's margin (the TOST's 90% interval inside it)",
+                equal,
+                limit,
+            )
+        )
     within = [f for f in found if f.label == WITHIN_MARGIN]
     if within:
-        lines.append(_listed("Significantly different, by less than the margin (so not "
-                             "equivalent)", within, limit))
+        lines.append(
+            _listed(
+                "Significantly different, by less than the margin (so not equivalent)",
+                within,
+                limit,
+            )
+        )
     still = [f for f in found if f.label in (INCONCLUSIVE, NO_CROSSOVER)]
     if still:
-        lines.append(_listed(f"Open ({NO_DIFFERENCE} at the size each test could see, or no "
-                             "crossover in range)", still, 1))
+        lines.append(
+            _listed(
+                f"Open ({NO_DIFFERENCE} at the size each test could see, or no crossover in range)",
+                still,
+                1,
+            )
+        )
     return lines

@@ -42,7 +42,8 @@ INTRO = (
     "difference detected), the smallest difference its test could have detected (±x); for "
     "equivalent, the task's margin. A comparison no test was drawn for shows why (both "
     "solved, both at floor, unmatched size, …). Each test once, as the finding counts it; "
-    "each study's page states every comparison, in words.")
+    "each study's page states every comparison, in words."
+)
 
 Column = tuple[str, str]
 
@@ -84,8 +85,10 @@ def _table(found: Sequence[Finding], order: Sequence[str]) -> list[str]:
         heads[column] = f"[`{f.study}`]({f.study}.md) {f.where} ({_metric(f)})"
         cells.setdefault((f.first, f.second), {}).setdefault(column, []).append(cell(f))
     columns = sorted(heads, key=lambda c: (order.index(c[0]), natural(c[1])))
-    rows = [[f"`{first}` − `{second}`", *("; ".join(mine.get(c, ())) for c in columns)]
-            for (first, second), mine in sorted(cells.items())]
+    rows = [
+        [f"`{first}` − `{second}`", *("; ".join(mine.get(c, ())) for c in columns)]
+        for (first, second), mine in sorted(cells.items())
+    ]
     return markdown_table(["first − second", *(heads[c] for c in columns)], rows)
 
 
@@ -104,7 +107,12 @@ def labels_page(reports: Sequence[Mapping[str, Any]]) -> str:
         lines += ["No study the finding reads draws a comparison of two rows yet.", ""]
     others = [r for r in reports if not in_finding(r)]
     if others:
-        lines += ["## Outside the matrix", "",
-                  "Studies the finding does not read; their labels are on their pages.", "",
-                  *(f"- [`{r['name']}`]({r['name']}.md): {outside(r)}." for r in others), ""]
+        lines += [
+            "## Outside the matrix",
+            "",
+            "Studies the finding does not read; their labels are on their pages.",
+            "",
+            *(f"- [`{r['name']}`]({r['name']}.md): {outside(r)}." for r in others),
+            "",
+        ]
     return "\n".join(lines)

@@ -89,8 +89,7 @@ def block(text: str, name: str, body: str) -> str:
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):
         raise ValueError(f"no {start} … {end} block to regenerate")
-    return pattern.sub(lambda _: f"{start}\n{GENERATED}\n\n{body.strip()}\n\n{end}", text,
-                       count=1)
+    return pattern.sub(lambda _: f"{start}\n{GENERATED}\n\n{body.strip()}\n\n{end}", text, count=1)
 
 
 def nav_block(text: str, names: Sequence[str]) -> str:
@@ -102,10 +101,11 @@ def nav_block(text: str, names: Sequence[str]) -> str:
     indent = found.group(1)
     entries = "".join(f"{indent}- studies/{name}.md\n" for name in names)
     first = found.group(0).splitlines()[0]
-    return text[:found.start()] + f"{first}\n{entries}{indent}# studies:end" + text[found.end():]
+    return text[: found.start()] + f"{first}\n{entries}{indent}# studies:end" + text[found.end() :]
 
 
 # --- the README's headline
+
 
 def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     """The finding over the tuned studies (`finding`: each distinct test once, by
@@ -115,20 +115,33 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     found, left = findings(judged)
     lead, *items = summary(found, left, limit=2)  # the front page names two per question
     ships = "the cells it ships" if len(judged) == 1 else "the cells they ship"
-    lines = [f"**The finding**, over {len(judged)} tuned {studies_text} judged from {ships} "
-             "by today's rules: " + lead, "", *items, "", "By question:", "",
-             *question_lines(found), "",
-             f"![Every finding by question: difference in margins, label]({HEADLINE})", "",
-             "Every finding of the tuned studies by the question it answers, one line per "
-             "pair of rows (the Delta row first), a dot per task (a crossover: per knob "
-             "value): the paired mean difference in units of the task's equivalence margin "
-             "(where it states none, of the test's detectable difference), right where the "
-             "first row is better; the shaded band is the margin, the colour the label.", "",
-             "Per study (distinct findings):", ""]
-    lines += [f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
-              f"{counts_text(counts_of(r)) or 'no finding'}"
-              + (f" ({why}; not part of the finding)." if (why := outside(r)) else ".")
-              for r in reports]
+    lines = [
+        f"**The finding**, over {len(judged)} tuned {studies_text} judged from {ships} "
+        "by today's rules: " + lead,
+        "",
+        *items,
+        "",
+        "By question:",
+        "",
+        *question_lines(found),
+        "",
+        f"![Every finding by question: difference in margins, label]({HEADLINE})",
+        "",
+        "Every finding of the tuned studies by the question it answers, one line per "
+        "pair of rows (the Delta row first), a dot per task (a crossover: per knob "
+        "value): the paired mean difference in units of the task's equivalence margin "
+        "(where it states none, of the test's detectable difference), right where the "
+        "first row is better; the shaded band is the margin, the colour the label.",
+        "",
+        "Per study (distinct findings):",
+        "",
+    ]
+    lines += [
+        f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
+        f"{counts_text(counts_of(r)) or 'no finding'}"
+        + (f" ({why}; not part of the finding)." if (why := outside(r)) else ".")
+        for r in reports
+    ]
     return "\n".join(lines)
 
 
@@ -139,46 +152,60 @@ def counts_of(report: Mapping[str, Any]) -> Counter[str]:
 
 # --- the headline figure
 
+
 def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """Every finding by question, each a difference in margins and a label per task
     (`points`), drawn by `draw_headline` (left unchanged where the data it draws have not)."""
     panels: dict[str, dict[str, list[tuple[float, str]]]] = {}
     for f in findings(reports)[0]:
         if drawn := points(f):
-            panels.setdefault(f.question, {}).setdefault(f"{f.first} − {f.second}",
-                                                         []).extend(drawn)
+            panels.setdefault(f.question, {}).setdefault(f"{f.first} − {f.second}", []).extend(
+                drawn
+            )
     return draw_headline(panels, path, {WITHIN_MARGIN: WITHIN_MARGIN_COLOR})
 
 
 # --- the study pages
 
+
 def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
-    lines = ["# Studies", "", GENERATED, "",
-             "Every study whose results ship in `results/`, with the labels of its distinct "
-             "findings (each test once, a crossover once); the [labels across studies]"
-             f"({LABELS_PAGE}) set the findings of those the README's finding reads side by "
-             "side.", ""]
-    lines += [f"- [`{r['name']}`]({r['name']}.md): {counts_text(counts_of(r)) or 'no finding'}."
-              for r in reports]
+    lines = [
+        "# Studies",
+        "",
+        GENERATED,
+        "",
+        "Every study whose results ship in `results/`, with the labels of its distinct "
+        "findings (each test once, a crossover once); the [labels across studies]"
+        f"({LABELS_PAGE}) set the findings of those the README's finding reads side by "
+        "side.",
+        "",
+    ]
+    lines += [
+        f"- [`{r['name']}`]({r['name']}.md): {counts_text(counts_of(r)) or 'no finding'}."
+        for r in reports
+    ]
     return "\n".join(lines) + "\n"
 
 
 # --- generated reference blocks
 
+
 def _probe_check(name: str) -> str:
     """What `TrainConfig` rejects for field ``name``, found by trying values."""
     default = TrainConfig.__dataclass_fields__[name].default
     kind = type(default) if default is not None else int
-    tries: list[Any] = ["?"] if kind is str else ([] if kind is bool else
-                                                  [0, -1, MAX_EXAMPLES + 1, MAX_STEPS + 1])
+    tries: list[Any] = (
+        ["?"] if kind is str else ([] if kind is bool else [0, -1, MAX_EXAMPLES + 1, MAX_STEPS + 1])
+    )
     found = []
     for value in tries:
         try:
             TrainConfig(**{name: value})
         except ValueError as err:
             text = re.sub(r",? got .*$", "", str(err)).replace(f"{name} ", "", 1)
-            text = re.sub(r"^= \S+ is beyond any sane run \(at most ([\d,]+)\).*$",
-                          r"more than \1", text)
+            text = re.sub(
+                r"^= \S+ is beyond any sane run \(at most ([\d,]+)\).*$", r"more than \1", text
+            )
             if text not in found:
                 found.append(text)
     return "; ".join(found) or "—"
@@ -193,15 +220,32 @@ def config_block() -> str:
     """Every training key with its default, whether a grid may tune it, and its check; then
     the keys of each entry table, from the dataclasses themselves."""
     hints = typing.get_type_hints(TrainConfig)
-    rows = [[f"`{f.name}`", _type(hints[f.name]).replace("NoneType", "None"),
-             f"`{f.default!r}`", "yes" if f.name in TUNABLE else "no", _probe_check(f.name)]
-            for f in dataclasses.fields(TrainConfig)]
-    lines = ["### Training keys (`[defaults.train]`, and `train` of any entry)", "",
-             " ".join((TrainConfig.__doc__ or "").split()), "",
-             *markdown_table(["key", "type", "default", "tunable", "rejected when"], rows), "",
-             f"Bounds beyond any sane run are lifted by setting `{NO_LIMITS}=1`.", ""]
-    entries = (("`[[tasks]]`", TaskEntry, ("sweep",)), ("`[[models]]`", ModelEntry, ("options",)),
-               ("`[[overrides]]`", Override, ()), ("`[[comparisons]]`", ComparisonSpec, ()))
+    rows = [
+        [
+            f"`{f.name}`",
+            _type(hints[f.name]).replace("NoneType", "None"),
+            f"`{f.default!r}`",
+            "yes" if f.name in TUNABLE else "no",
+            _probe_check(f.name),
+        ]
+        for f in dataclasses.fields(TrainConfig)
+    ]
+    lines = [
+        "### Training keys (`[defaults.train]`, and `train` of any entry)",
+        "",
+        " ".join((TrainConfig.__doc__ or "").split()),
+        "",
+        *markdown_table(["key", "type", "default", "tunable", "rejected when"], rows),
+        "",
+        f"Bounds beyond any sane run are lifted by setting `{NO_LIMITS}=1`.",
+        "",
+    ]
+    entries = (
+        ("`[[tasks]]`", TaskEntry, ("sweep",)),
+        ("`[[models]]`", ModelEntry, ("options",)),
+        ("`[[overrides]]`", Override, ()),
+        ("`[[comparisons]]`", ComparisonSpec, ()),
+    )
     for title, cls, internal in entries:
         rows = []
         for f in dataclasses.fields(cls):
@@ -217,12 +261,21 @@ def config_block() -> str:
                 default = "required"
             rows.append([f"`{f.name}`", default])
         doc = cls.__doc__ or ""
-        lines += [f"### {title}", "",
-                  *([" ".join(doc.split()), ""] if doc and not doc.startswith(cls.__name__ + "(")
-                    else []),
-                  *markdown_table(["key", "default"], rows), ""]
-    lines.append("Any other key of a `[[models]]` entry is an option of its model family "
-                 "(`ddl-dyn models`; unknown options are rejected with the valid ones).")
+        lines += [
+            f"### {title}",
+            "",
+            *(
+                [" ".join(doc.split()), ""]
+                if doc and not doc.startswith(cls.__name__ + "(")
+                else []
+            ),
+            *markdown_table(["key", "default"], rows),
+            "",
+        ]
+    lines.append(
+        "Any other key of a `[[models]]` entry is an option of its model family "
+        "(`ddl-dyn models`; unknown options are rejected with the valid ones)."
+    )
     return "\n".join(lines)
 
 
@@ -254,37 +307,64 @@ def task_block() -> str:
         found = re.match(r"(\w+): (ClassVar\[(.*)\]|\w+) = (.*)$", text)
         if found and line.startswith("    ") and not line.startswith("     "):
             kind = found.group(3) or found.group(2)
-            rows.append([f"`{found.group(1)}`", f"`{kind}`", f"`{found.group(4)}`",
-                         " ".join(comment) or "—"])
+            rows.append(
+                [
+                    f"`{found.group(1)}`",
+                    f"`{kind}`",
+                    f"`{found.group(4)}`",
+                    " ".join(comment) or "—",
+                ]
+            )
         if not text.startswith("#:"):
             comment = []
-    rows += [[f"`{name}`", "property", "required", "input / output width"]
-             for name in ("in_dim", "out_dim")]
-    rows.append(["`control_dim`", "property", f"`{_Bare().control_dim}`",
-                 "width of the per-step controls (`TaskData.controls`); 0: none"])
-    for call, method in (("sample(n, seed, split)", Task.sample),
-                         ("check_split(split)", Task.check_split),
-                         ("split_steps(split)", Task.split_steps)):
+    rows += [
+        [f"`{name}`", "property", "required", "input / output width"]
+        for name in ("in_dim", "out_dim")
+    ]
+    rows.append(
+        [
+            "`control_dim`",
+            "property",
+            f"`{_Bare().control_dim}`",
+            "width of the per-step controls (`TaskData.controls`); 0: none",
+        ]
+    )
+    for call, method in (
+        ("sample(n, seed, split)", Task.sample),
+        ("check_split(split)", Task.check_split),
+        ("split_steps(split)", Task.split_steps),
+    ):
         given = "required" if getattr(method, "__isabstractmethod__", False) else "provided"
         rows.append([f"`{call}`", "method", given, " ".join((method.__doc__ or "").split())])
     data = (TaskData.__doc__ or "").split("Attributes:")[-1]
     fields = re.findall(r"^\s+(\w+): (.*?)(?=^\s+\w+: |\Z)", data, re.S | re.M)
     held = " ".join((held_out.__doc__ or "").split()).split(". ")[0]
-    return "\n".join([*markdown_table(["attribute", "type", "default", "what it states"], rows), "",
-                      "A split is a `TaskData`:", "",
-                      *markdown_table(["field", "what it holds"],
-                              [[f"`{n}`", " ".join(d.split())] for n, d in fields]), "",
-                      f"`held_out(...)`: {held}."])
+    return "\n".join(
+        [
+            *markdown_table(["attribute", "type", "default", "what it states"], rows),
+            "",
+            "A split is a `TaskData`:",
+            "",
+            *markdown_table(
+                ["field", "what it holds"], [[f"`{n}`", " ".join(d.split())] for n, d in fields]
+            ),
+            "",
+            f"`held_out(...)`: {held}.",
+        ]
+    )
 
 
 def labels_block() -> str:
     """The rule book's glossary: every label, what it means, the words a text may use."""
-    rows = [[f"**{label}**", *MEANINGS.get(label, ("see the rule book", "its name"))]
-            for label in LABELS]
+    rows = [
+        [f"**{label}**", *MEANINGS.get(label, ("see the rule book", "its name"))]
+        for label in LABELS
+    ]
     return "\n".join(markdown_table(["label", "what it means", "the words a text may use"], rows))
 
 
 # --- writing everything
+
 
 def _write(path: Path, data: str | bytes, written: list[Path]) -> None:
     """Write ``data`` where it differs from the file's (so an unchanged file keeps its
@@ -296,8 +376,9 @@ def _write(path: Path, data: str | bytes, written: list[Path]) -> None:
     written.append(path)
 
 
-def write_docs(results: str | Path = "results",
-               out: str | Path = ".") -> tuple[list[Path], list[Path]]:
+def write_docs(
+    results: str | Path = "results", out: str | Path = "."
+) -> tuple[list[Path], list[Path]]:
     """Regenerate every generated page, block and figure under ``out`` from ``results``, the
     README last; returns the files written and those removed: the pages and figures of
     ``docs/studies/`` an earlier run generated (its `MANIFEST`) and this one does not
@@ -313,14 +394,22 @@ def write_docs(results: str | Path = "results",
         r.setdefault("description", "")
     written: list[Path] = []
     pages = out / "docs" / "studies"
-    figures = {folder.name: sorted(p.name for p in (folder / FIGURES).glob("*.png"))
-               for folder in studies(results)}
+    figures = {
+        folder.name: sorted(p.name for p in (folder / FIGURES).glob("*.png"))
+        for folder in studies(results)
+    }
     taken = {"index", LABELS_PAGE.removesuffix(".md")} & {r["name"] for r in reports}
     if taken:
-        raise ValueError(f"{results}: a study named {sorted(taken)[0]!r} would overwrite the "
-                         "docs' page of that name: publish it under another --name")
-    generated = {"index.md", LABELS_PAGE, *(f"{r['name']}.md" for r in reports),
-                 *(f"{name}/{f}" for name, found in figures.items() for f in found)}
+        raise ValueError(
+            f"{results}: a study named {sorted(taken)[0]!r} would overwrite the "
+            "docs' page of that name: publish it under another --name"
+        )
+    generated = {
+        "index.md",
+        LABELS_PAGE,
+        *(f"{r['name']}.md" for r in reports),
+        *(f"{name}/{f}" for name, found in figures.items() for f in found),
+    }
     before = set(_read_manifest(pages))
     _write(pages / MANIFEST, _manifest(before | generated), [])  # a kill leaves both listed
     for folder, r in zip(studies(results), reports, strict=True):
@@ -331,14 +420,15 @@ def write_docs(results: str | Path = "results",
     _write(pages / LABELS_PAGE, labels_page(reports), written)
     nav = out / "mkdocs.yml"
     _write(nav, nav_block(nav.read_text(), [r["name"] for r in reports]), written)
-    for page, name, body in (("running-experiments.md", "config", config_block()),
-                             ("reading-the-report.md", "labels", labels_block()),
-                             ("adding-a-task.md", "task", task_block())):
+    for page, name, body in (
+        ("running-experiments.md", "config", config_block()),
+        ("reading-the-report.md", "labels", labels_block()),
+        ("adding-a-task.md", "task", task_block()),
+    ):
         path = out / "docs" / page
         _write(path, block(path.read_text(), name, body), written)
     written.append(headline_figure([r for r in reports if in_finding(r)], out / HEADLINE))
-    removed = [pages / stale for stale in sorted(before - generated)
-               if (pages / stale).is_file()]
+    removed = [pages / stale for stale in sorted(before - generated) if (pages / stale).is_file()]
     for path in removed:
         path.unlink()
         if path.parent != pages and not any(path.parent.iterdir()):
@@ -362,8 +452,10 @@ def _read_manifest(pages: Path) -> list[str]:
             for part in parts:
                 check_name(part, "a file docs generated")
         except ValueError as err:
-            raise ValueError(f"{path}: line {i}: {line!r} is not a page or figure of "
-                             f"{pages} ({err}); correct or remove the line") from None
+            raise ValueError(
+                f"{path}: line {i}: {line!r} is not a page or figure of "
+                f"{pages} ({err}); correct or remove the line"
+            ) from None
     return files
 
 

@@ -39,8 +39,13 @@ EXPERIMENT, RUN, FIGURES = "experiment.toml", "run.json", "figures"
 CHANGES = "changes.md"
 
 
-def publish(run_dir: str | Path, results: str | Path = "results", name: str | None = None,
-            command: str | None = None, allow_partial: bool = False) -> Path:
+def publish(
+    run_dir: str | Path,
+    results: str | Path = "results",
+    name: str | None = None,
+    command: str | None = None,
+    allow_partial: bool = False,
+) -> Path:
     """Write ``results/<name>/`` from a finished run folder (``name``: the experiment's); a
     run that did not finish is refused unless ``allow_partial``, and run.json then says what
     it lacks.
@@ -55,11 +60,14 @@ def publish(run_dir: str | Path, results: str | Path = "results", name: str | No
         raise ValueError(f"{run_dir}: no results to publish")
     lacks = unfinished(run)
     if lacks and not allow_partial:
-        raise ValueError(f"{run_dir}: {lacks}; finish it (ddl-dyn run resumes it) or publish "
-                         "it with --allow-partial")
+        raise ValueError(
+            f"{run_dir}: {lacks}; finish it (ddl-dyn run resumes it) or publish "
+            "it with --allow-partial"
+        )
     report = build_report(run)
-    name = check_name(report.name if name is None else name,
-                      "a study's name names its folder results/NAME")
+    name = check_name(
+        report.name if name is None else name, "a study's name names its folder results/NAME"
+    )
     out = Path(results) / name
     _recover(out)
     if out.is_symlink() or (out.exists() and not ((out / REPORT).is_file() or shipped(out))):
@@ -73,8 +81,9 @@ def publish(run_dir: str | Path, results: str | Path = "results", name: str | No
     report = replace(study_report(new), name=name)  # judged from the shipped cells
     (new / REPORT).write_text(render_json(report) + "\n")
     (new / EXPERIMENT).write_text(run.experiment.get("config", ""))
-    (new / RUN).write_text(json.dumps(asdict(provenance(run, name, command, lacks)),
-                                      indent=1) + "\n")
+    (new / RUN).write_text(
+        json.dumps(asdict(provenance(run, name, command, lacks)), indent=1) + "\n"
+    )
     drawn = {p.name for p in _draw(run, report, new)}
     kept = Path(run_dir) / FIGURES
     for png in sorted(kept.glob("*.png")) if kept.is_dir() else ():
@@ -94,8 +103,9 @@ def unfinished(run: Run) -> str:
         return "no run started"
     lacks = [] if progress.ended else ["the run did not end"]
     if progress.finished < progress.selected:
-        lacks.append(f"{progress.selected - progress.finished} of {progress.selected} cells "
-                     "missing")
+        lacks.append(
+            f"{progress.selected - progress.finished} of {progress.selected} cells missing"
+        )
     if not any(c.status in COUNTED for row in run.rows.values() for c in row.cells):
         lacks.append("no cell finished")
     return "; ".join(lacks)
@@ -160,21 +170,35 @@ class Provenance:
     partial: str = ""
 
 
-def provenance(run: Run, name: str, command: str | None = None,
-               partial: str = "") -> Provenance:
+def provenance(run: Run, name: str, command: str | None = None, partial: str = "") -> Provenance:
     """The provenance of ``run`` published as study ``name``."""
     exp = run.experiment
-    spans = run.folder.store.spans() if run.folder is not None else [
-        (exp.get("started_at"), exp.get("ended_at"))]
+    spans = (
+        run.folder.store.spans()
+        if run.folder is not None
+        else [(exp.get("started_at"), exp.get("ended_at"))]
+    )
     started, ended = spans[0][0] if spans else None, exp.get("ended_at")
     span = None
     if spans and all(start and end for start, end in spans):
-        span = sum((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
-                   for start, end in spans if start and end)
+        span = sum(
+            (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+            for start, end in spans
+            if start and end
+        )
     cells = [c for row in run.rows.values() for c in row.cells]
-    return Provenance(name, command or f"ddl-dyn run experiments/{name}.toml",
-                      exp.get("versions", {}), exp.get("machine", {}), started, ended, span,
-                      sum(c.wall_time or 0.0 for c in cells), len(cells), partial)
+    return Provenance(
+        name,
+        command or f"ddl-dyn run experiments/{name}.toml",
+        exp.get("versions", {}),
+        exp.get("machine", {}),
+        started,
+        ended,
+        span,
+        sum(c.wall_time or 0.0 for c in cells),
+        len(cells),
+        partial,
+    )
 
 
 def load_study(folder: str | Path) -> dict[str, Any]:
@@ -185,8 +209,9 @@ def load_study(folder: str | Path) -> dict[str, Any]:
     folder = Path(folder)
     path = folder / REPORT
     if not path.is_file() and not shipped(folder):
-        raise ValueError(f"{folder}: not a published study (no {REPORT}; make one with "
-                         "ddl-dyn publish RUN_DIR)")
+        raise ValueError(
+            f"{folder}: not a published study (no {REPORT}; make one with ddl-dyn publish RUN_DIR)"
+        )
     check_name(folder.name, "a study's folder names its page")
     report = json.loads(render_json(study_report(folder))) if shipped(folder) else _json(path)
     if not isinstance(report, dict) or "comparisons" not in report:
@@ -198,17 +223,26 @@ def load_study(folder: str | Path) -> dict[str, Any]:
         for regime in REGIMES:
             share = row["fractions"].get(regime)
             if type(share) not in (int, float) or not math.isfinite(share):
-                raise DamagedError(f"{path}: damaged: regimes[{i}].fractions[{regime!r}]: "
-                                   f"expected a finite number, got {share!r}")
+                raise DamagedError(
+                    f"{path}: damaged: regimes[{i}].fractions[{regime!r}]: "
+                    f"expected a finite number, got {share!r}"
+                )
     if report["name"] != folder.name:
-        raise ValueError(f"{path}: names the study {report['name']!r}, its folder "
-                         f"{folder.name!r} (a copied study?): publish it again under its name")
+        raise ValueError(
+            f"{path}: names the study {report['name']!r}, its folder "
+            f"{folder.name!r} (a copied study?): publish it again under its name"
+        )
     run = _json(folder / RUN) if (folder / RUN).is_file() else {}
     if run:
         _check(run, Provenance, folder / RUN)
     changes = (folder / CHANGES).read_text() if (folder / CHANGES).is_file() else ""
-    return {**report, "run": run, "questions": questions(folder / EXPERIMENT), "changes": changes,
-            "shipped": shipped(folder)}
+    return {
+        **report,
+        "run": run,
+        "questions": questions(folder / EXPERIMENT),
+        "changes": changes,
+        "shipped": shipped(folder),
+    }
 
 
 def _json(path: Path) -> Any:
@@ -241,9 +275,15 @@ def questions(experiment: Path) -> list[dict[str, Any]]:
     for i, c in enumerate(data.get("comparisons", [])):
         if c.get("question"):
             _check(c, ComparisonSpec, experiment, f"comparisons[{i}]")
-            asked.append({"question": c["question"], "model": c["model"],
-                          "control": c["control"], "tasks": list(c.get("tasks", [])),
-                          "split": c.get("split", "test")})
+            asked.append(
+                {
+                    "question": c["question"],
+                    "model": c["model"],
+                    "control": c["control"],
+                    "tasks": list(c.get("tasks", [])),
+                    "split": c.get("split", "test"),
+                }
+            )
     return asked
 
 
@@ -253,8 +293,14 @@ def studies(results: str | Path = "results") -> list[Path]:
     if not root.is_dir():
         raise ValueError(f"{root}: no results folder (publish a study with ddl-dyn publish)")
     for aside in root.glob(".*.old"):
-        if not (root / aside.name[1:-len(".old")]).exists():
-            raise ValueError(f"{aside}: a publish was cut short with this study moved aside; "
-                             "publish it again (or rename it back)")
-    return sorted(p for p in root.iterdir() if not p.name.startswith(".")  # being published
-                  and ((p / REPORT).is_file() or shipped(p)))
+        if not (root / aside.name[1 : -len(".old")]).exists():
+            raise ValueError(
+                f"{aside}: a publish was cut short with this study moved aside; "
+                "publish it again (or rename it back)"
+            )
+    return sorted(
+        p
+        for p in root.iterdir()
+        if not p.name.startswith(".")  # being published
+        and ((p / REPORT).is_file() or shipped(p))
+    )

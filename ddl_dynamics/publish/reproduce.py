@@ -91,8 +91,9 @@ def report_of(path: str | Path) -> dict[str, Any]:
         return load_study(path)
     if (path / "results.sqlite").is_file():
         return json.loads(render_json(build_report(path)))
-    raise ValueError(f"{path}: neither a run folder (results.sqlite) nor a published study "
-                     "(report.json)")
+    raise ValueError(
+        f"{path}: neither a run folder (results.sqlite) nor a published study (report.json)"
+    )
 
 
 @dataclass(frozen=True)
@@ -113,22 +114,29 @@ class Comparison:
         """How the configs differ, one line per comparison, then the summary line."""
         out = []
         if self.config:
-            out += [f"config: the rerun differs from the reference in {len(self.config)} "
-                    f"key{'s' * (len(self.config) > 1)}:", *(f"  {c}" for c in self.config),
-                    "labels at a smaller budget may differ by design: where the configs "
-                    "differ, a label that differs need not be a failure to reproduce"]
+            out += [
+                f"config: the rerun differs from the reference in {len(self.config)} "
+                f"key{'s' * (len(self.config) > 1)}:",
+                *(f"  {c}" for c in self.config),
+                "labels at a smaller budget may differ by design: where the configs "
+                "differ, a label that differs need not be a failure to reproduce",
+            ]
         for c in self.checks:
             task, model, control, split = c.key
             at = task if split == "test" else f"{task} ({split})"
-            out.append(f"{at}: {model} − {control}: reference {_side(c.reference)}; "
-                       f"rerun {_side(c.rerun)}: {c.verdict}")
+            out.append(
+                f"{at}: {model} − {control}: reference {_side(c.reference)}; "
+                f"rerun {_side(c.rerun)}: {c.verdict}"
+            )
         compared = [c for c in self.checks if c.compared]
         same = sum(c.reproduced for c in compared)
         apart = Counter(c.verdict for c in self.checks if not c.compared)
         differ = [f"{c.key[1]} − {c.key[2]} on {c.key[0]}" for c in compared if not c.reproduced]
-        out.append(f"{same} of {len(compared)} comparisons reproduced"
-                   + "".join(f"; {n} {verdict}" for verdict, n in sorted(apart.items()))
-                   + (f"; differ: {', '.join(differ)}" if differ else ""))
+        out.append(
+            f"{same} of {len(compared)} comparisons reproduced"
+            + "".join(f"; {n} {verdict}" for verdict, n in sorted(apart.items()))
+            + (f"; differ: {', '.join(differ)}" if differ else "")
+        )
         return out
 
 
@@ -138,8 +146,9 @@ def check(rerun: str | Path, reference: str | Path) -> Comparison:
     ref_report, new_report = report_of(reference), report_of(rerun)
     ran, published = experiment_name(new_report), experiment_name(ref_report)
     if ran != published:
-        raise ValueError(f"{rerun} ran experiment {ran!r}, {reference} is of {published!r}: "
-                         "not a rerun of it")
+        raise ValueError(
+            f"{rerun} ran experiment {ran!r}, {reference} is of {published!r}: not a rerun of it"
+        )
     ref = {_key(c): c for c in ref_report["comparisons"]}
     new = {_key(c): c for c in new_report["comparisons"]}
     keys = list(dict.fromkeys([*ref, *new]))

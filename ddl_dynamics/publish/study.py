@@ -35,10 +35,13 @@ def write_study_data(run: Run, report: Report, out: str | Path) -> None:
         raise ValueError("a study's cells are written from a run folder")
     out = Path(out)
     write_cells(run.folder, run, out / CELLS)
-    record = {"run_dir": report.run_dir, "experiment": run.experiment,
-              "progress": report.progress,
-              "regimes": [dataclasses.asdict(r) for r in report.regimes],
-              "mixing": [dataclasses.asdict(r) for r in report.mixing]}
+    record = {
+        "run_dir": report.run_dir,
+        "experiment": run.experiment,
+        "progress": report.progress,
+        "regimes": [dataclasses.asdict(r) for r in report.regimes],
+        "mixing": [dataclasses.asdict(r) for r in report.mixing],
+    }
     (out / RECORD).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
 
@@ -65,8 +68,9 @@ def study_report(folder: str | Path) -> Report:
     if not isinstance(progress, str):
         raise DamagedError(f"{path}: damaged: progress: expected text, got {progress!r}")
     report = build_report(published_run(folder))
-    return dataclasses.replace(report, name=folder.name, regimes=regimes, progress=progress,
-                               mixing=mixing)
+    return dataclasses.replace(
+        report, name=folder.name, regimes=regimes, progress=progress, mixing=mixing
+    )
 
 
 def refresh_report(folder: str | Path) -> bool:

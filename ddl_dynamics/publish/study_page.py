@@ -31,8 +31,10 @@ def headlined(report: Mapping[str, Any]) -> list[dict[str, Any]]:
 def natural(label: str) -> list[tuple[int, float | str]]:
     """A sort key that orders the numbers inside a task label by value: ``p=0`` before
     ``p=0.05`` before ``p=1``, where plain text order puts ``p=0.5`` before ``p=0``."""
-    return [(0, float(part)) if i % 2 else (1, part)
-            for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", label))]
+    return [
+        (0, float(part)) if i % 2 else (1, part)
+        for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", label))
+    ]
 
 
 def _bound(value: float | None) -> str:
@@ -53,23 +55,45 @@ def crossover_lines(report: Mapping[str, Any]) -> list[str]:
         for c in mine:
             at = {v: point for v, point in c["points"]}
             star = "none in range" if c["star"] is None else f"{knob}* = {c['star']:g}"
-            interval = ("—" if c.get("interval") is None else
-                        f"[{_bound(c['interval'][0])}, {_bound(c['interval'][1])}]")
-            rows.append([c["setting"]["label"] or "—", f"{c['model']} − {c['control']}", star,
-                         interval, *(_verdict(at[v]) if v in at else "—" for v in values)])
-        lines += [f"### {family}: the crossover over {knob}", "",
-                  f"The label of each comparison at every value of `{knob}`; the crossover "
-                  f"{knob}* is the smallest value from which on the model wins at every larger "
-                  "one (none in range: it does not win at the largest), with the 95% bootstrap "
-                  "interval over seeds, failed seeds included, of the same quantity. One point "
-                  "that misses significance moves it. An end of the interval reads *none* "
-                  "where the resamples without a crossover in range reach it: [none, none], "
-                  "97.5% of the resamples or more have none; [v, none], the crossover lies at "
-                  f"{knob} = v or above, and more than 2.5% of the resamples have none.",
-                  "",
-                  *folded_table(f"{family} over {knob}", ["setting", "model − control",
-                                "crossover", "interval", *(f"{knob} = {v:g}" for v in values)],
-                                rows), ""]
+            interval = (
+                "—"
+                if c.get("interval") is None
+                else f"[{_bound(c['interval'][0])}, {_bound(c['interval'][1])}]"
+            )
+            rows.append(
+                [
+                    c["setting"]["label"] or "—",
+                    f"{c['model']} − {c['control']}",
+                    star,
+                    interval,
+                    *(_verdict(at[v]) if v in at else "—" for v in values),
+                ]
+            )
+        lines += [
+            f"### {family}: the crossover over {knob}",
+            "",
+            f"The label of each comparison at every value of `{knob}`; the crossover "
+            f"{knob}* is the smallest value from which on the model wins at every larger "
+            "one (none in range: it does not win at the largest), with the 95% bootstrap "
+            "interval over seeds, failed seeds included, of the same quantity. One point "
+            "that misses significance moves it. An end of the interval reads *none* "
+            "where the resamples without a crossover in range reach it: [none, none], "
+            "97.5% of the resamples or more have none; [v, none], the crossover lies at "
+            f"{knob} = v or above, and more than 2.5% of the resamples have none.",
+            "",
+            *folded_table(
+                f"{family} over {knob}",
+                [
+                    "setting",
+                    "model − control",
+                    "crossover",
+                    "interval",
+                    *(f"{knob} = {v:g}" for v in values),
+                ],
+                rows,
+            ),
+            "",
+        ]
     return lines
 
 
@@ -84,14 +108,22 @@ def folded_table(what: str, head: Sequence[str], rows: Sequence[Sequence[str]]) 
     table = markdown_table(head, rows)
     if len(rows) <= FOLD_ROWS:
         return table
-    return [f'<details markdown="1"><summary>{what}: {len(rows)} rows</summary>', "", *table,
-            "", "</details>"]
+    return [
+        f'<details markdown="1"><summary>{what}: {len(rows)} rows</summary>',
+        "",
+        *table,
+        "",
+        "</details>",
+    ]
 
 
 def markdown_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     escape = lambda c: str(c).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-            *("| " + " | ".join(escape(c) for c in row) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(escape(c) for c in row) + " |" for row in rows),
+    ]
 
 
 def _estimate(e: Mapping[str, Any] | None) -> str:
@@ -112,14 +144,22 @@ def _verdict(c: Mapping[str, Any]) -> str:
 
 def reproduce_line(name: str) -> str:
     """The command that reruns a study and checks it against its reference."""
-    return (f"ddl-dyn run experiments/{name}.toml --jobs 2 && "
-            f"ddl-dyn compare runs/{name} results/{name}")
+    return (
+        f"ddl-dyn run experiments/{name}.toml --jobs 2 && "
+        f"ddl-dyn compare runs/{name} results/{name}"
+    )
 
 
 def study_page(report: Mapping[str, Any], figures: Sequence[str]) -> str:
     """A study's page: what it is, its findings in words, its tables, figures, reproduce line."""
-    lines = [*_header(report), *_questions(report), *_findings(report),
-             *_comparisons(report), *_tables(report), *_closing(report, figures)]
+    lines = [
+        *_header(report),
+        *_questions(report),
+        *_findings(report),
+        *_comparisons(report),
+        *_tables(report),
+        *_closing(report, figures),
+    ]
     return "\n".join(lines)
 
 
@@ -133,15 +173,20 @@ def _header(report: Mapping[str, Any]) -> list[str]:
     machine = run.get("machine", {})
     wall = run.get("wall_time_s")
     took = f"; wall time {wall:,.0f} s" if isinstance(wall, int | float) else ""
-    lines += [f"Ran as `{run.get('command', '')}`; {run.get('cells', '—')} cells{took}; finished "
-              f"{(run.get('ended_at') or '—')[:10]}; software: {versions or '—'}; machine: "
-              f"{machine.get('platform', '—')}, {machine.get('cpu_count', '—')} CPUs.", ""]
+    lines += [
+        f"Ran as `{run.get('command', '')}`; {run.get('cells', '—')} cells{took}; finished "
+        f"{(run.get('ended_at') or '—')[:10]}; software: {versions or '—'}; machine: "
+        f"{machine.get('platform', '—')}, {machine.get('cpu_count', '—')} CPUs.",
+        "",
+    ]
     if not report.get("shipped"):
-        lines += ["**Published before studies shipped their cells**: the labels below are "
-                  "those of the rules it was published under, not judged again by today's "
-                  "(which, for example, decide ties and small samples by an exact test and "
-                  "set floors); it is outside the finding until a rerun publishes its cells.",
-                  ""]
+        lines += [
+            "**Published before studies shipped their cells**: the labels below are "
+            "those of the rules it was published under, not judged again by today's "
+            "(which, for example, decide ties and small samples by an exact test and "
+            "set floors); it is outside the finding until a rerun publishes its cells.",
+            "",
+        ]
     if run.get("partial"):
         lines += [f"**Published unfinished** (`--allow-partial`): {run['partial']}.", ""]
     return lines
@@ -152,15 +197,23 @@ def _questions(report: Mapping[str, Any]) -> list[str]:
     asked = report.get("questions") or []
     if not asked:
         return []
-    lines = ["## Questions", "",
-             "What the study asks, in its experiment file's words, each answered by "
-             "the labels of the comparisons it declares for it and nothing more: a "
-             "label says which row measured better, not why, so no premise or "
-             "mechanism a question names is tested by its answer.", ""]
+    lines = [
+        "## Questions",
+        "",
+        "What the study asks, in its experiment file's words, each answered by "
+        "the labels of the comparisons it declares for it and nothing more: a "
+        "label says which row measured better, not why, so no premise or "
+        "mechanism a question names is tested by its answer.",
+        "",
+    ]
     for q in asked:
         answers = answering(report, q)
-        lines += [f"**{q['question'].strip()}**", "",
-                  *(f"- {sentence(c)}" for c in answers or ()), ""]
+        lines += [
+            f"**{q['question'].strip()}**",
+            "",
+            *(f"- {sentence(c)}" for c in answers or ()),
+            "",
+        ]
         if not answers:
             lines += ["- Not drawn: the study's report holds no such comparison.", ""]
     return lines
@@ -170,28 +223,53 @@ def _findings(report: Mapping[str, Any]) -> list[str]:
     """The study's findings as the README counts them, and the comparisons it states."""
     found, left = findings([report])
     lead, *items = summary(found, left)
-    return ["## Findings", "", lead, "", *items, "", *question_lines(found), "",
-            "The comparisons the study states:", "",
-            *(f"- {sentence(c)}" for c in headlined(report)), ""]
+    return [
+        "## Findings",
+        "",
+        lead,
+        "",
+        *items,
+        "",
+        *question_lines(found),
+        "",
+        "The comparisons the study states:",
+        "",
+        *(f"- {sentence(c)}" for c in headlined(report)),
+        "",
+    ]
 
 
 def _comparisons(report: Mapping[str, Any]) -> list[str]:
     """Every comparison in one table, its notes, and the crossovers."""
-    rows = [[where(c), c["model"], str(c["control"]),
-             difference((c.get("paired") or {}).get("mean"), (c.get("paired") or {}).get("ci")),
-             number(c.get("p_adjusted"), 2), _verdict(c)]
-            for c in sorted(report["comparisons"], key=lambda c: natural(c["task"]))]
-    lines = ["## Every comparison", "",
-             "Each row against its baseline and every declared comparison, as the study's "
-             "report draws them ([reading the report](../reading-the-report.md)): Δ is "
-             "model − control, mean ± 95% CI over seeds.", "",
-             *folded_table("Every comparison", ["task", "model", "control", "Δ", "p Holm",
-                                                "label"], rows), ""]
+    rows = [
+        [
+            where(c),
+            c["model"],
+            str(c["control"]),
+            difference((c.get("paired") or {}).get("mean"), (c.get("paired") or {}).get("ci")),
+            number(c.get("p_adjusted"), 2),
+            _verdict(c),
+        ]
+        for c in sorted(report["comparisons"], key=lambda c: natural(c["task"]))
+    ]
+    lines = [
+        "## Every comparison",
+        "",
+        "Each row against its baseline and every declared comparison, as the study's "
+        "report draws them ([reading the report](../reading-the-report.md)): Δ is "
+        "model − control, mean ± 95% CI over seeds.",
+        "",
+        *folded_table(
+            "Every comparison", ["task", "model", "control", "Δ", "p Holm", "label"], rows
+        ),
+        "",
+    ]
     notes = [(c, c["note"]) for c in report["comparisons"] if c.get("note")]
     if notes:
         lines += ["Notes on the comparisons above:", ""]
-        lines += [f"- `{c['model']}` − `{c['control']}` on {c['task']}: {note}"
-                  for c, note in notes]
+        lines += [
+            f"- `{c['model']}` − `{c['control']}` on {c['task']}: {note}" for c, note in notes
+        ]
         lines.append("")
     if report.get("crossovers"):
         lines += ["## Crossover", "", *crossover_lines(report)]
@@ -202,37 +280,92 @@ def _tables(report: Mapping[str, Any]) -> list[str]:
     """The expectations, the rows per task, the gate regimes and the stream mixing."""
     lines = []
     if report.get("expectations"):
-        lines += ["## Expectations", "",
-                  *folded_table("Every expectation", ["task", "claim", "verdict", "note"],
-                          [[v["task"], v["claim"], v["verdict"], v.get("note") or ""]
-                           for v in report["expectations"]]), ""]
-    lines += ["## Rows per task", "",
-              f"{DESCRIPTIVE}: each row's test metric, mean ± 95% CI over its finished seeds; "
-              "its parameters and its forward FLOPs per sample of matmuls, convolutions and "
-              "attention as torch's counter counts them (elementwise work, the Delta "
-              "update's included, is not counted).", ""]
+        lines += [
+            "## Expectations",
+            "",
+            *folded_table(
+                "Every expectation",
+                ["task", "claim", "verdict", "note"],
+                [
+                    [v["task"], v["claim"], v["verdict"], v.get("note") or ""]
+                    for v in report["expectations"]
+                ],
+            ),
+            "",
+        ]
+    lines += [
+        "## Rows per task",
+        "",
+        f"{DESCRIPTIVE}: each row's test metric, mean ± 95% CI over its finished seeds; "
+        "its parameters and its forward FLOPs per sample of matmuls, convolutions and "
+        "attention as torch's counter counts them (elementwise work, the Delta "
+        "update's included, is not counted).",
+        "",
+    ]
     for t in sorted(report.get("tables", []), key=lambda t: natural(t["task"])):
-        arrow = "↑" if t.get("higher_is_better") else "↓"
-        lines += [f"### {t['task']} ({t['metric']} {arrow})", "",
-                  *markdown_table(["model", "seeds finished", "chosen", "test", "params",
-                                   "FLOPs/sample"],
-                          [[r["model"], f"{sum(r['statuses'].get(s, 0) for s in ('ok',))}"
-                            f"/{sum(r['statuses'].values())}", r.get("chosen") or "—",
-                            _estimate(r.get("test")), number(r.get("params"), 6),
-                            number(r.get("flops"), 3)]
-                           for r in t["rows"]]), ""]
+        lines += _task_rows(t)
     if report.get("regimes"):
-        lines += ["## Gate regimes used by the trained Delta stacks", "",
-                  f"{DESCRIPTIVE}. {REGIME_NOTE}", "",
-                  *folded_table("Every row's regimes", ["task", "model", *REGIMES,
-                                                         "dominant", "stated"],
-                          [[r["task"], r["model"], *(f"{r['fractions'][g]:.0%}" for g in REGIMES),
-                            r["dominant"], " / ".join(r["stated"]) or "(control)"]
-                           for r in report["regimes"]]), ""]
+        lines += _regimes(report["regimes"])
     if report.get("mixing"):
-        lines += ["## Stream mixing of the trained Hyper-Connections stacks", "", MIXING_NOTE,
-                  "", *markdown_table(*mixing_cells(report["mixing"])), ""]
+        lines += [
+            "## Stream mixing of the trained Hyper-Connections stacks",
+            "",
+            MIXING_NOTE,
+            "",
+            *markdown_table(*mixing_cells(report["mixing"])),
+            "",
+        ]
     return lines
+
+
+def _task_rows(table: Mapping[str, Any]) -> list[str]:
+    """One task's rows: seeds finished, choice, test metric, parameters and FLOPs."""
+    arrow = "↑" if table.get("higher_is_better") else "↓"
+    return [
+        f"### {table['task']} ({table['metric']} {arrow})",
+        "",
+        *markdown_table(
+            ["model", "seeds finished", "chosen", "test", "params", "FLOPs/sample"],
+            [
+                [
+                    r["model"],
+                    f"{sum(r['statuses'].get(s, 0) for s in ('ok',))}"
+                    f"/{sum(r['statuses'].values())}",
+                    r.get("chosen") or "—",
+                    _estimate(r.get("test")),
+                    number(r.get("params"), 6),
+                    number(r.get("flops"), 3),
+                ]
+                for r in table["rows"]
+            ],
+        ),
+        "",
+    ]
+
+
+def _regimes(regimes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The share of each Delta row's gates in each regime, folded."""
+    return [
+        "## Gate regimes used by the trained Delta stacks",
+        "",
+        f"{DESCRIPTIVE}. {REGIME_NOTE}",
+        "",
+        *folded_table(
+            "Every row's regimes",
+            ["task", "model", *REGIMES, "dominant", "stated"],
+            [
+                [
+                    r["task"],
+                    r["model"],
+                    *(f"{r['fractions'][g]:.0%}" for g in REGIMES),
+                    r["dominant"],
+                    " / ".join(r["stated"]) or "(control)",
+                ]
+                for r in regimes
+            ],
+        ),
+        "",
+    ]
 
 
 def _closing(report: Mapping[str, Any], figures: Sequence[str]) -> list[str]:
@@ -247,5 +380,3 @@ def _closing(report: Mapping[str, Any], figures: Sequence[str]) -> list[str]:
         lines += ["## Changes from earlier runs", "", report["changes"].strip(), ""]
     lines += ["## Reproduce", "", "```bash", reproduce_line(name), "```", ""]
     return lines
-
-

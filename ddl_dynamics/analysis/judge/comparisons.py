@@ -147,15 +147,14 @@ def merge(run: Run, requests: Sequence[Request]) -> dict[Key, tuple[Request, tup
     return merged
 
 
-
 def _drawn(c: Comparison) -> bool:
     """Whether a test is drawn: enough pairs, and neither a ceiling nor a floor."""
-    return (c.paired is not None and c.paired.n >= MIN_PAIRS and not c.solved
-            and not c.floored)
+    return c.paired is not None and c.paired.n >= MIN_PAIRS and not c.solved and not c.floored
 
 
-def _family(tests: Sequence[Comparison], floor: Callable[[Paired], float]) -> tuple[
-        list[Comparison], float]:
+def _family(
+    tests: Sequence[Comparison], floor: Callable[[Paired], float]
+) -> tuple[list[Comparison], float]:
     """The tests that count in a family (Tarone: those whose floor can reach their Holm
     level, `tarone`) and that level."""
     floors = [floor(cast(Paired, c.paired)) for c in tests]
@@ -175,14 +174,20 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
             tested.setdefault(_unordered(c), c)
     drawn = [c for c in tested.values() if _drawn(c)]
     family, level = _family(drawn, lambda p: p.floor)
-    tost_family, _ = _family([c for c in drawn if cast(Paired, c.paired).tost is not None],
-                             lambda p: p.tost_floor)
+    tost_family, _ = _family(
+        [c for c in drawn if cast(Paired, c.paired).tost is not None], lambda p: p.tost_floor
+    )
     # (both families hold paired comparisons only)
-    adjusted = dict(zip(map(_unordered, family),
-                        holm([cast(Paired, c.paired).p for c in family]), strict=True))
-    tost_adjusted = dict(zip(map(_unordered, tost_family),
-                             holm([cast(Paired, c.paired).tost for c in tost_family]),
-                             strict=True))
+    adjusted = dict(
+        zip(map(_unordered, family), holm([cast(Paired, c.paired).p for c in family]), strict=True)
+    )
+    tost_adjusted = dict(
+        zip(
+            map(_unordered, tost_family),
+            holm([cast(Paired, c.paired).tost for c in tost_family]),
+            strict=True,
+        )
+    )
     alpha = ALPHA / max(1, len(family))
     out = {}
     for key, c in drafts.items():
@@ -190,28 +195,40 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
             out[key] = c
             continue
         p, t = adjusted.get(_unordered(c)), tost_adjusted.get(_unordered(c))
-        detectable = (detectable_difference(c.paired.sd, c.paired.n, alpha)
-                      if c.paired.test == PAIRED_T and c.paired.sd is not None else None)
+        detectable = (
+            detectable_difference(c.paired.sd, c.paired.n, alpha)
+            if c.paired.test == PAIRED_T and c.paired.sd is not None
+            else None
+        )
         judged = label(c.paired, p, t, c.higher_is_better, c.solved, c.floored)
         notes = [c.note] if c.note else []
         ahead = c.significant(p) if entry(judged).shows == EQUAL else None
         if ahead is not None:
-            notes.append(f"{c.model} significantly {'better' if ahead else 'worse'}, by less "
-                         f"than the margin ±{c.paired.margin:.2g}")
+            notes.append(
+                f"{c.model} significantly {'better' if ahead else 'worse'}, by less "
+                f"than the margin ±{c.paired.margin:.2g}"
+            )
         if p is None and _drawn(c) and c.paired.floor >= level:
-            notes.append(f"outside the family: the exact test's p cannot fall below "
-                         f"{c.paired.floor:.2g} at n = {c.paired.n}, nor so reach its Holm "
-                         f"level {level:.2g}")
-        out[key] = replace(c, p_adjusted=p, tost_adjusted=t, label=judged,
-                           detectable=detectable, note="; ".join(notes),
-                           also_different=ahead is not None)
+            notes.append(
+                f"outside the family: the exact test's p cannot fall below "
+                f"{c.paired.floor:.2g} at n = {c.paired.n}, nor so reach its Holm "
+                f"level {level:.2g}"
+            )
+        out[key] = replace(
+            c,
+            p_adjusted=p,
+            tost_adjusted=t,
+            label=judged,
+            detectable=detectable,
+            note="; ".join(notes),
+            also_different=ahead is not None,
+        )
     return out
 
 
 def _unordered(c: Comparison | Request) -> tuple[Any, ...]:
     """A test's identity whichever row is the control."""
-    pair = frozenset((c.model, c.control)) if isinstance(c.control, str) else (c.model,
-                                                                              c.control)
+    pair = frozenset((c.model, c.control)) if isinstance(c.control, str) else (c.model, c.control)
     return c.task, pair, c.split
 
 
@@ -222,28 +239,34 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
     control = rows.get(request.control) if isinstance(request.control, str) else None
     some = model or control or next(iter(rows.values()))
     higher, metric = some.higher_is_better, some.described.get("metric", "metric")
-    base = Comparison(request.task, request.model, request.control, request.split, kinds,
-                      metric, higher, INCONCLUSIVE)
-    missing = [label for label, row in ((request.model, model), (request.control, control))
-               if isinstance(label, str) and row is None]
+    base = Comparison(
+        request.task,
+        request.model,
+        request.control,
+        request.split,
+        kinds,
+        metric,
+        higher,
+        INCONCLUSIVE,
+    )
+    missing = [
+        label
+        for label, row in ((request.model, model), (request.control, control))
+        if isinstance(label, str) and row is None
+    ]
     if missing:
         return replace(base, note=f"{', '.join(missing)} not in this run")
     assert model is not None
     sides = [model.selected] + ([control.selected] if control else [])
-    chosen: dict[str, Any] = {"chosen": model.chosen_text(),
-                              "control_chosen": control.chosen_text() if control else ""}
+    chosen: dict[str, Any] = {
+        "chosen": model.chosen_text(),
+        "control_chosen": control.chosen_text() if control else "",
+    }
     if control is not None:
         for closed, gap in GATES:
             if why := gap(*sides):
                 return replace(base, label=closed, note=why, **chosen)
-    split, notes = request.split, []
-    if split != "test" and request.requires is not None:
-        unsolved_why = [w for rows_ in sides
-                        if (w := unsolved(rows_, request.requires, higher, metric))]
-        if unsolved_why:
-            split = "test"
-            notes.append(f"{request.split} not judged: " + "; ".join(unsolved_why) +
-                         ", so the comparison stays on the trained split")
+    split, notes = _judged_split(request, sides, higher, metric)
     ours = seed_values(model.selected, split)
     theirs = seed_values(control.selected, split) if control else float(request.control)
     config = model.selected[0].config
@@ -251,25 +274,68 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
     margin, ratio = _margin(task, model, control, split)
     paired = Paired.of(ours, theirs, higher, margin)
     notes += _failure_notes(model, control, paired, split)
-    grid = _grid_signs(model, control, request.control, split, higher) if model.grid or (
-        control and control.grid) else ()
-    floored = (task is not None and task.floor is not None and isinstance(theirs, dict)
-               and at_floor(ours, theirs, task.floor, floor_band(task, config), higher))
-    return replace(base, split=split, paired=paired, grid=grid, note="; ".join(notes),
-                   asked_split=request.split if split != request.split else "",
-                   solved=paired.total == paired.n and both_solved(ours, theirs, metric),
-                   floored=floored, margin_ratio=ratio, **chosen)
+    grid = (
+        _grid_signs(model, control, request.control, split, higher)
+        if model.grid or (control and control.grid)
+        else ()
+    )
+    return replace(
+        base,
+        split=split,
+        paired=paired,
+        grid=grid,
+        note="; ".join(notes),
+        asked_split=request.split if split != request.split else "",
+        solved=paired.total == paired.n and both_solved(ours, theirs, metric),
+        floored=_floored(task, config, ours, theirs, higher),
+        margin_ratio=ratio,
+        **chosen,
+    )
 
 
-def _paired(model: Row, control: Row | None, bound: str | float, split: str, higher: bool,
-            at: tuple[Any, ...], control_at: tuple[Any, ...]) -> Paired:
+def _floored(
+    task: Task | None, config: dict[str, Any], ours: Any, theirs: Any, higher: bool
+) -> bool:
+    """Whether both rows sit at the task's chance or shortcut floor on every seed."""
+    if task is None or task.floor is None or not isinstance(theirs, dict):
+        return False
+    return at_floor(ours, theirs, task.floor, floor_band(task, config), higher)
+
+
+def _judged_split(
+    request: Request, sides: list[Any], higher: bool, metric: str
+) -> tuple[str, list[str]]:
+    """The split a comparison is judged on, and why if not the one asked: a split past
+    training is judged only where both rows learned the trained one (``requires``)."""
+    if request.split == "test" or request.requires is None:
+        return request.split, []
+    why = [w for rows in sides if (w := unsolved(rows, request.requires, higher, metric))]
+    if not why:
+        return request.split, []
+    return "test", [
+        f"{request.split} not judged: "
+        + "; ".join(why)
+        + ", so the comparison stays on the trained split"
+    ]
+
+
+def _paired(
+    model: Row,
+    control: Row | None,
+    bound: str | float,
+    split: str,
+    higher: bool,
+    at: tuple[Any, ...],
+    control_at: tuple[Any, ...],
+) -> Paired:
     ours = seed_values(model.at(at), split)
     theirs = seed_values(control.at(control_at), split) if control else float(bound)
     return Paired.of(ours, theirs, higher)
 
 
-def _grid_signs(model: Row, control: Row | None, bound: str | float, split: str,
-                higher: bool) -> tuple[tuple[str, bool | None], ...]:
+def _grid_signs(
+    model: Row, control: Row | None, bound: str | float, split: str, higher: bool
+) -> tuple[tuple[str, bool | None], ...]:
     """Whether the model does better at each grid value: the model and the control each at
     that value where they are tuned over it, else at their chosen value."""
     tuned = model if model.grid else control
@@ -278,15 +344,17 @@ def _grid_signs(model: Row, control: Row | None, bound: str | float, split: str,
     signs = []
     for value in values:
         at = value if model.grid == tuned.grid else model.chosen
-        control_at = (value if control and control.grid == tuned.grid
-                      else control.chosen if control else ())
+        control_at = (
+            value if control and control.grid == tuned.grid else control.chosen if control else ()
+        )
         paired = _paired(model, control, bound, split, higher, at, control_at)
         signs.append((point_text(list(tuned.grid), value), paired.better(higher)))
     return tuple(signs)
 
 
-def _margin(task: Task | None, model: Row, control: Row | None,
-            split: str) -> tuple[float | None, float | None]:
+def _margin(
+    task: Task | None, model: Row, control: Row | None, split: str
+) -> tuple[float | None, float | None]:
     """The equivalence margin the task states, on the compared split, at the smaller of the
     two rows' means there (the same whichever row is the control; None against a bound: a
     model is compared with a bound to beat it, not to equal it); and where the task's
@@ -308,22 +376,27 @@ def _failure_notes(model: Row, control: Row | None, paired: Paired, split: str) 
     notes = []
     for row, failed in ((model, paired.failed), (control, paired.control_failed)):
         if row is not None and failed:
-            notes.append(f"{row.label} fails {len(failed) + len(paired.both_failed)}/"
-                         f"{paired.total} (seeds {', '.join(map(str, failed))} rank last)")
+            notes.append(
+                f"{row.label} fails {len(failed) + len(paired.both_failed)}/"
+                f"{paired.total} (seeds {', '.join(map(str, failed))} rank last)"
+            )
     if paired.both_failed:
         notes.append(f"both fail seed(s) {', '.join(map(str, paired.both_failed))}")
     for row in (model, control):
         if row is not None and (seeds := non_finite(row.selected, split)):
-            notes.append(f"{row.label}: {split} not finite on seed(s) "
-                         f"{', '.join(map(str, seeds))}, counted as failures")
+            notes.append(
+                f"{row.label}: {split} not finite on seed(s) "
+                f"{', '.join(map(str, seeds))}, counted as failures"
+            )
     for row, only in ((model, paired.only_model), (control, paired.only_control)):
         if row is not None and only:
-            notes.append(f"seed(s) {', '.join(map(str, only))} only in {row.label}, "
-                         "not compared")
+            notes.append(f"seed(s) {', '.join(map(str, only))} only in {row.label}, not compared")
     for row in (model, control):
         if row is not None and (seeds := flagged(row.selected)):
-            notes.append(f"⚑ {row.label}: ODE reconstruction failed on seed(s) "
-                         f"{', '.join(map(str, seeds))} (values kept)")
+            notes.append(
+                f"⚑ {row.label}: ODE reconstruction failed on seed(s) "
+                f"{', '.join(map(str, seeds))} (values kept)"
+            )
     return notes
 
 
@@ -343,8 +416,9 @@ def floor_band(task: Task, config: Mapping[str, Any]) -> float:
     n_test = config.get("train", {}).get("n_test")
     if task.metric_name != "accuracy" or not isinstance(n_test, int):
         return margin
-    answers = _scored_answers(config["task"], json.dumps(config.get("spec", {}), sort_keys=True),
-                              n_test)
+    answers = _scored_answers(
+        config["task"], json.dumps(config.get("spec", {}), sort_keys=True), n_test
+    )
     floor = cast(float, task.floor)
     return max(margin, FLOOR_SDS * (floor * (1 - floor) / answers) ** 0.5)
 

@@ -92,9 +92,12 @@ def crossover_point(points: Sequence[tuple[float, Comparison]]) -> float | None:
     return star
 
 
-def star_interval(points: Sequence[tuple[float, Comparison]], higher_is_better: bool,
-                  family: Iterable[Comparison] = (),
-                  resamples: int = BOOTSTRAP) -> tuple[float, float] | None:
+def star_interval(
+    points: Sequence[tuple[float, Comparison]],
+    higher_is_better: bool,
+    family: Iterable[Comparison] = (),
+    resamples: int = BOOTSTRAP,
+) -> tuple[float, float] | None:
     """A 95% percentile bootstrap interval, over seeds, of ``p*`` itself
     (`crossover_point`; ``math.inf`` where a resample wins nowhere from some value on).
     The seeds are resampled jointly across the knob (the same seeds see every knob value),
@@ -144,8 +147,14 @@ def _families(judged: Iterable[Comparison]) -> tuple[dict[tuple[Any, ...], float
     return tests, tosts
 
 
-def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray, higher_is_better: bool,
-          others: Mapping[Any, float], tost_others: Mapping[Any, float]) -> np.ndarray:
+def _wins(
+    c: Comparison,
+    seeds: Sequence[int],
+    draws: np.ndarray,
+    higher_is_better: bool,
+    others: Mapping[Any, float],
+    tost_others: Mapping[Any, float],
+) -> np.ndarray:
     """Whether the comparison wins on each resample of ``seeds`` (``draws``: indices), its
     p-values adjusted among the ``others`` of their families."""
     p = c.paired
@@ -160,10 +169,14 @@ def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray, higher_is_bett
             continue
         m, ctl = found[s]
         kind[i], value[i] = (
-            (_FINISHED, m - ctl) if m is not None and ctl is not None
-            else (_FAILED, against) if m is None and ctl is not None
-            else (_CONTROL_FAILED, -against) if ctl is None and m is not None
-            else (_BOTH_FAILED, 0.0))
+            (_FINISHED, m - ctl)
+            if m is not None and ctl is not None
+            else (_FAILED, against)
+            if m is None and ctl is not None
+            else (_CONTROL_FAILED, -against)
+            if ctl is None and m is not None
+            else (_BOTH_FAILED, 0.0)
+        )
     kinds, values = kind[draws], value[draws]
     one_sided = ((kinds == _FAILED) | (kinds == _CONTROL_FAILED)).any(axis=1)
     finished = np.where(kinds == _FINISHED, values, np.nan)
@@ -181,18 +194,17 @@ def _wins(c: Comparison, seeds: Sequence[int], draws: np.ndarray, higher_is_bett
     better = (total != 0) & ((total > 0) == higher_is_better)
     # a label needs MIN_PAIRS finished pairs: a seed drawn twice is one pair, not two
     seen = np.sort(np.where(kinds == _FINISHED, draws, -1), axis=1)
-    distinct = ((seen[:, 1:] != seen[:, :-1]) & (seen[:, 1:] >= 0)).sum(axis=1) + (
-        seen[:, 0] >= 0)
+    distinct = ((seen[:, 1:] != seen[:, :-1]) & (seen[:, 1:] >= 0)).sum(axis=1) + (seen[:, 0] >= 0)
     enough = distinct >= MIN_PAIRS
     wins = enough & better & (holm_at(ps, list(others.values())) < ALPHA)
-    if p.margin is not None and p.tost is not None and c.tost_adjusted is not None and (
-            wins.any()):
+    if p.margin is not None and p.tost is not None and c.tost_adjusted is not None and (wins.any()):
         # equivalence comes first, as in the report: a resample inside the margin is no win
         tost = tost_ps(finished[wins], p.margin)
         exact = ~t[wins]  # the exact TOST where the exact test decides
         tost[exact] = np.maximum(
             sign_flip_ps(rounded(finished[wins][exact], scale) + p.margin, side=1),
-            sign_flip_ps(rounded(finished[wins][exact], scale) - p.margin, side=-1))
+            sign_flip_ps(rounded(finished[wins][exact], scale) - p.margin, side=-1),
+        )
         inside = ~one_sided[wins] & (holm_at(tost, list(tost_others.values())) < ALPHA)
         wins[np.flatnonzero(wins)[inside]] = False
     return wins
@@ -228,8 +240,10 @@ def knob_settings(rows: Sequence[RunResult]) -> dict[str, tuple[Setting, float]]
         spec = config.get("spec", {})
         knob = make_task(config["task"], **spec).knob
         if knob is not None:  # the model width too: a sweep of hops at each of two widths
-            others = (*sorted((k, v) for k, v in spec.items() if k != knob),
-                      ("width", config.get("config", {}).get("width")))
+            others = (
+                *sorted((k, v) for k, v in spec.items() if k != knob),
+                ("width", config.get("config", {}).get("width")),
+            )
             found[row.task] = (config["task"], knob, others, float(spec[knob]))
     values: dict[tuple[str, tuple[tuple[str, Any], ...]], set[float]] = defaultdict(set)
     for family, _, others, value in found.values():
@@ -240,14 +254,16 @@ def knob_settings(rows: Sequence[RunResult]) -> dict[str, tuple[Setting, float]]
         if (family, others) not in swept:
             continue
         # named by what tells it from the family's other swept settings
-        shown = [f"{k}={v}" for k, v in others
-                 if any(dict(o)[k] != v for f, o in swept if f == family)]
+        shown = [
+            f"{k}={v}" for k, v in others if any(dict(o)[k] != v for f, o in swept if f == family)
+        ]
         settings[label] = (Setting(family, knob, ",".join(shown)), value)
     return settings
 
 
-def crossovers(run: Run, comparisons: Iterable[Comparison],
-               family: Iterable[Comparison] = ()) -> list[Crossover]:
+def crossovers(
+    run: Run, comparisons: Iterable[Comparison], family: Iterable[Comparison] = ()
+) -> list[Crossover]:
     """Every comparison of the report on a swept knob's tasks, followed across the knob;
     ``family``: every comparison the report judged, whose tests its p-values were
     adjusted with (the comparisons alone by default)."""
@@ -263,7 +279,16 @@ def crossovers(run: Run, comparisons: Iterable[Comparison],
     for (setting, model, control), points in curves.items():
         ordered = tuple(sorted(points, key=lambda point: point[0]))
         first = ordered[0][1]
-        out.append(Crossover(setting, model, control, first.metric, first.higher_is_better,
-                             ordered, crossover_point(ordered),
-                             star_interval(ordered, first.higher_is_better, family)))
+        out.append(
+            Crossover(
+                setting,
+                model,
+                control,
+                first.metric,
+                first.higher_is_better,
+                ordered,
+                crossover_point(ordered),
+                star_interval(ordered, first.higher_is_better, family),
+            )
+        )
     return sorted(out, key=lambda c: (c.setting.family, c.setting.label, c.model, c.control))

@@ -63,51 +63,121 @@ class Label:
 
 
 #: Every label, in the rule book's order (the order of counts and legends).
-TABLE: dict[str, Label] = {label.name: label for label in (
-    Label(WIN, "the model is better than the control: Holm-adjusted p below the level, in the "
-          "metric's better direction", "beats, with the difference and its 95% CI",
-          "win, the model is better ({delta})", "#009E73", "white", "#00734d", BETTER,
-          tested=True),
-    Label(LOSS, "the model is worse than the control: Holm-adjusted p below the level, in the "
-          "metric's worse direction", "does worse than, with the difference and its 95% CI",
-          "loss, the model is worse ({delta})", "#D55E00", "white", "#b03000", WORSE,
-          tested=True),
-    Label(EQUIVALENT, "the difference lies within the task's margin: the Holm-adjusted TOST p "
-          "is below the level", "equivalent within ±margin", "{equivalence}", "#0072B2",
-          "white", "#005a91", EQUAL, tested=True),
-    Label(INCONCLUSIVE, "neither a difference nor equivalence is shown, or fewer seeds than a "
-          "test needs; not significant is never equal",
-          f"{NO_DIFFERENCE} (detectable ±x), and no word of effect",
-          NO_DIFFERENCE + " ({undetected})", "#DDDDDD", ink="#7a5a00", tested=True),
-    Label(BOTH_SOLVED, "both rows reached the metric's best value on every seed: a ceiling, "
-          "kept out of the adjusted family; no test can tell them apart there",
-          "both solved (a ceiling, no test)", "both solved, both rows at the metric's best "
-          "value on every seed (a ceiling, no test; {n})", "#56B4E9", ink="#555"),
-    Label(AT_FLOOR, "both rows at the task's chance or shortcut level (its floor): no test is "
-          "drawn, outside the adjusted family, and no claim is confirmed or contradicted",
-          "both at floor (no test)", "both at floor, both rows at the task's chance or "
-          "shortcut level (no test; {n})", "#CC79A7", ink="#555"),
-    Label(FAILS, "fewer than 3 seeds finished on both sides because a row failed: the "
-          "failures are the result", "fails k/n, naming the row that failed",
-          "{failed}; too few finished pairs for a test", "#E69F00"),
-    Label(UNEQUAL_TUNING, "the two rows searched different grids (or only one searched): a "
-          "tuned row carries a winner's curse against a fixed one, so no test is drawn",
-          "not tested: the tuning differs", "not tested, the tuning differs", "#FFFFFF",
-          gate=True),
-    Label(UNEQUAL_BUDGET, "the two rows trained on different budgets: no test is drawn",
-          "not tested: the budgets differ", "not tested, the budgets differ", "#FFFFFF",
-          gate=True),
-    Label(UNMATCHED_SIZE, "the two rows' parameter counts are too far apart: no test is drawn",
-          "not tested: the sizes differ", "not tested, the sizes differ", "#FFFFFF",
-          gate=True),
-)}
+TABLE: dict[str, Label] = {
+    label.name: label
+    for label in (
+        Label(
+            WIN,
+            "the model is better than the control: Holm-adjusted p below the level, in the "
+            "metric's better direction",
+            "beats, with the difference and its 95% CI",
+            "win, the model is better ({delta})",
+            "#009E73",
+            "white",
+            "#00734d",
+            BETTER,
+            tested=True,
+        ),
+        Label(
+            LOSS,
+            "the model is worse than the control: Holm-adjusted p below the level, in the "
+            "metric's worse direction",
+            "does worse than, with the difference and its 95% CI",
+            "loss, the model is worse ({delta})",
+            "#D55E00",
+            "white",
+            "#b03000",
+            WORSE,
+            tested=True,
+        ),
+        Label(
+            EQUIVALENT,
+            "the difference lies within the task's margin: the Holm-adjusted TOST p "
+            "is below the level",
+            "equivalent within ±margin",
+            "{equivalence}",
+            "#0072B2",
+            "white",
+            "#005a91",
+            EQUAL,
+            tested=True,
+        ),
+        Label(
+            INCONCLUSIVE,
+            "neither a difference nor equivalence is shown, or fewer seeds than a "
+            "test needs; not significant is never equal",
+            f"{NO_DIFFERENCE} (detectable ±x), and no word of effect",
+            NO_DIFFERENCE + " ({undetected})",
+            "#DDDDDD",
+            ink="#7a5a00",
+            tested=True,
+        ),
+        Label(
+            BOTH_SOLVED,
+            "both rows reached the metric's best value on every seed: a ceiling, "
+            "kept out of the adjusted family; no test can tell them apart there",
+            "both solved (a ceiling, no test)",
+            "both solved, both rows at the metric's best "
+            "value on every seed (a ceiling, no test; {n})",
+            "#56B4E9",
+            ink="#555",
+        ),
+        Label(
+            AT_FLOOR,
+            "both rows at the task's chance or shortcut level (its floor): no test is "
+            "drawn, outside the adjusted family, and no claim is confirmed or contradicted",
+            "both at floor (no test)",
+            "both at floor, both rows at the task's chance or shortcut level (no test; {n})",
+            "#CC79A7",
+            ink="#555",
+        ),
+        Label(
+            FAILS,
+            "fewer than 3 seeds finished on both sides because a row failed: the "
+            "failures are the result",
+            "fails k/n, naming the row that failed",
+            "{failed}; too few finished pairs for a test",
+            "#E69F00",
+        ),
+        Label(
+            UNEQUAL_TUNING,
+            "the two rows searched different grids (or only one searched): a "
+            "tuned row carries a winner's curse against a fixed one, so no test is drawn",
+            "not tested: the tuning differs",
+            "not tested, the tuning differs",
+            "#FFFFFF",
+            gate=True,
+        ),
+        Label(
+            UNEQUAL_BUDGET,
+            "the two rows trained on different budgets: no test is drawn",
+            "not tested: the budgets differ",
+            "not tested, the budgets differ",
+            "#FFFFFF",
+            gate=True,
+        ),
+        Label(
+            UNMATCHED_SIZE,
+            "the two rows' parameter counts are too far apart: no test is drawn",
+            "not tested: the sizes differ",
+            "not tested, the sizes differ",
+            "#FFFFFF",
+            gate=True,
+        ),
+    )
+}
 
 
 def entry(name: str) -> Label:
     """A label's entry; a label the table does not list gets a neutral one that names it
     (a grey cell, a sentence that says the rule book gave it) rather than an error."""
-    return TABLE.get(name) or Label(name, "see the rule book", "its name",
-                                    'labelled "{label}" by the rule book ({delta})', "#BBBBBB")
+    return TABLE.get(name) or Label(
+        name,
+        "see the rule book",
+        "its name",
+        'labelled "{label}" by the rule book ({delta})',
+        "#BBBBBB",
+    )
 
 
 T = TypeVar("T")

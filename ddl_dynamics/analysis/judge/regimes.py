@@ -43,4 +43,3 @@ def depth_determinant(beta: np.ndarray) -> np.ndarray:
 def reflecting_layers(beta: np.ndarray) -> np.ndarray:
     """How many layers of each sample have a negative shortcut eigenvalue (``β > 1``)."""
     return (beta > 1.0).sum(-1)
-

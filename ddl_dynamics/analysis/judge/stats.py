@@ -131,8 +131,7 @@ def tost_p(differences: Sequence[float], margin: float | None) -> float | None:
     return float(tost_ps(np.array([differences], dtype=float).reshape(1, -1), margin)[0])
 
 
-def tost_interval(differences: Sequence[float],
-                  alpha: float = ALPHA) -> tuple[float, float] | None:
+def tost_interval(differences: Sequence[float], alpha: float = ALPHA) -> tuple[float, float] | None:
     """The ``1 − 2·alpha`` t interval (90% at the default) of the mean difference that the
     TOST inverts: `tost_p` is below ``alpha`` exactly when it lies inside the margin.
     A point where the differences do not vary; None below 2 pairs."""
@@ -167,13 +166,18 @@ def sign_flip_ps(values: np.ndarray, side: int = 0) -> np.ndarray:
     observed, n = d.sum(axis=1)[:, None], d.shape[1]
     slack = 1e-9 * np.abs(d).sum(axis=1)[:, None]  # float sums of equal patterns tie
     hits = np.zeros(len(d))
-    for start in range(0, 2 ** n, _PATTERNS):
-        codes = np.arange(start, min(2 ** n, start + _PATTERNS))
+    for start in range(0, 2**n, _PATTERNS):
+        codes = np.arange(start, min(2**n, start + _PATTERNS))
         sums = d @ (1 - 2 * ((codes[:, None] >> np.arange(n)) & 1)).T  # (R, patterns)
-        hit = (np.abs(sums) >= np.abs(observed) - slack if side == 0
-               else sums >= observed - slack if side > 0 else sums <= observed + slack)
+        hit = (
+            np.abs(sums) >= np.abs(observed) - slack
+            if side == 0
+            else sums >= observed - slack
+            if side > 0
+            else sums <= observed + slack
+        )
         hits += hit.sum(axis=1)
-    return hits / 2 ** n
+    return hits / 2**n
 
 
 def sign_flip_p(differences: Sequence[float]) -> float | None:
@@ -265,8 +269,7 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     left None), in their order: the smallest is multiplied by the family's size, the next by
     one less, and so on, each at least the one before and at most 1. A NaN is a bug
     upstream, never a p: it is refused."""
-    if any(p is not None and not (isinstance(p, int | float) and 0 <= p <= 1)
-           for p in pvalues):
+    if any(p is not None and not (isinstance(p, int | float) and 0 <= p <= 1) for p in pvalues):
         raise ValueError(f"holm needs p-values in [0, 1] or None, got {list(pvalues)}")
     drawn = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
     adjusted: list[float | None] = [None] * len(pvalues)
@@ -364,21 +367,28 @@ class Paired:
     tost_floor: float = 1.0
 
     @classmethod
-    def of(cls, model: Mapping[int, float | None], control: Mapping[int, float | None] | float,
-           higher_is_better: bool, margin: float | None = None) -> Paired:
+    def of(
+        cls,
+        model: Mapping[int, float | None],
+        control: Mapping[int, float | None] | float,
+        higher_is_better: bool,
+        margin: float | None = None,
+    ) -> Paired:
         """Pair per-seed values (seed → value, None for a seed that did not finish) with
         the control's, over the seeds both ran."""
         if isinstance(control, Mapping):
             both = sorted(set(model) & set(control))
-            sides: dict[int, tuple[float | None, ...]] = {s: (model[s], control[s])
-                                                          for s in both}
-            only = (tuple(sorted(set(model) - set(control))),
-                    tuple(sorted(set(control) - set(model))))
+            sides: dict[int, tuple[float | None, ...]] = {s: (model[s], control[s]) for s in both}
+            only = (
+                tuple(sorted(set(model) - set(control))),
+                tuple(sorted(set(control) - set(model))),
+            )
         else:
             sides = {s: (v, float(control)) for s, v in sorted(model.items())}
             only = ((), ())
-        sides = {s: tuple(float(v) if finite(v) else None for v in pair)
-                 for s, pair in sides.items()}
+        sides = {
+            s: tuple(float(v) if finite(v) else None for v in pair) for s, pair in sides.items()
+        }
         pairs = tuple((s, m, c) for s, (m, c) in sides.items())
         deciding, test, diffs = decisive(pairs, higher_is_better)
         finished = tuple(s for s, m, c in pairs if m is not None and c is not None)
@@ -388,18 +398,37 @@ class Paired:
         mean, ci = mean_ci(diffs) if diffs else (None, None)
         sd = statistics.stdev(diffs) if len(diffs) > 1 else None
         one_sided = test == SIGNED_RANK
-        p, floor = {PAIRED_T: (paired_t_p, lambda _: 0.0),
-                    SIGN_FLIP: (sign_flip_p, sign_flip_floor),
-                    SIGNED_RANK: (signed_rank_p, signed_rank_floor)}[test]
+        p, floor = {
+            PAIRED_T: (paired_t_p, lambda _: 0.0),
+            SIGN_FLIP: (sign_flip_p, sign_flip_floor),
+            SIGNED_RANK: (signed_rank_p, signed_rank_floor),
+        }[test]
         tost, tost_floor, interval = None, 1.0, None
         if not one_sided and margin is not None:
             exact = test == SIGN_FLIP
             tost = (sign_flip_tost_p if exact else tost_p)(deciding, margin)
             tost_floor = 2.0 ** -len(deciding) if exact else 0.0
             interval = tost_interval(diffs)
-        return cls(finished, tuple(diffs), mean, ci, sd, p(deciding), test, failed,
-                   control_failed, both_failed, margin, tost, float(np.sign(sum(deciding))),
-                   interval, floor(deciding), *only, pairs, tost_floor)
+        return cls(
+            finished,
+            tuple(diffs),
+            mean,
+            ci,
+            sd,
+            p(deciding),
+            test,
+            failed,
+            control_failed,
+            both_failed,
+            margin,
+            tost,
+            float(np.sign(sum(deciding))),
+            interval,
+            floor(deciding),
+            *only,
+            pairs,
+            tost_floor,
+        )
 
     @property
     def n(self) -> int:
@@ -435,8 +464,9 @@ def value_scale(pairs: Sequence[tuple[int, float | None, float | None]]) -> floa
     return max((abs(v) for _, m, c in pairs for v in (m, c) if v is not None), default=0.0)
 
 
-def decisive(pairs: Sequence[tuple[int, float | None, float | None]],
-             higher_is_better: bool) -> tuple[list[float], str, list[float]]:
+def decisive(
+    pairs: Sequence[tuple[int, float | None, float | None]], higher_is_better: bool
+) -> tuple[list[float], str, list[float]]:
     """The values the deciding test reads, its name and the finished differences, from
     ``(seed, model, control)`` pairs: the differences for the t-test (`t_decides`), the
     differences to their rounding unit for the exact sign-flip test, or with a one-sided
@@ -451,6 +481,5 @@ def decisive(pairs: Sequence[tuple[int, float | None, float | None]],
             return diffs, PAIRED_T, diffs
         return [float(d) for d in rounded(diffs, scale)], SIGN_FLIP, diffs
     against = failure_value(diffs, higher_is_better)
-    ranked = [*diffs, *(against for _ in range(failed)),
-              *(-against for _ in range(control_failed))]
+    ranked = [*diffs, *(against for _ in range(failed)), *(-against for _ in range(control_failed))]
     return list(signed_ranks(np.array([ranked]))[0]), SIGNED_RANK, diffs

@@ -102,18 +102,17 @@ def tuning_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     empty where both searched the same grid (the same values of the same fields, in any
     order), or neither searched."""
     grids = [_grid(rows) for rows in (model, control)]
-    as_sets = [{f: sorted(map(json.dumps, values)) for f, values in grid.items()}
-               for grid in grids]
+    as_sets = [{f: sorted(map(json.dumps, values)) for f, values in grid.items()} for grid in grids]
     if as_sets[0] == as_sets[1]:
         return ""
 
     def text(rows: Sequence[RunResult], grid: dict[str, list[Any]]) -> str:
-        searched = "; ".join(f + "=" + "/".join(map(value_text, values))
-                             for f, values in sorted(grid.items()))
+        searched = "; ".join(
+            f + "=" + "/".join(map(value_text, values)) for f, values in sorted(grid.items())
+        )
         return f"{rows[0].model} searched {searched}" if grid else f"{rows[0].model} none"
 
-    return "; ".join(text(rows, grid) for rows, grid in zip((model, control), grids,
-                                                              strict=True))
+    return "; ".join(text(rows, grid) for rows, grid in zip((model, control), grids, strict=True))
 
 
 def _ode(rows: Sequence[RunResult]) -> bool:
@@ -123,8 +122,11 @@ def _ode(rows: Sequence[RunResult]) -> bool:
 
 def _budget(r: RunResult, exempt: set[str]) -> dict[str, Any]:
     """A cell's training fields that set its budget."""
-    return {name: value for name, value in r.config.get("train", {}).items()
-            if name not in exempt and name not in _NOT_BUDGET}
+    return {
+        name: value
+        for name, value in r.config.get("train", {}).items()
+        if name not in exempt and name not in _NOT_BUDGET
+    }
 
 
 def _on_cuda(r: RunResult) -> bool:
@@ -147,17 +149,27 @@ def budget_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
         for name, value in _budget(r, exempt).items():
             settings.setdefault(r.model, {}).setdefault(name, set()).add(json.dumps(value))
     names = sorted({n for s in settings.values() for n in s})
-    differ = [n for n in names
-              if len(set().union(*(s.get(n, {"null"}) for s in settings.values()))) > 1]
+    differ = [
+        n for n in names if len(set().union(*(s.get(n, {"null"}) for s in settings.values()))) > 1
+    ]
     notes = []
     if differ:
-        notes.append("; ".join(
-            f"{label} " + ", ".join(f"{n}={'/'.join(sorted(s.get(n, {'null'})))}" for n in differ)
-            for label, s in settings.items()))
+        notes.append(
+            "; ".join(
+                f"{label} "
+                + ", ".join(f"{n}={'/'.join(sorted(s.get(n, {'null'})))}" for n in differ)
+                for label, s in settings.items()
+            )
+        )
     for label in dict.fromkeys(r.model for r in (*model, *control)):
-        stopped = [r for r in (*model, *control) if r.model == label and r.status in COUNTED
-                   and r.metrics.get("steps") is not None
-                   and r.metrics["steps"] < r.config.get("train", {}).get("steps", 0)]
+        stopped = [
+            r
+            for r in (*model, *control)
+            if r.model == label
+            and r.status in COUNTED
+            and r.metrics.get("steps") is not None
+            and r.metrics["steps"] < r.config.get("train", {}).get("steps", 0)
+        ]
         if stopped:
             steps = ", ".join(str(r.metrics["steps"]) for r in stopped)
             notes.append(f"{label} stopped early on {len(stopped)} seed(s) at {steps} steps")
@@ -168,19 +180,24 @@ def size_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     """Why two rows are not of a size (``"ddl has 18,916 parameters, node 2,628: more than
     10% apart"``), or empty where their parameter counts lie within
     `SIZE_TOLERANCE` of the smaller, whichever row is the control."""
-    ours, theirs = [max((r.params for r in rows if r.params), default=None)
-                    for rows in (model, control)]
-    if (ours is None or theirs is None
-            or abs(ours - theirs) <= SIZE_TOLERANCE * min(ours, theirs)):
+    ours, theirs = [
+        max((r.params for r in rows if r.params), default=None) for rows in (model, control)
+    ]
+    if ours is None or theirs is None or abs(ours - theirs) <= SIZE_TOLERANCE * min(ours, theirs):
         return ""
-    return (f"{model[0].model} has {ours:,} parameters, {control[0].model} "
-            f"{theirs:,}: more than {SIZE_TOLERANCE:.0%} apart")
+    return (
+        f"{model[0].model} has {ours:,} parameters, {control[0].model} "
+        f"{theirs:,}: more than {SIZE_TOLERANCE:.0%} apart"
+    )
 
 
 #: The gates of rules 1–3, in order: the label each closes with, and why it is closed
 #: (empty where it is open).
 GATES: tuple[tuple[str, Callable[[Sequence[RunResult], Sequence[RunResult]], str]], ...] = (
-    (UNEQUAL_TUNING, tuning_gap), (UNEQUAL_BUDGET, budget_gap), (UNMATCHED_SIZE, size_gap))
+    (UNEQUAL_TUNING, tuning_gap),
+    (UNEQUAL_BUDGET, budget_gap),
+    (UNMATCHED_SIZE, size_gap),
+)
 
 
 def requirement(metric: str, requires: float, higher_is_better: bool) -> str:
@@ -193,33 +210,46 @@ def strictest(thresholds: Sequence[float], higher_is_better: bool) -> float:
     return max(thresholds) if higher_is_better else min(thresholds)
 
 
-def unsolved(rows: Sequence[RunResult], requires: float, higher_is_better: bool,
-             metric: str = "metric") -> str:
+def unsolved(
+    rows: Sequence[RunResult], requires: float, higher_is_better: bool, metric: str = "metric"
+) -> str:
     """Why a row has not solved its trained split (``"ddl-lin-bmax1 reached test accuracy
     ≥ 0.99 on 0 of 8 seeds"``), or empty where every seed reached ``requires``: an
     extrapolation is judged only between rows that first fit what they were trained on."""
     values = list(seed_values(rows, "test").values())
-    solved = sum(v is not None and (v >= requires if higher_is_better else v <= requires)
-                 for v in values)
+    solved = sum(
+        v is not None and (v >= requires if higher_is_better else v <= requires) for v in values
+    )
     if values and solved == len(values):
         return ""
-    return (f"{rows[0].model} reached {requirement(metric, requires, higher_is_better)} "
-            f"on {solved} of {len(values)} seeds")
+    return (
+        f"{rows[0].model} reached {requirement(metric, requires, higher_is_better)} "
+        f"on {solved} of {len(values)} seeds"
+    )
 
 
-def both_solved(model: dict[int, float | None], control: dict[int, float | None] | float,
-                metric: str) -> bool:
+def both_solved(
+    model: dict[int, float | None], control: dict[int, float | None] | float, metric: str
+) -> bool:
     """Whether both sides sit at the metric's best value on every seed compared (a ceiling:
     at least `MIN_PAIRS` seeds, none failed)."""
     best = METRIC_BEST.get(metric)
     theirs = control if isinstance(control, dict) else dict.fromkeys(model, control)
     seeds = set(model) & set(theirs)
-    return (best is not None and len(seeds) >= MIN_PAIRS
-            and all(model[s] == best and theirs[s] == best for s in seeds))
+    return (
+        best is not None
+        and len(seeds) >= MIN_PAIRS
+        and all(model[s] == best and theirs[s] == best for s in seeds)
+    )
 
 
-def at_floor(model: dict[int, float | None], control: dict[int, float | None],
-             floor: float | None, tolerance: float, higher_is_better: bool) -> bool:
+def at_floor(
+    model: dict[int, float | None],
+    control: dict[int, float | None],
+    floor: float | None,
+    tolerance: float,
+    higher_is_better: bool,
+) -> bool:
     """Whether both rows sit at or beyond the task's floor, on its bad side, on every seed
     compared (at least `MIN_PAIRS`; within ``tolerance`` above it for a metric better
     higher, below it for one better lower; a seed that failed is at the floor too)."""
@@ -227,12 +257,21 @@ def at_floor(model: dict[int, float | None], control: dict[int, float | None],
     if floor is None or len(seeds) < MIN_PAIRS:
         return False
     bound = floor + tolerance if higher_is_better else floor - tolerance
-    return all(v is None or (v <= bound if higher_is_better else v >= bound)
-               for s in seeds for v in (model[s], control[s]))
+    return all(
+        v is None or (v <= bound if higher_is_better else v >= bound)
+        for s in seeds
+        for v in (model[s], control[s])
+    )
 
 
-def label(paired: Paired, p_adjusted: float | None, tost_adjusted: float | None,
-          higher_is_better: bool, solved: bool = False, floored: bool = False) -> str:
+def label(
+    paired: Paired,
+    p_adjusted: float | None,
+    tost_adjusted: float | None,
+    higher_is_better: bool,
+    solved: bool = False,
+    floored: bool = False,
+) -> str:
     """The label of a drawn test (rules 5 and 6 above)."""
     if paired.n < MIN_PAIRS:
         return FAILS if paired.total > paired.n else INCONCLUSIVE
@@ -264,8 +303,11 @@ def claim_verdict(label_: str, relation: str, significant: bool | None = None) -
 
 
 def _value(r: RunResult, split: str) -> object:
-    return (r.metrics.get(split) if split in ("train", "val", "test")
-            else r.metrics.get("ood", {}).get(split))
+    return (
+        r.metrics.get(split)
+        if split in ("train", "val", "test")
+        else r.metrics.get("ood", {}).get(split)
+    )
 
 
 def seed_values(rows: Sequence[RunResult], split: str = "test") -> dict[int, float | None]:
@@ -287,8 +329,15 @@ def seed_values(rows: Sequence[RunResult], split: str = "test") -> dict[int, flo
 
 def non_finite(rows: Sequence[RunResult], split: str = "test") -> tuple[int, ...]:
     """The finished seeds whose metric on ``split`` is NaN or ∞, counted as failures."""
-    return tuple(sorted(r.seed for r in rows if r.status in COUNTED
-                        and isinstance(v := _value(r, split), int | float) and not finite(v)))
+    return tuple(
+        sorted(
+            r.seed
+            for r in rows
+            if r.status in COUNTED
+            and isinstance(v := _value(r, split), int | float)
+            and not finite(v)
+        )
+    )
 
 
 def flagged(rows: Sequence[RunResult]) -> tuple[int, ...]:

@@ -77,8 +77,14 @@ def point(row: Row) -> WidthPoint | None:
         return None
     cells = row.selected
     finished = [c for c in cells if c.status in COUNTED]
-    return WidthPoint(width, row.task, Estimate.of([c.metrics.get("test") for c in finished]),
-                      len(cells) - len(finished), len(cells), row.chosen_text())
+    return WidthPoint(
+        width,
+        row.task,
+        Estimate.of([c.metrics.get("test") for c in finished]),
+        len(cells) - len(finished),
+        len(cells),
+        row.chosen_text(),
+    )
 
 
 def _setting(run: Run, task: str) -> tuple[str, str] | None:
@@ -106,26 +112,39 @@ def width_panels(run: Run) -> list[WidthPanel]:
                 if (found := point(row)) is not None:
                     by_row[label].append(found)
         widths = [[p.width for p in points] for points in by_row.values()]
-        if any(len(set(w)) < len(w) for w in widths) or not any(len(set(w)) > 1
-                                                                 for w in widths):
+        if any(len(set(w)) < len(w) for w in widths) or not any(len(set(w)) > 1 for w in widths):
             continue
-        panels.append((family, json.loads(spec), {
-            label: tuple(sorted(points, key=lambda p: p.width))
-            for label, points in sorted(by_row.items())}))
+        panels.append(
+            (
+                family,
+                json.loads(spec),
+                {
+                    label: tuple(sorted(points, key=lambda p: p.width))
+                    for label, points in sorted(by_row.items())
+                },
+            )
+        )
     out = []
     for family, fields, rows in panels:
         peers = [s for f, s, _ in panels if f == family]
-        shown = [f"{k}={v}" for k, v in sorted(fields.items())
-                 if any(p.get(k) != v for p in peers)]
+        shown = [f"{k}={v}" for k, v in sorted(fields.items()) if any(p.get(k) != v for p in peers)]
         some = next(iter(rows))
         described = run.rows[rows[some][0].task, some].described
-        out.append(WidthPanel(family, ", ".join(shown), described.get("metric", "metric"),
-                              bool(described.get("higher_is_better", False)), rows))
+        out.append(
+            WidthPanel(
+                family,
+                ", ".join(shown),
+                described.get("metric", "metric"),
+                bool(described.get("higher_is_better", False)),
+                rows,
+            )
+        )
     return out
 
 
-def smallest_solving(points: Sequence[WidthPoint], higher_is_better: bool = True,
-                     solved: float = SOLVED) -> int | None:
+def smallest_solving(
+    points: Sequence[WidthPoint], higher_is_better: bool = True, solved: float = SOLVED
+) -> int | None:
     """The smallest width whose mean test metric reaches ``solved`` (None: none does, or
     the metric is one where lower is better, which has no such mark)."""
     if not higher_is_better:

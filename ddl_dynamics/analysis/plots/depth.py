@@ -11,9 +11,12 @@ from .style import PALETTE, legend_below, model_colors, model_handles, panel_gri
 
 
 @styled
-def phase_portraits(panels: Mapping[str, tuple[np.ndarray, np.ndarray]], task: str,
-                    train_steps: int | None = None,
-                    state_names: Sequence[str] | None = None) -> Figure:
+def phase_portraits(
+    panels: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    task: str,
+    train_steps: int | None = None,
+    state_names: Sequence[str] | None = None,
+) -> Figure:
     """Predicted depth trajectories against the ground truth in the first two coordinates.
 
     Args:
@@ -45,15 +48,24 @@ def phase_portraits(panels: Mapping[str, tuple[np.ndarray, np.ndarray]], task: s
 
 
 @styled
-def depth_profiles(profiles: Mapping[str, Mapping[str, np.ndarray]], ylabel: str,
-                   colors: Mapping[str, str] | None = None) -> Figure:
+def depth_profiles(
+    profiles: Mapping[str, Mapping[str, np.ndarray]],
+    ylabel: str,
+    colors: Mapping[str, str] | None = None,
+) -> Figure:
     """One panel per task: a per-depth quantity (mean over samples) for every model."""
     fig, axes = panel_grid(len(profiles))
     colors = colors or model_colors(profiles)
     for ax, (task, by_model) in zip(axes, profiles.items(), strict=True):
         for model, values in by_model.items():
-            ax.plot(np.arange(len(values)), values, color=colors[model], lw=1.2,
-                    marker="o" if len(values) < 3 else None, ms=4)
+            ax.plot(
+                np.arange(len(values)),
+                values,
+                color=colors[model],
+                lw=1.2,
+                marker="o" if len(values) < 3 else None,
+                ms=4,
+            )
         ax.set(title=task, xlabel="depth step", ylabel=ylabel)
     drawn = {m for by_model in profiles.values() for m in by_model}
     legend_below(fig, model_handles(colors, drawn))

@@ -23,8 +23,10 @@ FARTHEST = 1e3
 
 
 @styled
-def headline(panels: Mapping[str, Mapping[str, Sequence[tuple[float, str]]]],
-             colors: Mapping[str, str] | None = None) -> Figure:
+def headline(
+    panels: Mapping[str, Mapping[str, Sequence[tuple[float, str]]]],
+    colors: Mapping[str, str] | None = None,
+) -> Figure:
     """One panel per question, one line per pair of rows, a dot per task (or knob value).
 
     Args:
@@ -36,16 +38,24 @@ def headline(panels: Mapping[str, Mapping[str, Sequence[tuple[float, str]]]],
     heights = [0.2 * max(len(rows), 1) + 0.55 for rows in panels.values()] or [1.0]
     scale = min(1.0, (MOST_HEIGHT - 0.9) / sum(heights))
     fig = Figure(figsize=(8.0, sum(heights) * scale + 0.9))
-    axes = fig.subplots(len(heights), 1, squeeze=False,
-                        gridspec_kw={"height_ratios": heights})[:, 0]
+    axes = fig.subplots(len(heights), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[
+        :, 0
+    ]
     drawn: set[str] = set()
     for ax, (asked, rows) in zip(axes, panels.items(), strict=False):
         ax.axvspan(-1, 1, color="#0072B2", alpha=0.12, lw=0)
         ax.axvline(0, color="#888888", lw=0.8)
         for y, points in enumerate(rows.values()):
             for x, label in points:
-                ax.plot(max(-FARTHEST, min(FARTHEST, x)), len(rows) - 1 - y, "o", ms=4.5,
-                        color=colors.get(label, "#999999"), mec="#555555", mew=0.3)
+                ax.plot(
+                    max(-FARTHEST, min(FARTHEST, x)),
+                    len(rows) - 1 - y,
+                    "o",
+                    ms=4.5,
+                    color=colors.get(label, "#999999"),
+                    mec="#555555",
+                    mew=0.3,
+                )
                 drawn.add(label)
         ax.set_yticks(range(len(rows)), list(rows)[::-1], fontsize=7)
         ax.set_ylim(-0.7, len(rows) - 0.3)
@@ -54,12 +64,31 @@ def headline(panels: Mapping[str, Mapping[str, Sequence[tuple[float, str]]]],
         ax.set_title(asked, fontsize=8, loc="left", pad=2)
         ax.tick_params(axis="x", labelsize=7)
         ax.grid(axis="y", visible=False)
-    axes[-1].set_xlabel("paired difference in units of the task's margin (shaded: ±1 margin); "
-                        "right: the first row is better", fontsize=7)
-    handles = [Line2D([], [], ls="", marker="o", color=colors.get(label, "#999999"),
-                      mec="#555555", mew=0.3, label=label)
-               for label in colors if label in drawn]
-    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6) or 1,
-               fontsize=7, bbox_to_anchor=(0.5, 1.0))
+    axes[-1].set_xlabel(
+        "paired difference in units of the task's margin (shaded: ±1 margin); "
+        "right: the first row is better",
+        fontsize=7,
+    )
+    handles = [
+        Line2D(
+            [],
+            [],
+            ls="",
+            marker="o",
+            color=colors.get(label, "#999999"),
+            mec="#555555",
+            mew=0.3,
+            label=label,
+        )
+        for label in colors
+        if label in drawn
+    ]
+    fig.legend(
+        handles=handles,
+        loc="upper center",
+        ncol=min(len(handles), 6) or 1,
+        fontsize=7,
+        bbox_to_anchor=(0.5, 1.0),
+    )
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))
     return fig

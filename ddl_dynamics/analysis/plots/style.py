@@ -23,13 +23,26 @@ if TYPE_CHECKING:
 #: Okabe–Ito's colour-blind-safe set and Tol's muted set, ordered so that the first of them
 #: differ in hue (Okabe–Ito's sky blue, close to its blue, comes late; yellow, faint on
 #: white, last).
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#000000", "#882255",
-           "#999933", "#999999", "#56B4E9", "#44AA99", "#F0E442")
+PALETTE = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#000000",
+    "#882255",
+    "#999933",
+    "#999999",
+    "#56B4E9",
+    "#44AA99",
+    "#F0E442",
+)
 #: The range each metric can take: the ends its intervals are clipped to.
 METRIC_RANGE = {"mse": (0.0, np.inf), "accuracy": (0.0, 1.0)}
 #: One colour per gate regime, identity → reflection.
-REGIME_COLORS = dict(zip(REGIMES, ("#BBBBBB", "#56B4E9", "#009E73", "#E69F00", "#D55E00"),
-                         strict=True))
+REGIME_COLORS = dict(
+    zip(REGIMES, ("#BBBBBB", "#56B4E9", "#009E73", "#E69F00", "#D55E00"), strict=True)
+)
 
 _STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": 110,
@@ -66,8 +79,12 @@ def model_colors(panels: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
     return row_colors(m for by_model in panels.values() for m in by_model)
 
 
-def clipped_error(mean: Sequence[float] | float, half: Sequence[float] | float,
-                  low: float = -np.inf, high: float = np.inf) -> np.ndarray:
+def clipped_error(
+    mean: Sequence[float] | float,
+    half: Sequence[float] | float,
+    low: float = -np.inf,
+    high: float = np.inf,
+) -> np.ndarray:
     """``yerr`` of ``errorbar`` for ``mean ± half`` clipped to ``[low, high]``: ``(2, n)``
     distances below and above each mean (a mean outside the range gets none)."""
     means = np.atleast_1d(np.asarray(mean, float))
@@ -95,8 +112,10 @@ def log_ticks(low: float, high: float, most: int = 6) -> list[float]:
     two): every decade, or every few where the data spans many; 1, 3 × …, 1, 2, 5 × …
     where it spans few; the two ends where it spans less than the finest set separates."""
     decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
-    sets = [[s * 10.0**k for k in decades for s in subs if low <= s * 10.0**k <= high]
-            for subs in _LOG_SUBS]
+    sets = [
+        [s * 10.0**k for k in decades for s in subs if low <= s * 10.0**k <= high]
+        for subs in _LOG_SUBS
+    ]
     fits = [t for t in sets if 3 <= len(t) <= most] or [t for t in sets if len(t) >= 2]
     if not fits:
         return [float(_short(low)), float(_short(high))]
@@ -123,15 +142,25 @@ def legend_below(fig: Figure, handles: Sequence, note: str = "") -> None:
     lines = -(-len(handles) // ncol) + (1 if note else 0)
     bottom = min(0.45, (0.2 * lines + 0.12) / fig.get_figheight())
     fig.tight_layout(rect=(0, bottom, 1, 1))
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, bottom), ncol=ncol,
-               fontsize=7, title=note or None, title_fontsize=7)
+    fig.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, bottom),
+        ncol=ncol,
+        fontsize=7,
+        title=note or None,
+        title_fontsize=7,
+    )
 
 
 def model_handles(colors: Mapping[str, str], drawn: Iterable[str]) -> list[Line2D]:
     """Legend entries for the models drawn, in ``colors``'s order."""
     drawn = set(drawn)
-    return [Line2D([], [], color=c, marker="o", ms=4, lw=1.2, label=m)
-            for m, c in colors.items() if m in drawn]
+    return [
+        Line2D([], [], color=c, marker="o", ms=4, lw=1.2, label=m)
+        for m, c in colors.items()
+        if m in drawn
+    ]
 
 
 def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
@@ -145,8 +174,9 @@ def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
     return paths
 
 
-def panel_grid(n: int, width: float = 3.2, height: float = 2.6,
-               cols: int = 4) -> tuple[Figure, list]:
+def panel_grid(
+    n: int, width: float = 3.2, height: float = 2.6, cols: int = 4
+) -> tuple[Figure, list]:
     """A figure of ``n`` panels, ``cols`` to a row, each ``width`` × ``height`` inches;
     returns the figure and its ``n`` visible axes."""
     cols = max(1, min(cols, n))

@@ -15,8 +15,11 @@ from .style import METRIC_RANGE, clipped_error, log_axis, model_colors, panel_gr
 
 
 @styled
-def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[float]]]],
-               metric: Mapping[str, str], colors: Mapping[str, str] | None = None) -> Figure:
+def comparison(
+    tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[float]]]],
+    metric: Mapping[str, str],
+    colors: Mapping[str, str] | None = None,
+) -> Figure:
     """Per task, every model's test metric: each finished seed, and their mean with its
     95% CI, so that a bimodal result (two seeds solved, one not) shows as such.
 
@@ -33,8 +36,9 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
     # At least a page's width in all (a lone panel drew a page image a third wide), and the
     # caption wrapped to it: it set the image's width before.
     cols = min(3, len(tables))
-    fig, axes = panel_grid(len(tables), width=max(3.6, 8.0 / cols), height=1.2 + 0.3 * most,
-                           cols=cols)
+    fig, axes = panel_grid(
+        len(tables), width=max(3.6, 8.0 / cols), height=1.2 + 0.3 * most, cols=cols
+    )
     colors = colors or model_colors(tables)
     for ax, (task, by_model) in zip(axes, tables.items(), strict=True):
         names = list(by_model)
@@ -46,17 +50,32 @@ def comparison(tables: Mapping[str, Mapping[str, tuple[float, float, Sequence[fl
             low = max(low, float(finite.min()) / 2)
         for y, name in enumerate(names):
             mean, half, seeds = by_model[name]
-            ax.scatter(seeds, np.full(len(seeds), y + 0.22), s=12, facecolors="none",
-                       edgecolors=colors[name], linewidths=0.9)
-            ax.errorbar(mean, y, xerr=clipped_error(mean, half, low, high), fmt="o", ms=6,
-                        capsize=3, color=colors[name])
+            ax.scatter(
+                seeds,
+                np.full(len(seeds), y + 0.22),
+                s=12,
+                facecolors="none",
+                edgecolors=colors[name],
+                linewidths=0.9,
+            )
+            ax.errorbar(
+                mean,
+                y,
+                xerr=clipped_error(mean, half, low, high),
+                fmt="o",
+                ms=6,
+                capsize=3,
+                color=colors[name],
+            )
         ax.set_yticks(range(len(names)), names)
         ax.set_ylim(len(names) - 0.5, -0.6)
         ax.set(title=task, xlabel=f"test {metric[task]}")
         if log:
             log_axis(ax, "x", finite)
-    caption = ("filled: mean over finished seeds with 95% CI (none for one seed), cut at the "
-               "metric's range (on a log axis, at half the lowest point); hollow: each seed")
+    caption = (
+        "filled: mean over finished seeds with 95% CI (none for one seed), cut at the "
+        "metric's range (on a log axis, at half the lowest point); hollow: each seed"
+    )
     fig.suptitle(textwrap.fill(caption, int(13 * fig.get_figwidth())), fontsize=8)
     fig.tight_layout()
     return fig
@@ -80,23 +99,52 @@ def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure
             if model in cells[task]:
                 mark, text = cells[task][model]
                 label = entry(mark)
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=label.colour,
-                                       edgecolor="0.8", hatch="///" if label.gate else None,
-                                       lw=0.6))
-                ax.text(j, i, f"{mark}\n{text}", ha="center", va="center", fontsize=6.5,
-                        color=label.text)
+                ax.add_patch(
+                    Rectangle(
+                        (j - 0.5, i - 0.5),
+                        1,
+                        1,
+                        facecolor=label.colour,
+                        edgecolor="0.8",
+                        hatch="///" if label.gate else None,
+                        lw=0.6,
+                    )
+                )
+                ax.text(
+                    j,
+                    i,
+                    f"{mark}\n{text}",
+                    ha="center",
+                    va="center",
+                    fontsize=6.5,
+                    color=label.text,
+                )
     ax.set(xlim=(-0.5, len(models) - 0.5), ylim=(len(tasks) - 0.5, -0.5))
     ax.set_xticks(range(len(models)), models, rotation=35, ha="right")
     ax.set_yticks(range(len(tasks)), tasks)
     ax.grid(False)
     ax.spines[:].set_visible(False)
-    handles = [Patch(facecolor=label.colour, edgecolor="0.6",
-                     hatch="///" if label.gate else None, label=label.name)
-               for label in TABLE.values()]
-    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7,
-               bbox_to_anchor=(0.5, 1.0))
-    fig.suptitle("test metric, model − baseline over paired seeds: mean ± 95% CI; labels on "
-                 "Holm-adjusted p < 0.05 (equivalent: TOST at the task's margin)", fontsize=8,
-                 y=1.06)
+    handles = [
+        Patch(
+            facecolor=label.colour,
+            edgecolor="0.6",
+            hatch="///" if label.gate else None,
+            label=label.name,
+        )
+        for label in TABLE.values()
+    ]
+    fig.legend(
+        handles=handles,
+        loc="upper center",
+        ncol=len(handles),
+        fontsize=7,
+        bbox_to_anchor=(0.5, 1.0),
+    )
+    fig.suptitle(
+        "test metric, model − baseline over paired seeds: mean ± 95% CI; labels on "
+        "Holm-adjusted p < 0.05 (equivalent: TOST at the task's margin)",
+        fontsize=8,
+        y=1.06,
+    )
     fig.tight_layout()
     return fig

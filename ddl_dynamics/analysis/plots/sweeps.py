@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from ...models.operator import REGIME_BOUNDS
 from ..judge.crossover import star_text
-from ..judge.width import SOLVED, WidthPanel, smallest_solving
+from ..judge.width import SOLVED, WidthPanel, WidthPoint, smallest_solving
 from .style import (
     METRIC_RANGE,
     PALETTE,
@@ -26,8 +26,12 @@ from .style import (
 #: One knob value's point of a curve: (knob value, mean, 95% CI half-width; 0 for none).
 Curve = tuple[Sequence[float], Sequence[float], Sequence[float]]
 #: The legend below a sweep's panel.
-_LEGEND: dict[str, Any] = {"fontsize": 7, "loc": "upper center", "bbox_to_anchor": (0.5, -0.16),
-                           "ncol": 2}
+_LEGEND: dict[str, Any] = {
+    "fontsize": 7,
+    "loc": "upper center",
+    "bbox_to_anchor": (0.5, -0.16),
+    "ncol": 2,
+}
 
 
 def _knob_axis(ax, values: Sequence[float], knob: str) -> None:
@@ -41,10 +45,14 @@ def _knob_axis(ax, values: Sequence[float], knob: str) -> None:
 
 
 @styled
-def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]],
-              gates: Mapping[str, Mapping[tuple[str, str], tuple[Curve, Curve]]], knob: str,
-              metric: str, higher_is_better: bool,
-              colors: Mapping[str, str] | None = None) -> Figure:
+def crossover(
+    differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]],
+    gates: Mapping[str, Mapping[tuple[str, str], tuple[Curve, Curve]]],
+    knob: str,
+    metric: str,
+    higher_is_better: bool,
+    colors: Mapping[str, str] | None = None,
+) -> Figure:
     """One row per setting: the paired test-metric difference model − control against the
     knob, with 95% CIs and each curve's crossover in its legend (a dotted line where it
     lies); beside it, where gates were probed, the Delta stacks' gate use against the knob.
@@ -68,40 +76,69 @@ def crossover(differences: Mapping[str, Mapping[str, tuple[Curve, float | None]]
     models = {n: n.split(" − ")[0] for n in names}
     stacks = {m for g in gates.values() for m, _ in g}
     colors = colors or row_colors([*models.values(), *stacks])
-    looks = {n: (colors[models[n]], ("o-", "s--", "^:", "D-.")[
-        [k for k in names if models[k] == models[n]].index(n) % 4]) for n in names}
+    looks = {
+        n: (
+            colors[models[n]],
+            ("o-", "s--", "^:", "D-.")[[k for k in names if models[k] == models[n]].index(n) % 4],
+        )
+        for n in names
+    }
     for row, setting in zip(axes, settings, strict=True):
-        _differences(row[0], setting, differences[setting], looks, knob, metric,
-                     higher_is_better)
+        _differences(row[0], setting, differences[setting], looks, knob, metric, higher_is_better)
         if columns == 2:
             _gate_use(row[1], setting, gates.get(setting, {}), knob, colors)
-    fig.suptitle(f"paired over seeds, mean and 95% CI; {knob}*: the smallest {knob} from which "
-                 "on the model wins (Holm-adjusted p < 0.05) at every larger value", fontsize=8)
+    fig.suptitle(
+        f"paired over seeds, mean and 95% CI; {knob}*: the smallest {knob} from which "
+        "on the model wins (Holm-adjusted p < 0.05) at every larger value",
+        fontsize=8,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.985))
     return fig
 
 
-def _differences(ax: Axes, setting: str, curves: Mapping[str, tuple[Curve, float | None]],
-                 looks: Mapping[str, tuple[str, str]], knob: str, metric: str,
-                 higher_is_better: bool) -> None:
+def _differences(
+    ax: Axes,
+    setting: str,
+    curves: Mapping[str, tuple[Curve, float | None]],
+    looks: Mapping[str, tuple[str, str]],
+    knob: str,
+    metric: str,
+    higher_is_better: bool,
+) -> None:
     """One setting's paired differences against the knob (``looks``: curve → its colour and
     style), each curve's crossover in its legend and dotted where it lies."""
     for name, ((values, mean, half), star) in curves.items():
         color, style = looks[name]
-        ax.errorbar(values, mean, yerr=half, fmt=style, ms=4, lw=1.2, capsize=3, color=color,
-                    label=f"{name}: {star_text(star, knob)}")
+        ax.errorbar(
+            values,
+            mean,
+            yerr=half,
+            fmt=style,
+            ms=4,
+            lw=1.2,
+            capsize=3,
+            color=color,
+            label=f"{name}: {star_text(star, knob)}",
+        )
         if star is not None:
             ax.axvline(star, color=color, lw=0.9, ls=":")
     ax.axhline(0.0, color="black", lw=0.8)
     _knob_axis(ax, [v for (vs, _, _), _ in curves.values() for v in vs], knob)
     better = "above" if higher_is_better else "below"
-    ax.set(title=f"{setting}: model − control ({better} 0: model better)",
-           ylabel=f"Δ test {metric} (mean, 95% CI)")
+    ax.set(
+        title=f"{setting}: model − control ({better} 0: model better)",
+        ylabel=f"Δ test {metric} (mean, 95% CI)",
+    )
     ax.legend(**_LEGEND)
 
 
-def _gate_use(ax: Axes, setting: str, gates: Mapping[tuple[str, str], tuple[Curve, Curve]],
-              knob: str, colors: Mapping[str, str]) -> None:
+def _gate_use(
+    ax: Axes,
+    setting: str,
+    gates: Mapping[tuple[str, str], tuple[Curve, Curve]],
+    knob: str,
+    colors: Mapping[str, str],
+) -> None:
     """One setting's gate use against the knob, at each event and elsewhere, the shares'
     intervals clipped to [0, 1]; the panel hidden where no gates were probed."""
     if not gates:
@@ -109,20 +146,35 @@ def _gate_use(ax: Axes, setting: str, gates: Mapping[tuple[str, str], tuple[Curv
         return
     for (model, regime), pair in gates.items():
         for (values, mean, half), style, where in zip(
-                pair, ("o-", "s--"), ("at its events", "elsewhere"), strict=True):
+            pair, ("o-", "s--"), ("at its events", "elsewhere"), strict=True
+        ):
             if len(values):
-                ax.errorbar(values, mean, yerr=clipped_error(mean, half, 0.0, 1.0), fmt=style,
-                            ms=3.5, lw=1.1, capsize=2, color=colors[model],
-                            label=f"{model}: {regime} {where}")
+                ax.errorbar(
+                    values,
+                    mean,
+                    yerr=clipped_error(mean, half, 0.0, 1.0),
+                    fmt=style,
+                    ms=3.5,
+                    lw=1.1,
+                    capsize=2,
+                    color=colors[model],
+                    label=f"{model}: {regime} {where}",
+                )
     _knob_axis(ax, [v for pair in gates.values() for c in pair for v in c[0]], knob)
-    ax.set(title=f"{setting}: do the gates follow the events?", ylim=(-0.02, 1.02),
-           ylabel="share of gates in the event's regime")
+    ax.set(
+        title=f"{setting}: do the gates follow the events?",
+        ylim=(-0.02, 1.02),
+        ylabel="share of gates in the event's regime",
+    )
     ax.legend(**_LEGEND)
 
 
 @styled
-def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, Sequence[float]]]],
-              model: str, knob: str) -> Figure:
+def hop_gates(
+    settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, Sequence[float]]]],
+    model: str,
+    knob: str,
+) -> Figure:
     """One Delta row on a multi-hop task: per setting, the share of its gates that project at
     the query tokens' sublayers that hop, at their other sublayers, and the share of hops
     its attention looked at, against the knob (mean, 95% CI over seeds); beside it, the mean
@@ -137,34 +189,74 @@ def hop_gates(settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, S
     """
     fig = Figure(figsize=(11.0, 4.2 * len(settings)))
     axes = fig.subplots(len(settings), 2, squeeze=False)
-    styles = {"projecting where it hops": ("o-", PALETTE[2]),
-              "projecting elsewhere": ("s--", PALETTE[7]),
-              "hops its attention looked at": ("^:", PALETTE[0])}
+    styles = {
+        "projecting where it hops": ("o-", PALETTE[2]),
+        "projecting elsewhere": ("s--", PALETTE[7]),
+        "hops its attention looked at": ("^:", PALETTE[0]),
+    }
     for (left, right), (setting, (curves, profile)) in zip(axes, settings.items(), strict=True):
         for name, (values, mean, half) in curves.items():
             if len(values):
                 fmt, color = styles[name]
-                left.errorbar(values, mean, yerr=clipped_error(mean, half, 0.0, 1.0), fmt=fmt,
-                              ms=4, lw=1.2, capsize=3, color=color, label=name)
+                left.errorbar(
+                    values,
+                    mean,
+                    yerr=clipped_error(mean, half, 0.0, 1.0),
+                    fmt=fmt,
+                    ms=4,
+                    lw=1.2,
+                    capsize=3,
+                    color=color,
+                    label=name,
+                )
         _knob_axis(left, [v for values, _, _ in curves.values() for v in values], knob)
-        left.set(title=f"{model} on {setting}: query tokens",
-                 ylabel="share (mean, 95% CI over seeds)", ylim=(-0.02, 1.02))
+        left.set(
+            title=f"{model} on {setting}: query tokens",
+            ylabel="share (mean, 95% CI over seeds)",
+            ylim=(-0.02, 1.02),
+        )
         left.legend(**_LEGEND)
         low, high = REGIME_BOUNDS[1], REGIME_BOUNDS[2]
-        right.axhspan(low, high, color=REGIME_COLORS["projection"], alpha=0.15,
-                      label="projection")
+        right.axhspan(low, high, color=REGIME_COLORS["projection"], alpha=0.15, label="projection")
         for i, (value, betas) in enumerate(sorted(profile.items())):
             layers = np.arange(1, len(betas) + 1)
-            right.plot(layers, betas, "o-", ms=3.5, lw=1.1, color=PALETTE[i % len(PALETTE)],
-                       label=f"{knob} = {value:g}")
-            right.set_xticks(layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}"
-                                      for j in layers], fontsize=7)
-        right.set(title=f"{model} on {setting}: mean gate of every sublayer at query "
-                        "tokens", ylabel="β",
-                  ylim=(0, 2))
+            right.plot(
+                layers,
+                betas,
+                "o-",
+                ms=3.5,
+                lw=1.1,
+                color=PALETTE[i % len(PALETTE)],
+                label=f"{knob} = {value:g}",
+            )
+            right.set_xticks(
+                layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}" for j in layers], fontsize=7
+            )
+        right.set(
+            title=f"{model} on {setting}: mean gate of every sublayer at query tokens",
+            ylabel="β",
+            ylim=(0, 2),
+        )
         right.legend(**_LEGEND)
     fig.tight_layout()
     return fig
+
+
+def _width_legend(
+    label: str, points: Sequence[WidthPoint], star: int | None, solvable: bool
+) -> str:
+    """A row's legend entry: where it reaches `SOLVED` and how many of its seeds failed."""
+    notes = [label]
+    if solvable:
+        notes.append(
+            f"reaches {SOLVED:g} from width {star}"
+            if star is not None
+            else f"reaches {SOLVED:g} at no width"
+        )
+    failed, run = sum(p.failed for p in points), sum(p.run for p in points)
+    if failed:
+        notes.append(f"{failed} of {run} seeds failed")
+    return "; ".join(notes)
 
 
 @styled
@@ -191,20 +283,29 @@ def width_sweep(panels: Sequence[WidthPanel], colors: Mapping[str, str] | None =
             halves = [p.test.ci or 0.0 for p in drawn]
             xs = [p.width * (1 + 0.02 * (i - (len(panel.rows) - 1) / 2)) for p in drawn]
             star = smallest_solving(points, solvable)
-            notes = [label]
-            if solvable:
-                notes.append(f"reaches {SOLVED:g} from width {star}" if star is not None
-                             else f"reaches {SOLVED:g} at no width")
-            failed, run = sum(p.failed for p in points), sum(p.run for p in points)
-            if failed:
-                notes.append(f"{failed} of {run} seeds failed")
-            ax.errorbar(xs, means, yerr=clipped_error(means, halves, low, high), fmt="o-",
-                        ms=4, lw=1.2, capsize=3, color=colors[label],
-                        label="; ".join(notes))
+            ax.errorbar(
+                xs,
+                means,
+                yerr=clipped_error(means, halves, low, high),
+                fmt="o-",
+                ms=4,
+                lw=1.2,
+                capsize=3,
+                color=colors[label],
+                label=_width_legend(label, points, star, solvable),
+            )
             if star is not None:
                 at = next(j for j, p in enumerate(drawn) if p.width == star)
-                ax.plot(xs[at], means[at], "*", ms=13, color=colors[label], mec="black",
-                        mew=0.6, zorder=5)
+                ax.plot(
+                    xs[at],
+                    means[at],
+                    "*",
+                    ms=13,
+                    color=colors[label],
+                    mec="black",
+                    mew=0.6,
+                    zorder=5,
+                )
         if solvable:
             ax.axhline(SOLVED, color="black", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
@@ -212,10 +313,14 @@ def width_sweep(panels: Sequence[WidthPanel], colors: Mapping[str, str] | None =
         ax.minorticks_off()
         if np.isfinite(high):
             ax.set_ylim(low - 0.02 * (high - low), high + 0.02 * (high - low))
-        ax.set(title=panel.title, xlabel="model width",
-               ylabel=f"test {panel.metric} (mean, 95% CI)")
+        ax.set(
+            title=panel.title, xlabel="model width", ylabel=f"test {panel.metric} (mean, 95% CI)"
+        )
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1)
-    fig.suptitle("each row at its chosen grid value; mean over its finished seeds, 95% CI; "
-                 f"star: the smallest width whose mean reaches {SOLVED:g}", fontsize=8)
+    fig.suptitle(
+        "each row at its chosen grid value; mean over its finished seeds, 95% CI; "
+        f"star: the smallest width whose mean reaches {SOLVED:g}",
+        fontsize=8,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig

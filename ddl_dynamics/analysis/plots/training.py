@@ -29,8 +29,16 @@ def _series(ax: Axes, xs: np.ndarray, ys: np.ndarray, color: str) -> None:
     with np.errstate(all="ignore"):
         mean, low, high = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
     if len(xs) < 3:
-        ax.errorbar(xs, mean, yerr=np.stack([mean - low, high - mean]), fmt="o-", ms=4,
-                    lw=1.2, capsize=2, color=color)
+        ax.errorbar(
+            xs,
+            mean,
+            yerr=np.stack([mean - low, high - mean]),
+            fmt="o-",
+            ms=4,
+            lw=1.2,
+            capsize=2,
+            color=color,
+        )
         return
     ax.plot(xs, mean, color=color, lw=1.2)
     if len(ys) > 1:
@@ -45,8 +53,12 @@ def _step_axis(ax: Axes, xs: Iterable[float]) -> None:
 
 
 @styled
-def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric: Mapping[str, str],
-                    x: str = "step", colors: Mapping[str, str] | None = None) -> Figure:
+def training_curves(
+    curves: Mapping[str, Mapping[str, list[np.ndarray]]],
+    metric: Mapping[str, str],
+    x: str = "step",
+    colors: Mapping[str, str] | None = None,
+) -> Figure:
     """Val metric against training step (or cumulative FLOPs), with seed bands, one legend
     for all panels below them; a model with no finite val metric is named under it.
 
@@ -73,8 +85,11 @@ def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric
             drawn.add(model)
             xs_all += xs.tolist()
             ys_all += ys[np.isfinite(ys)].tolist()
-        ax.set(title=task, xlabel="training step" if x == "step" else "training FLOPs",
-               ylabel=f"val {metric[task]}")
+        ax.set(
+            title=task,
+            xlabel="training step" if x == "step" else "training FLOPs",
+            ylabel=f"val {metric[task]}",
+        )
         if metric[task] == "mse" and any(v > 0 for v in ys_all):
             log_axis(ax, "y", ys_all)
         if x == "step":
@@ -88,10 +103,10 @@ def training_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]], metric
     return fig
 
 
-
 @styled
-def nfe_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]],
-               colors: Mapping[str, str] | None = None) -> Figure:
+def nfe_curves(
+    curves: Mapping[str, Mapping[str, list[np.ndarray]]], colors: Mapping[str, str] | None = None
+) -> Figure:
     """ODE function evaluations per forward pass over training, one panel per task; a row
     evaluated once (its curve one point) shows as a marker, the axis from step 0."""
     fig, axes = panel_grid(len(curves))
@@ -108,6 +123,7 @@ def nfe_curves(curves: Mapping[str, Mapping[str, list[np.ndarray]]],
         ax.set(title=task, xlabel="training step", ylabel="NFE per forward pass")
         _step_axis(ax, steps)
         ax.set_ylim(bottom=0)
-    legend_below(fig, model_handles(colors, drawn),
-                 "mean over seeds; band or whiskers: min–max over seeds")
+    legend_below(
+        fig, model_handles(colors, drawn), "mean over seeds; band or whiskers: min–max over seeds"
+    )
     return fig

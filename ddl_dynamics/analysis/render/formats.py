@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..report.build import Report, build_report
+from ..report.build import Report, TaskTable, build_report
 from ..report.text import (
     COMPARISON_NOTE,
     CROSSOVER_NOTE,
@@ -47,29 +47,62 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines + ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
 
 
-def render_markdown(report: Report) -> str:
-    """The report as GitHub-flavoured markdown: what the run is, a summary (labels, matrix,
-    results in words), then the long tables."""
-    exp = report.experiment
-    versions = exp.get("versions", {})
-    machine = exp.get("machine", {})
+def _md_head(report: Report) -> list[str]:
+    """The title, the lead, and where and on what the run ran."""
+    versions = report.experiment.get("versions", {})
+    machine = report.experiment.get("machine", {})
     lines = [f"# Experiment `{report.name}`", "", lead_text(report), ""]
     lines.append(f"Run folder `{report.run_dir}`; cells: {report.cells_text}.")
     if versions:
         lines.append("Software: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
     if machine:
-        lines.append(f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} CPUs"
-                     + (f", {machine['cuda']}" if "cuda" in machine else "") + ".")
-    lines += ["", "## Summary", "",
-              f"{len(report.comparisons)} comparisons, {report.tests} tests: "
-              f"{counts_text(counts(report.comparisons)) or 'none'}.",
-              *(["", f"**{UNTUNED_NOTE}**"] if untuned(report) else []), ""]
+        lines.append(
+            f"Machine: {machine.get('platform')}, {machine.get('cpu_count')} CPUs"
+            + (f", {machine['cuda']}" if "cuda" in machine else "")
+            + "."
+        )
+    return lines
+
+
+def _md_results(table: TaskTable) -> list[str]:
+    """One task's results table, its flags and the cells that did not finish cleanly."""
+    lines = [f"### {table.task} — {table.metric} {direction(table.higher_is_better)}", ""]
+    lines += _md_table(*table_cells(table))
+    lines += [f"\n{note}" for note in flag_notes(table)]
+    if table.problems:
+        lines += ["", "Cells that did not finish cleanly, and splits not run:", ""]
+        lines += [
+            f"- {who(p, lambda m: f'`{m}`')}: **{p.status}** — {_md_escape(p.message)}"
+            for p in table.problems
+        ]
+    return [*lines, ""]
+
+
+def render_markdown(report: Report) -> str:
+    """The report as GitHub-flavoured markdown: what the run is, a summary (labels, matrix,
+    results in words), then the long tables."""
+    lines = _md_head(report)
+    lines += [
+        "",
+        "## Summary",
+        "",
+        f"{len(report.comparisons)} comparisons, {report.tests} tests: "
+        f"{counts_text(counts(report.comparisons)) or 'none'}.",
+        *(["", f"**{UNTUNED_NOTE}**"] if untuned(report) else []),
+        "",
+    ]
     head, rows = matrix_cells(report)
     if rows:
         lines += ["Each model against its baseline:", "", *_md_table(head, rows), ""]
     lines += [f"- {line}" for line in summary_lines(report)]
-    lines += ["", "## Verdicts", "", COMPARISON_NOTE,
-              f"This report draws {report.tests} tests.", ""]
+    lines += [
+        "",
+        "## Verdicts",
+        "",
+        COMPARISON_NOTE,
+        f"This report draws {report.tests} tests.",
+        "",
+    ]
     lines += [*_md_table(*comparison_cells(report)), ""]
     if report.expectations:
         lines += ["## Expectations against the measured seeds", "", EXPECTATION_NOTE, ""]
@@ -78,24 +111,26 @@ def render_markdown(report: Report) -> str:
         lines += ["## Crossover", "", CROSSOVER_NOTE, ""]
         for title, head, rows in crossover_cells(report):
             lines += [f"### {title}", "", *_md_table(head, rows), ""]
-    lines += ["## Results per task", "",
-              TABLE_NOTE, ""]
+    lines += ["## Results per task", "", TABLE_NOTE, ""]
     for table in report.tables:
-        lines += [f"### {table.task} — {table.metric} {direction(table.higher_is_better)}", ""]
-        lines += _md_table(*table_cells(table))
-        lines += [f"\n{note}" for note in flag_notes(table)]
-        if table.problems:
-            lines += ["", "Cells that did not finish cleanly, and splits not run:", ""]
-            lines += [f"- {who(p, lambda m: f'`{m}`')}: **{p.status}** — {_md_escape(p.message)}"
-                      for p in table.problems]
-        lines.append("")
+        lines += _md_results(table)
     if report.regimes:
-        lines += ["## Gate regimes used by the trained Delta stacks (test split)", "",
-                  REGIME_NOTE, ""]
+        lines += [
+            "## Gate regimes used by the trained Delta stacks (test split)",
+            "",
+            REGIME_NOTE,
+            "",
+        ]
         lines += [*_md_table(*regime_cells(report)), ""]
     if report.mixing:
-        lines += ["## Stream mixing of the trained Hyper-Connections stacks", "",
-                  MIXING_NOTE, "", *_md_table(*mixing_cells(report.mixing)), ""]
+        lines += [
+            "## Stream mixing of the trained Hyper-Connections stacks",
+            "",
+            MIXING_NOTE,
+            "",
+            *_md_table(*mixing_cells(report.mixing)),
+            "",
+        ]
     return "\n".join(lines)
 
 

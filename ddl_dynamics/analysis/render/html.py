@@ -72,8 +72,9 @@ def _style() -> str:
     verdict's."""
     inks = [(label.name, label.ink) for label in TABLE.values()]
     inks += [(claim, TABLE[label].ink) for claim, label in _CLAIMS.items()]
-    return _CSS + "".join(f".{_css_class(name)} {{ color: {ink}; font-weight: 600; }}\n"
-                          for name, ink in inks if ink)
+    return _CSS + "".join(
+        f".{_css_class(name)} {{ color: {ink}; font-weight: 600; }}\n" for name, ink in inks if ink
+    )
 
 
 #: The columns of p-values, kept on one line: a p broken inside its digits misreads.
@@ -86,25 +87,30 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], tag: int | None =
     whole = {i for i, h in enumerate(head) if h in P_COLUMNS}
 
     def cell(c: str, column: int) -> str:
-        css = (_css_class(c.split(" (")[0]) if column == tag
-               else "p" if column in whole else "")
+        css = _css_class(c.split(" (")[0]) if column == tag else "p" if column in whole else ""
         attribute = f' class="{css}"' if css else ""
         return f"<td{attribute}>{html.escape(str(c))}</td>"
 
-    th = "".join(f'<th class="p">{html.escape(h)}</th>' if i in whole
-                 else f"<th>{html.escape(h)}</th>" for i, h in enumerate(head))
-    body = "".join("<tr>" + "".join(cell(c, i) for i, c in enumerate(row)) + "</tr>"
-                   for row in rows)
-    return (f'<div class="wide"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody>'
-            "</table></div>")
+    th = "".join(
+        f'<th class="p">{html.escape(h)}</th>' if i in whole else f"<th>{html.escape(h)}</th>"
+        for i, h in enumerate(head)
+    )
+    body = "".join(
+        "<tr>" + "".join(cell(c, i) for i, c in enumerate(row)) + "</tr>" for row in rows
+    )
+    return (
+        f'<div class="wide"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
+    )
 
 
 def _figure(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
-    return (f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
-            f"<figcaption><b>{html.escape(path.stem)}</b>. "
-            f"{html.escape(caption(path.stem))}</figcaption>"
-            "</figure>")
+    return (
+        f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+        f"<figcaption><b>{html.escape(path.stem)}</b>. "
+        f"{html.escape(caption(path.stem))}</figcaption>"
+        "</figure>"
+    )
 
 
 def _section(sections: list[tuple[str, str]], title: str) -> str:
@@ -116,8 +122,9 @@ def _section(sections: list[tuple[str, str]], title: str) -> str:
 
 def _info(rows: Sequence[tuple[str, str]]) -> str:
     """The run-info table: one header cell per row, no empty header row."""
-    body = "".join(f'<tr><th scope="row">{html.escape(k)}</th><td>{html.escape(v)}</td></tr>'
-                   for k, v in rows)
+    body = "".join(
+        f'<tr><th scope="row">{html.escape(k)}</th><td>{html.escape(v)}</td></tr>' for k, v in rows
+    )
     return f'<div class="wide"><table class="info"><tbody>{body}</tbody></table></div>'
 
 
@@ -126,8 +133,10 @@ def _config(text: str) -> str:
     it), folded, and wrapped to the page."""
     if not text.strip():
         return "<p>The run recorded no experiment file.</p>"
-    return ('<details class="config"><summary>Experiment file, as run</summary>'
-            f"<pre>{html.escape(text)}</pre></details>")
+    return (
+        '<details class="config"><summary>Experiment file, as run</summary>'
+        f"<pre>{html.escape(text)}</pre></details>"
+    )
 
 
 def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
@@ -137,18 +146,25 @@ def render_html(report: Report, figures: Sequence[Path] = ()) -> str:
     sections: list[tuple[str, str]] = []  # (anchor, title) of each section, in order
     matrix = [path for path in figures if path.stem == "verdicts"]
     crossover = [path for path in figures if path.stem.startswith("crossover")]
-    parts = [*_summary(report, matrix, sections), *_verdicts(report, crossover, sections),
-             *_results(report, sections)]
+    parts = [
+        *_summary(report, matrix, sections),
+        *_verdicts(report, crossover, sections),
+        *_results(report, sections),
+    ]
     rest = [path for path in figures if path not in matrix + crossover]
     if rest:
         parts += [_section(sections, "Figures"), *(_figure(path) for path in rest)]
-    toc = ('<nav class="toc"><b>Contents</b><ol>'
-           + "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t in sections)
-           + "</ol></nav>")
+    toc = (
+        '<nav class="toc"><b>Contents</b><ol>'
+        + "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t in sections)
+        + "</ol></nav>"
+    )
     body = "\n".join([*_lead(report), toc, *parts])
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>ddl_dynamics — {html.escape(report.name)}</title><style>{_style()}</style>"
-            f"</head><body>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>ddl_dynamics — {html.escape(report.name)}</title><style>{_style()}</style>"
+        f"</head><body>\n{body}\n</body></html>\n"
+    )
 
 
 def _lead(report: Report) -> list[str]:
@@ -156,46 +172,57 @@ def _lead(report: Report) -> list[str]:
     exp = report.experiment
     versions = exp.get("versions", {})
     machine = exp.get("machine", {})
-    return [f"<h1>Experiment <code>{html.escape(report.name)}</code></h1>",
-            f'<p class="lead">{html.escape(lead_text(report))}</p>',
-            _info([
+    return [
+        f"<h1>Experiment <code>{html.escape(report.name)}</code></h1>",
+        f'<p class="lead">{html.escape(lead_text(report))}</p>',
+        _info(
+            [
                 ("run folder", report.run_dir),
                 ("cells", report.cells_text),
                 ("software", ", ".join(f"{k} {v}" for k, v in versions.items())),
                 ("machine", ", ".join(f"{k}: {v}" for k, v in machine.items())),
-                ("started / ended",
-                 f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"),
-            ]), _config(exp.get("config") or "")]
+                ("started / ended", f"{exp.get('started_at', '—')} / {exp.get('ended_at') or '—'}"),
+            ]
+        ),
+        _config(exp.get("config") or ""),
+    ]
 
 
-def _summary(report: Report, matrix: Sequence[Path], sections: list[tuple[str, str]]
-             ) -> list[str]:
+def _summary(report: Report, matrix: Sequence[Path], sections: list[tuple[str, str]]) -> list[str]:
     """The labels counted, the verdict matrix (its figure, else its table), the summary."""
-    parts = [_section(sections, "Summary"),
-             f"<p>{len(report.comparisons)} comparisons, {report.tests} tests: "
-             f"{html.escape(counts_text(counts(report.comparisons)) or 'none')}.</p>"]
+    parts = [
+        _section(sections, "Summary"),
+        f"<p>{len(report.comparisons)} comparisons, {report.tests} tests: "
+        f"{html.escape(counts_text(counts(report.comparisons)) or 'none')}.</p>",
+    ]
     if untuned(report):
         parts.append(f"<p><b>{html.escape(UNTUNED_NOTE)}</b></p>")
     parts += [_figure(path) for path in matrix]
     if not matrix and (cells := matrix_cells(report))[1]:
         parts.append(_table(*cells))
-    parts.append("<ul>" + "".join(f"<li>{_code(line)}</li>" for line in summary_lines(report))
-                 + "</ul>")
+    parts.append(
+        "<ul>" + "".join(f"<li>{_code(line)}</li>" for line in summary_lines(report)) + "</ul>"
+    )
     return parts
 
 
-def _verdicts(report: Report, crossover: Sequence[Path], sections: list[tuple[str, str]]
-              ) -> list[str]:
+def _verdicts(
+    report: Report, crossover: Sequence[Path], sections: list[tuple[str, str]]
+) -> list[str]:
     """The comparisons, the expectations and the crossovers with their figures."""
     head, rows = comparison_cells(report)
-    parts = [_section(sections, "Verdicts"),
-             f"<p>{html.escape(COMPARISON_NOTE)} This report draws {report.tests} tests.</p>",
-             _table(head, rows, tag=head.index("verdict"))]
+    parts = [
+        _section(sections, "Verdicts"),
+        f"<p>{html.escape(COMPARISON_NOTE)} This report draws {report.tests} tests.</p>",
+        _table(head, rows, tag=head.index("verdict")),
+    ]
     if report.expectations:
         head, rows = expectation_cells(report)
-        parts += [_section(sections, "Expectations against the measured seeds"),
-                  f"<p>{html.escape(EXPECTATION_NOTE)}</p>",
-                  _table(head, rows, tag=head.index("verdict"))]
+        parts += [
+            _section(sections, "Expectations against the measured seeds"),
+            f"<p>{html.escape(EXPECTATION_NOTE)}</p>",
+            _table(head, rows, tag=head.index("verdict")),
+        ]
     if report.crossovers:
         parts += [_section(sections, "Crossover"), f"<p>{html.escape(CROSSOVER_NOTE)}</p>"]
         for title, head, rows in crossover_cells(report):
@@ -213,15 +240,24 @@ def _results(report: Report, sections: list[tuple[str, str]]) -> list[str]:
         parts.append(_table(*table_cells(table)))
         parts += [f"<p>{html.escape(note)}</p>" for note in flag_notes(table)]
         if table.problems:
-            items = "".join(f"<li>{html.escape(who(p))}: <b>{html.escape(p.status)}</b> — "
-                            f"{html.escape(p.message)}</li>" for p in table.problems)
+            items = "".join(
+                f"<li>{html.escape(who(p))}: <b>{html.escape(p.status)}</b> — "
+                f"{html.escape(p.message)}</li>"
+                for p in table.problems
+            )
             parts.append(f"<ul>{items}</ul>")
     if report.regimes:
-        parts += [_section(sections, "Gate regimes used by the trained Delta stacks"),
-                  f"<p>{_code(REGIME_NOTE)}</p>", _table(*regime_cells(report))]
+        parts += [
+            _section(sections, "Gate regimes used by the trained Delta stacks"),
+            f"<p>{_code(REGIME_NOTE)}</p>",
+            _table(*regime_cells(report)),
+        ]
     if report.mixing:
-        parts += [_section(sections, "Stream mixing of the trained Hyper-Connections stacks"),
-                  f"<p>{_code(MIXING_NOTE)}</p>", _table(*mixing_cells(report.mixing))]
+        parts += [
+            _section(sections, "Stream mixing of the trained Hyper-Connections stacks"),
+            f"<p>{_code(MIXING_NOTE)}</p>",
+            _table(*mixing_cells(report.mixing)),
+        ]
     return parts
 
 
@@ -237,8 +273,7 @@ def write_html_report(run: str | Path | RunFolder, path: str | Path | None = Non
     run_dir = run.path if isinstance(run, RunFolder) else Path(run)
     path = Path(path) if path is not None else run_dir / "report.html"
     if not writable(path.parent):  # say so before probing and drawing everything
-        raise OSError(f"cannot write {path}: read-only or no permission (give --output "
-                      "elsewhere)")
+        raise OSError(f"cannot write {path}: read-only or no permission (give --output elsewhere)")
     read = load_run(run)
     with drawn_where_possible(run_dir):
         probe_run(read)

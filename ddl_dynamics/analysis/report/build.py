@@ -172,8 +172,11 @@ class Report:
         an unfinished run got."""
         shown = status_text(self.statuses) or "none"
         count = sum(self.statuses.values())
-        text = shown if self.trained == count else (
-            f"{shown} at the chosen grid values, of {self.trained} trained")
+        text = (
+            shown
+            if self.trained == count
+            else (f"{shown} at the chosen grid values, of {self.trained} trained")
+        )
         return f"{text} ({self.progress})" if self.progress else text
 
 
@@ -189,18 +192,29 @@ def build_report(run: Run | RunFolder | str | Path) -> Report:
     requests = _requests(run)
     pending = expectation_requests(run)
     judged = judge(run, [*requests, *(r for _, _, r in pending if isinstance(r, Request))])
-    higher = {task: next(iter(run.task_rows(task).values())).higher_is_better
-              for task in run.tasks}
+    higher = {task: next(iter(run.task_rows(task).values())).higher_is_better for task in run.tasks}
     comparisons = [judged[r.key] for r in requests]
-    drawn = {(c.task, frozenset((c.model, c.control_text)), c.split)  # a mirror is one test
-             for c in judged.values() if c.p_adjusted is not None}
+    drawn = {
+        (c.task, frozenset((c.model, c.control_text)), c.split)  # a mirror is one test
+        for c in judged.values()
+        if c.p_adjusted is not None
+    }
     name = run.experiment.get("name") or run.run_dir.name
-    return Report(name, str(run.run_dir), run.experiment, comparisons,
-                  judge_expectations(pending, judged, higher),
-                  [_table(run, task) for task in run.tasks],
-                  _regimes(run), crossovers(run, comparisons, judged.values()), len(drawn),
-                  sum(len(row.cells) for row in run.rows.values()),
-                  _unfinished(run), _description(run), mixing_rows(run))
+    return Report(
+        name,
+        str(run.run_dir),
+        run.experiment,
+        comparisons,
+        judge_expectations(pending, judged, higher),
+        [_table(run, task) for task in run.tasks],
+        _regimes(run),
+        crossovers(run, comparisons, judged.values()),
+        len(drawn),
+        sum(len(row.cells) for row in run.rows.values()),
+        _unfinished(run),
+        _description(run),
+        mixing_rows(run),
+    )
 
 
 def _description(run: Run) -> str:
@@ -224,12 +238,17 @@ def _requests(run: Run) -> list[Request]:
     requests = []
     for task in run.tasks:
         rows = run.task_rows(task)
-        requests += [Request(task, label, baseline, "baseline") for label in sorted(rows)
-                     if (baseline := run.baseline(task, label)) in rows]
+        requests += [
+            Request(task, label, baseline, "baseline")
+            for label in sorted(rows)
+            if (baseline := run.baseline(task, label)) in rows
+        ]
         metric = next(iter(rows.values())).described.get("metric", "")
-        requests += [Request(task, c.model, c.control, "declared", c.split, c.threshold(metric))
-                     for c in run.comparisons
-                     if c.model in rows and c.control in rows and in_tasks(task, c.tasks)]
+        requests += [
+            Request(task, c.model, c.control, "declared", c.split, c.threshold(metric))
+            for c in run.comparisons
+            if c.model in rows and c.control in rows and in_tasks(task, c.tasks)
+        ]
     return list({r.key: r for r in requests}.values())
 
 
@@ -253,8 +272,15 @@ def _regimes(run: Run) -> list[RegimeRow]:
     rows = []
     for (task, model), chunks in sorted(betas.items()):
         fractions = regime_fractions(np.concatenate(chunks)).mean(0)
-        rows.append(RegimeRow(task, model, dict(zip(REGIMES, map(float, fractions), strict=True)),
-                              REGIMES[int(fractions.argmax())], stated[task]))
+        rows.append(
+            RegimeRow(
+                task,
+                model,
+                dict(zip(REGIMES, map(float, fractions), strict=True)),
+                REGIMES[int(fractions.argmax())],
+                stated[task],
+            )
+        )
     return rows
 
 
@@ -264,8 +290,9 @@ def _table(run: Run, task: str) -> TaskTable:
     every = [c for row in models.values() for c in row.selected]
     described = next(iter(models.values())).described
     splits = sorted({s for r in every for s in r.metrics.get("ood", {})})
-    extras = sorted({e for r in every for e in _extras(r)},
-                    key=lambda e: (e in _ODE_EXTRAS.values(), e))
+    extras = sorted(
+        {e for r in every for e in _extras(r)}, key=lambda e: (e in _ODE_EXTRAS.values(), e)
+    )
     baselines = {label: run.baseline(task, label) for label in models}
     order = sorted(models, key=lambda m: (m not in baselines.values(), m))
     rows, problems = [], []
@@ -278,15 +305,29 @@ def _table(run: Run, task: str) -> TaskTable:
             for split, reason in r.metrics.get("skipped", {}).items():
                 if model not in skipped[split, reason]:
                     skipped[split, reason].append(model)
-    problems += [Problem(", ".join(labels), None, f"{split} not run", reason)
-                 for (split, reason), labels in skipped.items()]
-    return TaskTable(task, described.get("metric", "metric"),
-                     bool(described.get("higher_is_better", False)), splits, extras, rows,
-                     problems)
+    problems += [
+        Problem(", ".join(labels), None, f"{split} not run", reason)
+        for (split, reason), labels in skipped.items()
+    ]
+    return TaskTable(
+        task,
+        described.get("metric", "metric"),
+        bool(described.get("higher_is_better", False)),
+        splits,
+        extras,
+        rows,
+        problems,
+    )
 
 
-def _model_row(row: Row, model: str, baseline: str | None, base: Row | None,
-               splits: Sequence[str], extras: Sequence[str]) -> ModelRow:
+def _model_row(
+    row: Row,
+    model: str,
+    baseline: str | None,
+    base: Row | None,
+    splits: Sequence[str],
+    extras: Sequence[str],
+) -> ModelRow:
     """A row's figures over its shown cells: counts, estimates, size against its baseline's."""
     group = row.selected
     ok = [r for r in group if r.status in COUNTED]
@@ -296,8 +337,10 @@ def _model_row(row: Row, model: str, baseline: str | None, base: Row | None,
         model=model,
         baseline=baseline,
         statuses=dict(Counter(r.status for r in group)),
-        per_seed={r.seed: (r.metrics.get("test", math.nan) if r.status in COUNTED
-                           else r.status) for r in group},
+        per_seed={
+            r.seed: (r.metrics.get("test", math.nan) if r.status in COUNTED else r.status)
+            for r in group
+        },
         test=Estimate.of([r.metrics.get("test") for r in ok]),
         val=Estimate.of([r.metrics.get("val") for r in ok]),
         train=Estimate.of([r.metrics.get("train") for r in ok]),
@@ -319,21 +362,40 @@ def _model_row(row: Row, model: str, baseline: str | None, base: Row | None,
 def _problems(row: Row, model: str) -> list[Problem]:
     """What went wrong in a row: cells that did not count, earlier attempts, seeds from
     different ensembles, an older config left out."""
-    problems = [Problem(model, r.seed, r.status, r.message)
-                for r in row.selected if r.status not in COUNTED]
-    problems += [Problem(model, a.seed, f"{a.status}, then retried",
-                         f"{_attempt_at(row, a)}{a.message or 'no message'} "
-                         f"(attempt of {a.created_at})") for a in row.attempts]
+    problems = [
+        Problem(model, r.seed, r.status, r.message) for r in row.selected if r.status not in COUNTED
+    ]
+    problems += [
+        Problem(
+            model,
+            a.seed,
+            f"{a.status}, then retried",
+            f"{_attempt_at(row, a)}{a.message or 'no message'} (attempt of {a.created_at})",
+        )
+        for a in row.attempts
+    ]
     if row.ensembles:
-        problems.append(Problem(model, None, "seeds trained in different ensembles",
-                                f"in {len(row.ensembles)} ensembles of "
-                                f"{', '.join(map(str, row.ensembles))} cells (a resumed "
-                                "run, or --seeds or --no-vectorize between runs): their "
-                                "last bits differ by the float rounding of folding"))
+        problems.append(
+            Problem(
+                model,
+                None,
+                "seeds trained in different ensembles",
+                f"in {len(row.ensembles)} ensembles of "
+                f"{', '.join(map(str, row.ensembles))} cells (a resumed "
+                "run, or --seeds or --no-vectorize between runs): their "
+                "last bits differ by the float rounding of folding",
+            )
+        )
     if row.older:
-        problems.append(Problem(model, None, "older config left out",
-                                f"{row.older} cell(s) of an earlier version of this row's "
-                                "config are in the store but not in this report"))
+        problems.append(
+            Problem(
+                model,
+                None,
+                "older config left out",
+                f"{row.older} cell(s) of an earlier version of this row's "
+                "config are in the store but not in this report",
+            )
+        )
     return problems
 
 

@@ -54,8 +54,7 @@ def _finished(finished: int, run: int) -> str:
 
 def _per_seed(values: dict[int, float | str]) -> str:
     """Every seed's value in seed order, a failed seed by its status: ``"1, 1, diverged"``."""
-    return ", ".join(v if isinstance(v, str) else _num(v, 3)
-                     for _, v in sorted(values.items()))
+    return ", ".join(v if isinstance(v, str) else _num(v, 3) for _, v in sorted(values.items()))
 
 
 def direction(higher_is_better: bool) -> str:
@@ -95,7 +94,8 @@ COMPARISON_NOTE = (
     "unequal budget: the training configs differ beyond seed and tuned fields, or a seed "
     f"stopped early; unmatched size: parameter counts more than {SIZE_TOLERANCE:.0%} apart: "
     "no test. At every grid value: whether the model's side of the difference holds with "
-    "both rows at each value of the grid.")
+    "both rows at each value of the grid."
+)
 #: How to read the expectations.
 EXPECTATION_NOTE = (
     "Each claim is a comparison of the report, drawn and Holm-adjusted with the others: "
@@ -103,7 +103,8 @@ EXPECTATION_NOTE = (
     "label or by equivalence within the task's margin, otherwise insufficient evidence, "
     "with the reason. Against a number, the one-sample test. A claim on an "
     "out-of-distribution split is judged only where its rows first reached the stated test "
-    "metric on every seed.")
+    "metric on every seed."
+)
 
 
 def _test(paired: Paired) -> str:
@@ -132,9 +133,11 @@ def _tost(c: Comparison) -> str:
     if p is None or p.margin is None or p.tost is None:
         return "—"
     low, high = p.interval or (None, None)
-    return (f"{_p(p.tost)} → {_p(c.tost_adjusted)} (±{_num(p.margin, 2)}; 90% "
-            f"[{_num(low, 2) if low is not None and math.isfinite(low) else '−∞'}, "
-            f"{_num(high, 2) if high is not None and math.isfinite(high) else '∞'}])")
+    return (
+        f"{_p(p.tost)} → {_p(c.tost_adjusted)} (±{_num(p.margin, 2)}; 90% "
+        f"[{_num(low, 2) if low is not None and math.isfinite(low) else '−∞'}, "
+        f"{_num(high, 2) if high is not None and math.isfinite(high) else '∞'}])"
+    )
 
 
 def _grid(c: Comparison) -> str:
@@ -147,83 +150,154 @@ def _grid(c: Comparison) -> str:
     overall = c.paired.better(c.higher_is_better) if c.paired else None
     flips = [text for text, sign in c.grid if sign is not None and sign != overall]
     even = [text for text, sign in c.grid if sign is None]
-    return "; ".join(part for part in (flips and "flips at " + ", ".join(flips),
-                                       even and "no difference at " + ", ".join(even)) if part)
+    return "; ".join(
+        part
+        for part in (
+            flips and "flips at " + ", ".join(flips),
+            even and "no difference at " + ", ".join(even),
+        )
+        if part
+    )
 
 
 def comparison_cells(report: Report) -> tuple[list[str], list[list[str]]]:
     """One row per comparison: the paired difference, its tests and its label."""
-    head = ["task", "model", "control", "chosen", "Δ (model − control)", "p", "p Holm",
-            "TOST p → Holm (margin; 90% interval)", "verdict", "at every grid value",
-            "note"]
+    head = [
+        "task",
+        "model",
+        "control",
+        "chosen",
+        "Δ (model − control)",
+        "p",
+        "p Holm",
+        "TOST p → Holm (margin; 90% interval)",
+        "verdict",
+        "at every grid value",
+        "note",
+    ]
     rows = []
     for c in report.comparisons:
         p = c.paired
         split = "" if c.split == "test" else f", {c.split}"
         chosen = " / ".join(t or "—" for t in (c.chosen, c.control_chosen))
-        rows.append([
-            f"{c.task} ({c.metric} {direction(c.higher_is_better)}{split})", c.model,
-            c.control_text, chosen if chosen != "— / —" else "—",
-            "—" if p is None else signed(p),
-            "—" if p is None or p.p is None else f"{_p(p.p)} ({_test(p)})",
-            _p(c.p_adjusted),
-            _tost(c),
-            _verdict(c), _grid(c), c.note or "—"])
+        rows.append(
+            [
+                f"{c.task} ({c.metric} {direction(c.higher_is_better)}{split})",
+                c.model,
+                c.control_text,
+                chosen if chosen != "— / —" else "—",
+                "—" if p is None else signed(p),
+                "—" if p is None or p.p is None else f"{_p(p.p)} ({_test(p)})",
+                _p(c.p_adjusted),
+                _tost(c),
+                _verdict(c),
+                _grid(c),
+                c.note or "—",
+            ]
+        )
     return head, rows
 
 
 def table_cells(table: TaskTable) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one task's table, shared by the text and HTML renderers."""
     arrow = direction(table.higher_is_better)
-    head = ["model", "n", *(["chosen"] if table.tuned else []), f"test {arrow}", "test per seed",
-            *([f"val {arrow}"] if table.has_val else []), f"train {arrow}",
-            *(f"{s} {arrow}" for s in table.ood_splits), *table.extras,
-            "params (× baseline)", "matmul FLOPs/sample", "NFE fwd/bwd", "time (s)", "status"]
+    head = [
+        "model",
+        "n",
+        *(["chosen"] if table.tuned else []),
+        f"test {arrow}",
+        "test per seed",
+        *([f"val {arrow}"] if table.has_val else []),
+        f"train {arrow}",
+        *(f"{s} {arrow}" for s in table.ood_splits),
+        *table.extras,
+        "params (× baseline)",
+        "matmul FLOPs/sample",
+        "NFE fwd/bwd",
+        "time (s)",
+        "status",
+    ]
     rows = []
     for r in table.rows:
-        nfe = ("—" if r.nfe_forward is None
-               else f"{_num(r.nfe_forward, 3)}/{_num(r.nfe_backward, 3)}")
+        nfe = (
+            "—" if r.nfe_forward is None else f"{_num(r.nfe_forward, 3)}/{_num(r.nfe_backward, 3)}"
+        )
         params = _num(r.params, 6)
         if r.params_ratio is not None:
             params += f" ({r.params_ratio:.2f}×)"
         n = _finished(r.finished, r.run) + (f", {r.retries} retried" if r.retries else "")
-        rows.append([r.model + (" ⚑" if r.flagged else ""), n,
-                     *([r.chosen or "—"] if table.tuned else []), _est(r.test),
-                     _per_seed(r.per_seed), *([_est(r.val)] if table.has_val else []),
-                     _est(r.train), *(_est(r.ood[s]) for s in table.ood_splits),
-                     *(_est(r.extra[e]) for e in table.extras),
-                     params, _num(r.flops, 3), nfe, _num(r.wall_time, 3), status_text(r.statuses)])
+        rows.append(
+            [
+                r.model + (" ⚑" if r.flagged else ""),
+                n,
+                *([r.chosen or "—"] if table.tuned else []),
+                _est(r.test),
+                _per_seed(r.per_seed),
+                *([_est(r.val)] if table.has_val else []),
+                _est(r.train),
+                *(_est(r.ood[s]) for s in table.ood_splits),
+                *(_est(r.extra[e]) for e in table.extras),
+                params,
+                _num(r.flops, 3),
+                nfe,
+                _num(r.wall_time, 3),
+                status_text(r.statuses),
+            ]
+        )
     return head, rows
 
 
 def flag_notes(table: TaskTable) -> list[str]:
     """One line per flagged model: the seeds whose ODE solve failed its reconstruction check."""
-    return [f"⚑ {r.model}: on seed(s) {', '.join(map(str, r.flagged))} the ODE reconstruction "
-            "error (0 → T → 0) exceeded its tolerance: the solver, not only the model, shaped "
-            "the result" for r in table.rows if r.flagged]
+    return [
+        f"⚑ {r.model}: on seed(s) {', '.join(map(str, r.flagged))} the ODE reconstruction "
+        "error (0 → T → 0) exceeded its tolerance: the solver, not only the model, shaped "
+        "the result"
+        for r in table.rows
+        if r.flagged
+    ]
 
 
 def expectation_cells(report: Report) -> tuple[list[str], list[list[str]]]:
     """One row per task expectation: claim, reason, n, difference, p, verdict and why."""
-    head = ["task", "claim", "reason", "model / control", "n", "Δ (model − control)",
-            "p Holm", "verdict", "note"]
+    head = [
+        "task",
+        "claim",
+        "reason",
+        "model / control",
+        "n",
+        "Δ (model − control)",
+        "p Holm",
+        "verdict",
+        "note",
+    ]
     rows = []
     for v in report.expectations:
         p = v.comparison.paired if v.comparison else None
         matched = " / ".join(label for label in (v.model, v.control) if label) or "—"
-        rows.append([f"{v.task} ({direction(v.higher_is_better)})", v.claim,
-                     v.expectation.reason, matched, "—" if p is None else _n(p),
-                     "—" if p is None else signed(p),
-                     "—" if v.comparison is None else _p(v.comparison.p_adjusted),
-                     v.verdict, v.note or "—"])
+        rows.append(
+            [
+                f"{v.task} ({direction(v.higher_is_better)})",
+                v.claim,
+                v.expectation.reason,
+                matched,
+                "—" if p is None else _n(p),
+                "—" if p is None else signed(p),
+                "—" if v.comparison is None else _p(v.comparison.p_adjusted),
+                v.verdict,
+                v.note or "—",
+            ]
+        )
     return head, rows
 
 
 #: What the regime audit pools, said once for every renderer.
-REGIME_NOTE = ("Share of (sample, layer) gates per regime on the test split, pooled over seeds, "
-               "for the stacks with the erase term, `ddl` and `ddl-transformer` (for a "
-               "Transformer a sample is a token and a layer a sublayer); the write-only "
-               "controls are left out, their β only scales a write.")
+REGIME_NOTE = (
+    "Share of (sample, layer) gates per regime on the test split, pooled over seeds, "
+    "for the stacks with the erase term, `ddl` and `ddl-transformer` (for a "
+    "Transformer a sample is a token and a layer a sublayer); the write-only "
+    "controls are left out, their β only scales a write."
+)
 
 
 #: How to read the crossover tables.
@@ -235,7 +309,8 @@ CROSSOVER_NOTE = (
     "larger value in the run (none in range: it does not win at the largest); it reads "
     "adjusted verdicts, so one point that misses significance moves it. Beside it, the 95% "
     "bootstrap interval over seeds of the knob value from which on the mean difference "
-    "favours the model (none: beyond the range).")
+    "favours the model (none: beyond the range)."
+)
 
 
 def crossover_cells(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -246,16 +321,29 @@ def crossover_cells(report: Report) -> list[tuple[str, list[str], list[list[str]
         found = [c for c in report.crossovers if c.setting.family == family]
         first = found[0]
         values = sorted({v for c in found for v, _ in c.points})
-        head = ["setting", "model − control", "crossover", "sign crossover (bootstrap)",
-                *(f"{first.setting.knob} = {v:g}" for v in values)]
+        head = [
+            "setting",
+            "model − control",
+            "crossover",
+            "sign crossover (bootstrap)",
+            *(f"{first.setting.knob} = {v:g}" for v in values),
+        ]
         rows = []
         for c in found:
             at = dict(c.points)
-            rows.append([c.setting.label or "—", f"{c.model} − {c.control}",
-                         star_text(c.star, c.setting.knob), interval_text(c.interval),
-                         *(_point(at[v]) if v in at else "—" for v in values)])
-        title = (f"{family}: test {first.metric} {direction(first.higher_is_better)} "
-                 f"against {first.setting.knob}")
+            rows.append(
+                [
+                    c.setting.label or "—",
+                    f"{c.model} − {c.control}",
+                    star_text(c.star, c.setting.knob),
+                    interval_text(c.interval),
+                    *(_point(at[v]) if v in at else "—" for v in values),
+                ]
+            )
+        title = (
+            f"{family}: test {first.metric} {direction(first.higher_is_better)} "
+            f"against {first.setting.knob}"
+        )
         tables.append((title, head, rows))
     return tables
 
@@ -270,9 +358,16 @@ def regime_cells(report: Report) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in report.regimes:
         share = r.share_stated
-        rows.append([r.task, r.model, *(f"{r.fractions[g]:.0%}" for g in REGIMES), r.dominant,
-                     " / ".join(r.stated) or "(control)",
-                     "—" if share is None else f"{share:.0%}"])
+        rows.append(
+            [
+                r.task,
+                r.model,
+                *(f"{r.fractions[g]:.0%}" for g in REGIMES),
+                r.dominant,
+                " / ".join(r.stated) or "(control)",
+                "—" if share is None else f"{share:.0%}",
+            ]
+        )
     return head, rows
 
 
@@ -285,23 +380,42 @@ MIXING_NOTE = (
     "left it where it started), mean and max over layers and seeds. H_init is I for `hc` but "
     "not for `mhc`: Sinkhorn reads the identity weights as logits and mixes from the start "
     "(e/(e+n−1) on the diagonal, 1/(e+n−1) elsewhere, for n streams). The state-dependent "
-    "term the stacks add to H at every step is not included.")
+    "term the stacks add to H at every step is not included."
+)
 
 
 def mixing_cells(rows: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
     """One row per task × stream-mixing stack (a `MixingRow`, or its JSON dict): how far its
     mixing matrices moved from the identity and from their start."""
-    head = ["task", "model", "streams", "seeds", "‖H − I‖ mean", "‖H − I‖ max",
-            "‖H − H_init‖ mean", "‖H − H_init‖ max", "‖H_init − I‖"]
+    head = [
+        "task",
+        "model",
+        "streams",
+        "seeds",
+        "‖H − I‖ mean",
+        "‖H − I‖ max",
+        "‖H − H_init‖ mean",
+        "‖H − H_init‖ max",
+        "‖H_init − I‖",
+    ]
     keys = ("from_identity", "from_identity_max", "from_start", "from_start_max", "start")
-    return head, [[r["task"], r["model"], str(r["streams"]), str(r["seeds"]),
-                   *(number(r[k], 3) for k in keys)] for r in map(as_record, rows)]
-
+    return head, [
+        [
+            r["task"],
+            r["model"],
+            str(r["streams"]),
+            str(r["seeds"]),
+            *(number(r[k], 3) for k in keys),
+        ]
+        for r in map(as_record, rows)
+    ]
 
 
 #: Where no row searched a grid.
-UNTUNED_NOTE = ("No row was tuned: every row trained at the rates the experiment fixed, not "
-                "each at its own best, so a verdict here may change at another rate.")
+UNTUNED_NOTE = (
+    "No row was tuned: every row trained at the rates the experiment fixed, not "
+    "each at its own best, so a verdict here may change at another rate."
+)
 
 
 def untuned(report: Report) -> bool:
@@ -319,7 +433,8 @@ TABLE_NOTE = (
     "beside it; ↑/↓: higher/lower is better; params × baseline: the ratio to the baseline's "
     "parameter count; matmul FLOPs/sample: forward FLOPs of matmuls, convolutions and "
     "attention as torch's FLOP counter counts them (elementwise work, the Delta update's "
-    "included, is not counted), per sample of one val batch.")
+    "included, is not counted), per sample of one val batch."
+)
 
 
 def matrix_cells(report: Report) -> tuple[list[str], list[list[str]]]:
@@ -329,8 +444,10 @@ def matrix_cells(report: Report) -> tuple[list[str], list[list[str]]]:
     models = list(dict.fromkeys(c.model for c in against))
     labels = {(c.task, c.model): c.label for c in against}
     tasks = list(dict.fromkeys(c.task for c in against))
-    return (["task", *models],
-            [[task, *(labels.get((task, m), "") for m in models)] for task in tasks])
+    return (
+        ["task", *models],
+        [[task, *(labels.get((task, m), "") for m in models)] for task in tasks],
+    )
 
 
 def summary_lines(report: Report) -> list[str]:
@@ -341,8 +458,9 @@ def summary_lines(report: Report) -> list[str]:
     rest = [c for c in report.comparisons if c not in stated]
     lines = [sentence(c) for c in stated]
     if rest:
-        lines.append(f"The other {len(rest)} comparisons: {counts_text(counts(rest))}; see "
-                     "the table below.")
+        lines.append(
+            f"The other {len(rest)} comparisons: {counts_text(counts(rest))}; see the table below."
+        )
     return lines
 
 

@@ -29,6 +29,7 @@ EFFECT_WORDS = ("nothing", "only", "no effect", "adds nothing", "changes nothing
 #: The opening of a sentence that describes without a test (curves, "on every seed").
 DESCRIPTIVE = "Descriptive, not a test"
 
+
 def as_record(comparison: Any) -> Mapping[str, Any]:
     """A `Comparison` (or its JSON dict) as the dict this module reads."""
     return comparison if isinstance(comparison, Mapping) else dataclasses.asdict(comparison)
@@ -48,8 +49,9 @@ def difference(mean: float | None, ci: float | None) -> str:
 
 def _n(paired: Mapping[str, Any]) -> int:
     """Seeds compared, failures included (as `total` counts them)."""
-    return sum(len(paired.get(k) or ()) for k in ("seeds", "failed", "control_failed",
-                                                    "both_failed"))
+    return sum(
+        len(paired.get(k) or ()) for k in ("seeds", "failed", "control_failed", "both_failed")
+    )
 
 
 def seeds_text(paired: Mapping[str, Any]) -> str:
@@ -87,13 +89,16 @@ def equivalence_text(c: Mapping[str, Any]) -> str:
         times = f"{low}×" if low == high else f"{low}–{high}×"
         text = f"equivalent within the absolute floor ±{number(margin, 2)} = {times} the means"
     interval = paired.get("interval")
-    span = (f"90% interval [{interval[0]:+.3g}, {interval[1]:+.3g}]" if interval
-            else "no 90% interval")
+    span = (
+        f"90% interval [{interval[0]:+.3g}, {interval[1]:+.3g}]" if interval else "no 90% interval"
+    )
     text += f" ({span}; mean Δ = {difference(paired.get('mean'), None)}, {seeds_text(paired)})"
     if significant(c):
         better = (paired["mean"] > 0) == bool(c.get("higher_is_better"))
-        text += (f"; yet significantly {'better' if better else 'worse'}, by less than the "
-                 f"margin (Holm p = {number(c['p_adjusted'], 2)})")
+        text += (
+            f"; yet significantly {'better' if better else 'worse'}, by less than the "
+            f"margin (Holm p = {number(c['p_adjusted'], 2)})"
+        )
     return text
 
 
@@ -112,8 +117,10 @@ def subject(c: Mapping[str, Any]) -> str:
     arrow = "↑" if c.get("higher_is_better") else "↓"
     split, asked = c.get("split", "test"), c.get("asked_split") or ""
     instead = f", in place of {asked}" if asked and asked != split else ""
-    return (f"`{c['model']}` against `{control}` on {c['task']} "
-            f"({split} {c.get('metric', 'metric')} {arrow}{instead})")
+    return (
+        f"`{c['model']}` against `{control}` on {c['task']} "
+        f"({split} {c.get('metric', 'metric')} {arrow}{instead})"
+    )
 
 
 def undetected(comparison: Any) -> str:
@@ -133,8 +140,10 @@ def undetected(comparison: Any) -> str:
     if test == PAIRED_T:
         return ""
     if c.get("p_adjusted") is None and floor > 0:  # outside the family (Tarone)
-        return (f"decided by an exact test ({test}), whose p cannot fall below "
-                f"{number(floor, 3)} at this n")
+        return (
+            f"decided by an exact test ({test}), whose p cannot fall below "
+            f"{number(floor, 3)} at this n"
+        )
     return f"decided by an exact test ({test}), which has no detectable size"
 
 
@@ -143,9 +152,11 @@ def failures(comparison: Any) -> list[tuple[str, int]]:
     c = as_record(comparison)
     paired = c.get("paired") or {}
     both = len(paired.get("both_failed") or ())
-    return [(str(side), len(paired.get(key) or ()) + both)
-            for side, key in ((c["model"], "failed"), (c["control"], "control_failed"))
-            if paired.get(key) or both]
+    return [
+        (str(side), len(paired.get(key) or ()) + both)
+        for side, key in ((c["model"], "failed"), (c["control"], "control_failed"))
+        if paired.get(key) or both
+    ]
 
 
 def _delta(c: Mapping[str, Any]) -> str:
@@ -207,8 +218,11 @@ def counts_text(found: Mapping[str, int]) -> str:
 
 def effect_words(text: str) -> list[str]:
     """The lines of ``text`` that put an effect word beside an inconclusive comparison."""
-    return [line for line in text.splitlines() if NO_DIFFERENCE in line.lower()
-            and any(_has_word(line.lower(), w) for w in EFFECT_WORDS)]
+    return [
+        line
+        for line in text.splitlines()
+        if NO_DIFFERENCE in line.lower() and any(_has_word(line.lower(), w) for w in EFFECT_WORDS)
+    ]
 
 
 def _has_word(line: str, word: str) -> bool:
@@ -218,7 +232,8 @@ def _has_word(line: str, word: str) -> bool:
     while start >= 0:
         end = start + len(word)
         if (start == 0 or not _in_word(line[start - 1])) and (
-                end == len(line) or not _in_word(line[end])):
+            end == len(line) or not _in_word(line[end])
+        ):
             return True
         start = line.find(word, start + 1)
     return False
