@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -108,6 +109,7 @@ def _seeds(text: str | None) -> list[int] | None:
 
 def _run(args: argparse.Namespace) -> int:
     from .analysis.render.formats import write_report
+    from .bench.estimate import estimate_lines
     from .experiment.folder import load_task_file
     from .experiment.options import RunOptions, parse_only, parse_seeds
     from .experiment.reader import load_experiment
@@ -122,7 +124,12 @@ def _run(args: argparse.Namespace) -> int:
         load_task_file(task_file)
     config = load_experiment(args.experiment, options)
     if args.dry_run:
-        print("\n".join(plan(config, args.run_dir, args.device, options.only, args.vectorize)))
+        estimate = functools.partial(estimate_lines, jobs=args.jobs)
+        print(
+            "\n".join(
+                plan(config, args.run_dir, args.device, options.only, args.vectorize, estimate)
+            )
+        )
         return 0
     summary = run_experiment(
         config,
@@ -241,7 +248,8 @@ def _run_parser(run: argparse.ArgumentParser) -> None:
         "--dry-run",
         action="store_true",
         help="list the cells and groups that would train (grid, seeds, members "
-        "folded per group) and exit without training",
+        "folded per group) and how long they take here, from a few timed training steps of "
+        "each group, and exit without training",
     )
     _task_file_option(run, "a copy is kept in the run folder")
     run.add_argument("--run-dir", help="the run folder (default runs/<name>)")

@@ -205,6 +205,8 @@ def test_dry_run_lists_groups_and_trains_nothing(tmp_path, capsys):
         "  parity × resnet: 7 steps; lr=0.001/0.003/0.01; 2 seeds; 6 cells in 1 group of 6"
     )
     assert "up to 4 more cells" in out[2] and not run_dir.exists()
+    assert out[3].startswith("estimated training time on idle cores: ")
+    assert "with --jobs 1" in out[3] and "each of the 1 groups timed here" in out[3]
     assert main([*argv, "--set", "tune.extend=0"]) == 0
     store = dd.RunFolder.open(run_dir).store
     assert {(r.task, r.seed, r.metrics["steps"]) for r in store.rows()} == {

@@ -255,11 +255,13 @@ def plan(
     device: str | None = None,
     only: Mapping[str, Sequence[str]] | None = None,
     vectorize: bool = True,
+    estimate: Callable[[list[list[Cell]]], list[str]] | None = None,
 ) -> list[str]:
     """What `run_experiment` would train, in lines, training nothing: the cells and the
     groups that train together, per row (grid, seeds, members folded into one ensemble),
-    those the run folder already holds, and at most how many cells extending the grids
-    (`extensions`) adds."""
+    those the run folder already holds, at most how many cells extending the grids
+    (`extensions`) adds, and ``estimate``'s lines on the groups (the CLI's: how long they
+    take here)."""
     cells = expand_cells(config, device=device, only=only)
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
     stored = (
@@ -303,7 +305,7 @@ def plan(
         if extra
         else ""
     )
-    return [head, *lines, *([tail] if tail else [])]
+    return [head, *lines, *([tail] if tail else []), *(estimate(groups) if estimate else [])]
 
 
 def _warn_beside(store: ResultStore, name: str, cells: Sequence[Cell], run_dir: Path) -> None:
