@@ -49,6 +49,25 @@ MAX_STEPS = 10**8
 MAX_EXAMPLES = 10**7
 MAX_DEPTH = 1000
 MAX_WIDTH = 10**5
+#: What `TrainConfig` checks of each bounded field, read by its check and by the generated
+#: docs: ``positive`` (> 0) or ``non-negative`` (≥ 0), and the most any sane run takes (None:
+#: no bound; `check_limit`). A field left at None is not checked.
+TRAIN_BOUNDS: dict[str, tuple[str, int | None]] = {
+    "steps": ("positive", MAX_STEPS),
+    "batch_size": ("positive", MAX_EXAMPLES),
+    "lr": ("positive", None),
+    "weight_decay": ("non-negative", None),
+    "warmup": ("non-negative", None),
+    "grad_clip": ("non-negative", None),
+    "eval_every": ("positive", None),
+    "n_train": ("positive", MAX_EXAMPLES),
+    "n_test": ("positive", MAX_EXAMPLES),
+    "n_val": ("positive", MAX_EXAMPLES),
+    "max_seconds": ("positive", None),
+    "ode_max_steps": ("positive", MAX_STEPS),
+}
+#: What `TrainConfig` asks of ``device``.
+DEVICE_RULE = "must be 'cpu', 'cuda' or 'cuda:<index>'"
 MAX_PARAMS = 10**9
 #: Sequence length of any split, and tokens of a split's whole data (examples × length).
 MAX_LENGTH = 10**5
@@ -143,35 +162,20 @@ class TrainConfig:
         check_finite(self)
         if self.n_val is None:
             object.__setattr__(self, "n_val", self.n_test)
-        positive = (
-            "steps",
-            "batch_size",
-            "lr",
-            "eval_every",
-            "n_train",
-            "n_test",
-            "n_val",
-            "max_seconds",
-            "ode_max_steps",
-        )
-        for name in positive:
+        for name, (sign, limit) in TRAIN_BOUNDS.items():
             value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
-        for name in ("weight_decay", "warmup", "grad_clip"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
-        check_limit(f"steps = {self.steps}", self.steps, MAX_STEPS)
-        if self.ode_max_steps is not None:
-            check_limit(f"ode_max_steps = {self.ode_max_steps}", self.ode_max_steps, MAX_STEPS)
-        for name in ("batch_size", "n_train", "n_test", "n_val"):
-            check_limit(f"{name} = {getattr(self, name)}", getattr(self, name), MAX_EXAMPLES)
+            if value is None:
+                continue
+            if value < 0 or (sign == "positive" and value == 0):
+                raise ValueError(f"{name} must be {sign}, got {value}")
+            if limit is not None:
+                check_limit(f"{name} = {value}", value, limit)
         try:
             kind = torch.device(self.device).type
         except RuntimeError:  # e.g. "cpu:abc": every cell would fail on it
             kind = None
         if kind not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {self.device!r}")
+            raise ValueError(f"device {DEVICE_RULE}, got {self.device!r}")
 
     @property
     def warmup_steps(self) -> int:
