@@ -244,6 +244,9 @@ class Task(ABC):
     #: The spec field that moves the task from one regime to another (e.g. an event rate),
     #: the x-axis of the crossover figure when an experiment sweeps it; None: no such knob.
     knob: ClassVar[str | None] = None
+    #: Whether each query reads a chain of earlier positions, one per hop, that
+    #: `hop_positions` names: the hop audit then reads the Delta rows' gates there.
+    has_hops: ClassVar[bool] = False
     #: ``(relative, absolute)``: two models whose test metrics differ by less than
     #: ``max(relative · |control's mean|, absolute)`` are practically equal, the margin of
     #: the report's equivalence test. None: 10% of an MSE (at least 1e-4, for values near
@@ -282,6 +285,11 @@ class Task(ABC):
         is well defined. Two rows at it on every seed read "both at floor": no test, and a
         claim on them stays open. A task overrides this property, derived from its spec."""
         return None
+
+    def hop_positions(self, inputs: Tensor) -> Tensor:
+        """Per token ``(n, T, hops)``: at a query, the position each hop reads; −1 at every
+        other token. A task with `has_hops` defines it."""
+        raise NotImplementedError(f"{type(self).__name__} has no hops (has_hops is False)")
 
     @property
     def margin_terms(self) -> tuple[float, float]:

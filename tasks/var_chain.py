@@ -73,6 +73,7 @@ class VarChain(SequenceTask):
     )
     regimes: ClassVar = ("projection",)
     knob: ClassVar = "hops"
+    has_hops: ClassVar = True
     expectations: ClassVar = (
         Expectation(
             Subject("ddl-transformer"),

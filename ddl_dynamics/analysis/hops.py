@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, cast
 
 import numpy as np
 import torch
@@ -78,17 +77,16 @@ def seed_audit(hops: np.ndarray, looks: np.ndarray, beta: np.ndarray) -> dict[st
 
 def auditable(row: RunResult) -> Task | None:
     """The task of a cell the audit reads: a Delta row with the erase term on a sequence
-    task with ``hop_positions`` and a knob; None for any other cell."""
+    task with hops (`Task.has_hops`) and a knob; None for any other cell."""
     if not erases(row) or "task" not in row.config:
         return None
     task = make_task(row.config["task"], **row.config.get("spec", {}))
-    hops = task.kind == "sequence" and task.knob and hasattr(task, "hop_positions")
-    return task if hops else None
+    return task if task.kind == "sequence" and task.knob and task.has_hops else None
 
 
 def hop_audit(run: Run) -> list[HopAudit]:
-    """`HopAudit` of every probed Delta row on a task with ``hop_positions`` and a
-    knob (needs the run's probes, with their tokens and attention)."""
+    """`HopAudit` of every probed Delta row on a task with hops and a knob (needs the
+    run's probes, with their tokens and attention)."""
     probed = []
     for row, arrays in load_probes(run):
         if "test_looks" in arrays and (task := auditable(row)) is not None:
@@ -105,7 +103,7 @@ def hop_audit(run: Run) -> list[HopAudit]:
             raise ValueError(f"task {family!r} has no knob to audit hops along")
         tokens = torch.as_tensor(arrays["test_tokens"])
         beta = arrays["beta"].reshape(*tokens.shape, -1)
-        hops = cast(Any, task).hop_positions(tokens)  # (an auditable task has them)
+        hops = task.hop_positions(tokens)
         audit = seed_audit(hops.numpy(), arrays["test_looks"], beta)
         shown = [
             f"{k}={v}"
