@@ -230,6 +230,7 @@ def test_an_equivalence_with_a_significant_difference_is_not_listed_as_equivalen
         ("hc", "ddl", False, finding.PEERS),
         ("mhc", "hc", False, finding.PEERS),
         ("ddl-product-tied", "ddl-tied", False, finding.PEERS),
+        ("ddl-product-dv1", "ddl-dv1", False, finding.PEERS),
         ("anode", "node", False, finding.DEPTH),
         ("ddl", "resnet", True, finding.BASELINE),
         ("hc", "resnet", True, finding.BASELINE),

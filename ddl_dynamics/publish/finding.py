@@ -20,6 +20,7 @@ never words a group by it.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -79,8 +80,10 @@ def is_delta(name: str) -> bool:
     return name.startswith("ddl")
 
 
-def _untied(name: str) -> str:
-    return name.removesuffix("-tied").replace("-tied-", "-")
+def _bare(name: str) -> str:
+    """A row's family as the question table reads it: without ``-tied`` and a trailing
+    ``-dv<n>`` (the same rule tied, or at a state width)."""
+    return re.sub(r"-dv\d+$", "", name.removesuffix("-tied").replace("-tied-", "-"))
 
 
 def _same_model(a: str, b: str) -> bool:
@@ -101,7 +104,8 @@ def question(model: str, control: str, baseline: bool = False) -> str | None:
     - a row against its ``-bmax1`` twin (β ≤ 1): `BETA`;
     - a ``dv4`` row against a ``-dv1`` row, a ``-repeat`` row or ``transformer-ec``, and
       ``transformer-ec`` against anything: `STATE`;
-    - a peer (`PEER_ROWS`, tied or not) against ``ddl`` or another peer: `PEERS`;
+    - a peer (`PEER_ROWS`, tied or not, at any ``-dv<n>``) against ``ddl`` or another peer:
+      `PEERS`;
     - any comparison with ``node``, ``anode`` or ``gated``: `DEPTH`;
     - anything else: `OTHER`.
     """
@@ -122,7 +126,7 @@ def question(model: str, control: str, baseline: bool = False) -> str | None:
             "dv4" in a and (b.endswith("-dv1") or b.endswith("-repeat"))
         ):
             return STATE
-    sides = {_untied(model), _untied(control)}
+    sides = {_bare(model), _bare(control)}
     if sides & set(PEER_ROWS) and sides <= {*PEER_ROWS, "ddl"}:
         return PEERS
     if sides & set(DEPTH_ROWS):
