@@ -8,198 +8,36 @@ internal error (a bug), reported as one line that says so and names the file hol
 traceback; 130 interrupted. Warnings go to stderr as one line each.
 
 A subcommand's modules (torch, matplotlib) are imported only when it runs, or when its own
-``--help`` lists choices that need them: ``ddl-dyn --help`` imports neither.
+``--help`` lists choices that need them: ``ddl-dyn --help`` imports neither. What each
+subcommand does is in `ddl_dynamics.commands`; here are its arguments and the exit codes.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import functools
-import json
 import os
-import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
+from .commands import bench as _bench
+from .commands import compare as _compare
+from .commands import docs as _docs
+from .commands import load_task_files, plain
+from .commands import models as _models
+from .commands import plot as _plot
+from .commands import publish as _publish
+from .commands import report as _report
+from .commands import run as _run
+from .commands import tasks as _tasks
 from .usage import bad_usage, save_traceback
 
 Command = Callable[[argparse.Namespace], int]
 #: The exit status after a Ctrl-C (128 + SIGINT, as a shell reports it).
 INTERRUPTED = 130
-
-
-def _tasks(args: argparse.Namespace) -> int:
-    from ._registry import first_paragraph
-    from ._task import TASKS, make_task
-
-    _load_task_files(args)
-    if args.name is None:
-        for name, doc in TASKS.describe():
-            print(f"{name:20} {doc}")
-        return 0
-    cls, task = TASKS.get(args.name), make_task(args.name)
-    print(f"{args.name}: {_plain(first_paragraph(cls))}")
-    print(
-        f"kind {task.kind}; metric {task.metric_name} "
-        f"({'higher' if task.higher_is_better else 'lower'} is better); "
-        f"splits {', '.join(task.splits)}" + (f"; knob {task.knob}" if task.knob else "")
-    )
-    if task.regime:
-        print(f"probes: {task.regime}")
-    _print_options(
-        "spec fields (an experiment file sets them in its [[tasks]] entry's spec)",
-        [(f.name, f.type, getattr(task, f.name)) for f in dataclasses.fields(task)],
-        cls,
-    )
-    return 0
-
-
-def _models(args: argparse.Namespace) -> int:
-    from ._registry import first_paragraph
-    from .models.base import MODELS, model_options
-
-    _load_task_files(args)
-    if args.name is None:
-        for name, doc in MODELS.describe():
-            print(f"{name:20} {doc}")
-        return 0
-    factory = MODELS.get(args.name)
-    print(f"{args.name}: {_plain(first_paragraph(factory))}")
-    options = model_options(args.name)
-    _print_options(
-        "options (an experiment file sets them in its [[models]] entry)",
-        [(name, hint, default) for name, (default, hint) in options.items()],
-        factory,
-    )
-    return 0
-
-
-def _plain(text: str) -> str:
-    """Docstring text without its reST markup: ````x```` and ``:role:`x``` read ``x``."""
-    return re.sub(r":\w+:`~?([^`]*)`", r"\1", text).replace("``", "")
-
-
-def _print_options(title: str, options: Sequence[tuple[str, Any, Any]], owner: object) -> None:
-    """One line per option: its name, type and default, then what its documentation says."""
-    from ._registry import option_docs
-
-    docs = option_docs(owner)
-    print(f"{title}:")
-    for name, hint, default in options:
-        kind = hint if isinstance(hint, str) else getattr(hint, "__name__", str(hint or ""))
-        said = f"  {_plain(docs[name])}" if name in docs else ""
-        print(f"  {name} ({kind}) = {default!r}{said}")
-
-
-def _seeds(text: str | None) -> list[int] | None:
-    """``0,1,2`` → ``[0, 1, 2]``; the values are checked with the experiment's seeds."""
-    if text is None:
-        return None
-    try:
-        return [int(s) for s in text.split(",")]
-    except ValueError:
-        raise ValueError(f"--seeds: expected integers like 0,1,2, got {text!r}") from None
-
-
-def _run(args: argparse.Namespace) -> int:
-    from .analysis.render.formats import write_report
-    from .bench.estimate import estimate_lines
-    from .experiment.folder import load_task_file
-    from .experiment.options import RunOptions, parse_only, parse_seeds
-    from .experiment.reader import load_experiment
-    from .experiment.runner import plan, run_experiment
-
-    options = RunOptions(
-        tuple(args.set),
-        None if args.seeds is None else parse_seeds(args.seeds),
-        {} if args.only is None else parse_only(args.only),
-    )
-    for task_file in args.task_file:  # before the experiment names their tasks
-        load_task_file(task_file)
-    config = load_experiment(args.experiment, options)
-    if args.dry_run:
-        estimate = functools.partial(estimate_lines, jobs=args.jobs)
-        print(
-            "\n".join(
-                plan(config, args.run_dir, args.device, options.only, args.vectorize, estimate)
-            )
-        )
-        return 0
-    summary = run_experiment(
-        config,
-        run_dir=args.run_dir,
-        jobs=args.jobs,
-        device=args.device,
-        only=options.only or None,
-        backend=args.backend,
-        task_files=args.task_file,
-        retry_failed=args.retry == "failed",
-        vectorize=args.vectorize,
-        address=args.address,
-    )
-    report = write_report(summary.run_dir)
-    counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items())
-    others = f", {summary.others} by other runs" if summary.others else ""
-    print(
-        f"{summary.name}: {counts} ({summary.ran} trained, {summary.skipped} already done"
-        f"{others}) in {summary.wall_time:.1f} s"
-    )
-    print(f"report: {report}")
-    return 0 if summary.ok else 1
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from .bench.run import bench_output, run_bench
-    from .experiment.options import parse_only
-
-    if args.repeats < 1:
-        raise ValueError(f"--repeats: expected at least 1 timed repeat, got {args.repeats}")
-    path = bench_output(args.run_dir, args.output)
-    results = run_bench(
-        args.parts.split(","),
-        args.experiment,
-        parse_only(args.only) if args.only else None,
-        _seeds(args.seeds),
-        args.repeats,
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1))
-    print(f"\nbench: {path}")
-    return 0
-
-
-def _load_task_files(args: argparse.Namespace) -> None:
-    """``--task-file`` of the listings, report and plot: imported before a run's own kept
-    copies, which are then only imported for what is still missing."""
-    from .experiment.folder import load_task_file
-
-    for task_file in args.task_file:
-        load_task_file(task_file)
-
-
-def _report(args: argparse.Namespace) -> int:
-    from .analysis.render.formats import render
-    from .analysis.render.html import write_html_report
-    from .analysis.report.build import build_report
-    from .experiment.folder import RunFolder
-
-    _load_task_files(args)
-    run = RunFolder.open(args.run_dir, task_files=args.task_files)
-    if args.format == "html":  # figures embedded: probes and plots whatever is missing
-        print(f"report: {write_html_report(run, args.output)}")
-        return 0
-    text = render(build_report(run), args.format)
-    if args.output:
-        Path(args.output).write_text(text)
-    else:
-        print(text)
-    return 0
 
 
 def _tasks_parser(tasks: argparse.ArgumentParser) -> None:
@@ -247,9 +85,8 @@ def _run_parser(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--dry-run",
         action="store_true",
-        help="list the cells and groups that would train (grid, seeds, members "
-        "folded per group) and how long they take here, from a few timed training steps of "
-        "each group, and exit without training",
+        help="list the cells and groups that would train (grid, seeds, members folded "
+        "per group), estimate their training time here, and exit without training",
     )
     _task_file_option(run, "a copy is kept in the run folder")
     run.add_argument("--run-dir", help="the run folder (default runs/<name>)")
@@ -342,7 +179,7 @@ def _plot_parser(plot: argparse.ArgumentParser) -> None:
     plot.formatter_class = argparse.RawDescriptionHelpFormatter
     kinds = {**FIGURE_HELP, "all": "every kind above"}
     plot.epilog = "figure kinds:\n" + "\n".join(
-        f"  {k:13} {_plain(text)}" for k, text in kinds.items()
+        f"  {k:13} {plain(text)}" for k, text in kinds.items()
     )
     plot.add_argument("kind", choices=[*FIGURE_KINDS, "all"], help="the figures to draw (below)")
     plot.add_argument("run_dir", help="the run folder, e.g. runs/quick")
@@ -358,24 +195,6 @@ def _task_file_option(parser: argparse.ArgumentParser, note: str) -> None:
         metavar="FILE",
         help=f"a Python file registering tasks (repeatable; {note})",
     )
-
-
-def _plot(args: argparse.Namespace) -> int:
-    from .analysis.figures import FIGURE_KINDS, make_figures
-
-    _load_task_files(args)
-    kinds = FIGURE_KINDS if args.kind == "all" else (args.kind,)
-    paths = make_figures(args.run_dir, kinds)
-    for path in paths:
-        print(path)
-    if not paths:
-        print(
-            f"ddl-dyn: no figures of kind {args.kind!r}: nothing in {args.run_dir} to draw",
-            file=sys.stderr,
-        )
-    for kind, reason in paths.skipped.items():
-        print(f"ddl-dyn: nothing to draw for {kind}: {reason}", file=sys.stderr)
-    return 0 if paths else 1
 
 
 # --- published results: publish a run, regenerate the docs from them, check a rerun
@@ -429,37 +248,10 @@ def _completion(args: argparse.Namespace) -> int:
     from .completion import script
     from .models.base import list_models
 
-    _load_task_files(args)
+    load_task_files(args)
     names = {"tasks": list_tasks(), "models": list_models()}
     print(script(_parser(every=True), args.shell, "ddl-dyn", names), end="")
     return 0
-
-
-def _publish(args: argparse.Namespace) -> int:
-    from .publish.publish import publish
-
-    out = publish(args.run_dir, args.results, args.name, args.command, args.allow_partial)
-    print(f"published: {out}")
-    return 0
-
-
-def _docs(args: argparse.Namespace) -> int:
-    from .publish.pages import write_docs
-
-    written, removed = write_docs(args.results, args.out)
-    for path in written:
-        print(path)
-    for path in removed:
-        print(f"removed (generated before, no longer): {path}")
-    return 0
-
-
-def _compare(args: argparse.Namespace) -> int:
-    from .publish.reproduce import check
-
-    comparison = check(args.run, args.reference)
-    print("\n".join(comparison.lines()))
-    return 0 if comparison.passed else 1
 
 
 #: The subcommands: name → (help, the function that adds its arguments). Only the one asked

@@ -160,7 +160,7 @@ def test_a_store_of_another_schema_version_is_refused_and_left_alone(tmp_path, f
     path = tmp_path / "results.sqlite"
     if found == "before versions":
         with sqlite3.connect(path) as con:
-            con.executescript(dd.experiment.store._SCHEMA.replace(",\n    cells TEXT", ""))
+            con.executescript(dd.experiment.schema.SCHEMA.replace(",\n    cells TEXT", ""))
         version = 0
     else:
         ResultStore(path).put(result("a"))

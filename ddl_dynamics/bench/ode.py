@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from .._task import TaskData, make_task
+from .._task import Task, TaskData, make_task
 from ..experiment.config import TrainConfig
 from ..experiment.step import training_step
 from ..models.base import join
-from .steps import STEP_TASK, family_step
+from .steps import STEP_TASK, TrainingStep, family_step
 from .timing import median_times, timing
 
 if TYPE_CHECKING:
@@ -47,26 +47,9 @@ def bench_ode(
     with timing(threads, device) as (clock, sync):
         for solver, size in [("torchdiffeq", 1), *(("auto", m) for m in members)]:
             step = family_step(family, task, cfg, size, width, depth, solver=solver)
-            (ensemble,), (batch,), (optimizer,) = step.groups, step.batches, step.optimizers
+            (ensemble,), (batch,) = step.groups, step.batches
             module = cast("NeuralODE", ensemble.module)  # an ODE family: its counters
-            parts: dict[str, list[float]] = {"forward": [], "backward": []}
-            for repeat in range(repeats + 3):
-                module.reset_nfe()
-                marks: list[float] = []
-
-                def forward_done(
-                    losses: list[float], marks: list[float] = marks, size: int = size
-                ) -> list[bool]:
-                    marks.append(clock())  # the losses are read back: the forward is done
-                    return [True] * size
-
-                sync()
-                marks.append(clock())
-                training_step(ensemble, optimizer, task, batch, cfg, keep=forward_done)
-                sync()
-                if repeat >= 3:  # warm-up
-                    parts["forward"].append(marks[1] - marks[0])
-                    parts["backward"].append(clock() - marks[1])
+            parts = _step_parts(step, task, cfg, repeats, clock, sync)
             nfe = (module.nfe_forward[0], module.nfe_backward[0])
             field = _field_evaluation(module, batch, repeats, clock, sync)
             ms = {name: 1e3 * sorted(t)[len(t) // 2] for name, t in parts.items()}
@@ -89,6 +72,40 @@ def bench_ode(
                 }
             )
     return rows
+
+
+def _step_parts(
+    step: TrainingStep,
+    task: Task,
+    cfg: TrainConfig,
+    repeats: int,
+    clock: Callable[[], float],
+    sync: Callable[[], None],
+) -> dict[str, list[float]]:
+    """The seconds of each repeat's forward (to the members' losses, read back) and of the
+    rest of the step, after 3 warm-up steps; the ODE's counters hold the last step's NFE."""
+    (ensemble,), (batch,), (optimizer,) = step.groups, step.batches, step.optimizers
+    module = cast("NeuralODE", ensemble.module)
+    size = ensemble.size
+    parts: dict[str, list[float]] = {"forward": [], "backward": []}
+    for repeat in range(repeats + 3):
+        module.reset_nfe()
+        marks: list[float] = []
+
+        def forward_done(
+            losses: list[float], marks: list[float] = marks, size: int = size
+        ) -> list[bool]:
+            marks.append(clock())  # the losses are read back: the forward is done
+            return [True] * size
+
+        sync()
+        marks.append(clock())
+        training_step(ensemble, optimizer, task, batch, cfg, keep=forward_done)
+        sync()
+        if repeat >= 3:  # warm-up
+            parts["forward"].append(marks[1] - marks[0])
+            parts["backward"].append(clock() - marks[1])
+    return parts
 
 
 def _field_evaluation(

@@ -7,13 +7,15 @@ import dataclasses
 import math
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .._registry import did_you_mean
+from .cells import named_entries, references
 from .config import (
     MAX_GRID,
     TASK_DIMS,
     ConfigError,
+    TaskEntry,
     TrainConfig,
     check_label,
     check_limit,
@@ -22,6 +24,8 @@ from .config import (
     unknown_key,
 )
 from .grid import check_tune
+
+T = TypeVar("T")
 
 
 class Checker:
@@ -65,6 +69,34 @@ class Checker:
             raise self.fail(where, f"expected a label or a list of labels, got {value!r}")
         return tuple(value)
 
+    def known_labels(self, value: Any, where: str, entries: Sequence[Any]) -> tuple[str, ...]:
+        """Labels that must each name one of ``entries``."""
+        labels = self.labels(value, where)
+        known = [e.label for e in entries]
+        for label in labels:
+            if label not in known and "models" not in self.unsure:
+                raise self.fail(
+                    where,
+                    f"no entry labelled {label!r}; labels: "
+                    f"{', '.join(known)}." + did_you_mean(label, known),
+                )
+        return labels
+
+    def task_labels(self, value: Any, where: str, tasks: Sequence[TaskEntry]) -> tuple[str, ...]:
+        """The task entries that labels name: each its own, or every entry of a sweep."""
+        found = []
+        for label in self.labels(value, where):
+            named = named_entries(label, tasks)
+            if not named and "tasks" not in self.unsure:
+                known = references(tasks)
+                raise self.fail(
+                    where,
+                    f"no entry labelled {label!r}; labels: "
+                    f"{', '.join(known)}." + did_you_mean(label, known),
+                )
+            found += named
+        return tuple(dict.fromkeys(found))
+
     def collect(self, check: Callable[..., Any], *args: Any) -> Any:
         """``check(*args)``, or None with its `ConfigError` kept for the end."""
         try:
@@ -72,6 +104,14 @@ class Checker:
         except ConfigError as err:
             self.errors.extend(err.errors)
             return None
+
+    def watched(self, what: str, read: Callable[[], T]) -> T:
+        """``read()``, and ``what`` marked unsure where reading it found an error."""
+        before = len(self.errors)
+        value = read()
+        if len(self.errors) > before:
+            self.unsure.add(what)
+        return value
 
     def each(
         self, check: Callable[..., Any], items: Sequence[Any] | None, section: str, *args: Any
@@ -95,6 +135,12 @@ class Checker:
         if not isinstance(value, list):
             raise self.fail(key, f"expected [[{key}]] entries, got {type(value).__name__}")
         return value
+
+    def entries(self, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+        value = data.get(key)
+        if not isinstance(value, list) or not value:
+            raise self.fail(key, f"expected at least one [[{key}]] entry")
+        return [self.table(v, f"{key}[{i}]") for i, v in enumerate(value)]
 
     def model_table(self, data: Any, where: str, option_names: set[str] | None) -> dict[str, Any]:
         """Keys are checked here against every model in play (and ``match_params``); types
@@ -125,6 +171,15 @@ class Checker:
 
     def tune_table(self, data: Any, where: str) -> dict[str, tuple[Any, ...]]:
         return check_tune(self.table(data, where), where, self.source)
+
+    def extend(self, value: Any) -> int:
+        """``[defaults.tune] extend``: steps a grid may grow past an end, 0 or more."""
+        if type(value) is not int or value < 0:
+            raise self.fail(
+                "defaults.tune.extend",
+                f"expected a number of grid steps ≥ 0 (0: no extension), got {value!r}",
+            )
+        return value
 
     def bounded(self, what: str, sizes: Sequence[int], where: str) -> None:
         """Fail when the product of ``sizes`` (entries or cells per seed) is beyond any sane

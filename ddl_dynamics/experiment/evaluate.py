@@ -4,6 +4,7 @@ val, test and OOD metrics with the ODE checks, and FLOPs counted per sample or p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -92,9 +93,24 @@ def final_metrics(
     if ode:
         metrics["nfe_test"] = float(solver.nfe_forward[0])  # the model alone: one member
         _reconstruction(solver, test, metrics)
+    _score_ood(model, task, cfg.n_test, seed, test.inputs.device, score, metrics)
+    return metrics, "; ".join(notes)
+
+
+def _score_ood(
+    model: nn.Module,
+    task: Task,
+    n: int,
+    seed: int,
+    device: torch.device,
+    score: Callable[[str, TaskData], float | None],
+    metrics: dict[str, Any],
+) -> None:
+    """Each OOD split's metric into ``metrics["ood"]``; a split an untied model cannot run
+    (more steps than its depth) is None, and why in ``metrics["skipped"]``."""
     depth = getattr(model, "depth", None)
     for split in task.ood_splits:
-        split_data = to_device(task.sample(cfg.n_test, seed, split), test.inputs.device)
+        split_data = to_device(task.sample(n, seed, split), device)
         if model.can_extrapolate or split_data.steps == depth:
             metrics["ood"][split] = score(split, split_data)
         else:
@@ -102,7 +118,6 @@ def final_metrics(
             metrics["skipped"][split] = (
                 f"an untied model of depth {depth} cannot run {split_data.steps} steps"
             )
-    return metrics, "; ".join(notes)
 
 
 def _reconstruction(solver: NeuralODE, test: TaskData, metrics: dict[str, Any]) -> None:

@@ -26,14 +26,14 @@ import itertools
 import math
 import tomllib
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, get_args
 
 from .._registry import did_you_mean
 from .._task import TASKS, Metric, list_tasks
 from ..models.base import MODELS, list_models
-from .cells import check_experiment, model_options, named_entries, references
+from .cells import model_options
 from .checker import Checker
 from .config import (
     EXTEND,
@@ -49,6 +49,7 @@ from .config import (
 )
 from .grid import contradictions, spelled, swept_values
 from .options import RunOptions, apply, recorded
+from .preflight import check_experiment
 
 #: The most tables and lists an experiment file nests in one another (it needs about 6).
 MAX_NESTING = 32
@@ -64,7 +65,6 @@ TOP_KEYS = (
     "comparisons",
     "baseline",
 )
-T = TypeVar("T")
 
 
 def load_experiment(path: str | Path, options: RunOptions | None = None) -> ExperimentConfig:
@@ -215,14 +215,6 @@ class _Parser(Checker):
             self.collect(self.model_table, entry.model, f"tasks[{i}].model", names)
         return names
 
-    def watched(self, what: str, read: Callable[[], T]) -> T:
-        """``read()``, and ``what`` marked unsure where reading it found an error."""
-        before = len(self.errors)
-        value = read()
-        if len(self.errors) > before:
-            self.unsure.add(what)
-        return value
-
     def defaults(
         self, defaults: Mapping[str, Any], option_names: set[str] | None
     ) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[Any, ...]], int]:
@@ -254,15 +246,6 @@ class _Parser(Checker):
                             f"duplicate label {label!r}; give each entry its own label",
                         )
                     )
-
-    def extend(self, value: Any) -> int:
-        """``[defaults.tune] extend``: steps a grid may grow past an end, 0 or more."""
-        if type(value) is not int or value < 0:
-            raise self.fail(
-                "defaults.tune.extend",
-                f"expected a number of grid steps ≥ 0 (0: no extension), got {value!r}",
-            )
-        return value
 
     def mirrors(self, comparisons: Sequence[ComparisonSpec]) -> None:
         """A comparison and its mirror (the same rows swapped, on one split) would be drawn
@@ -329,12 +312,6 @@ class _Parser(Checker):
                         f"baselines name each other in a circle: {' → '.join([*chain, label])}",
                     )
                 )
-
-    def entries(self, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
-        value = data.get(key)
-        if not isinstance(value, list) or not value:
-            raise self.fail(key, f"expected at least one [[{key}]] entry")
-        return [self.table(v, f"{key}[{i}]") for i, v in enumerate(value)]
 
     def task_entries(self, data: dict[str, Any], where: str) -> list[TaskEntry]:
         """One ``[[tasks]]`` entry, or one per combination of the spec values it sweeps."""
@@ -419,34 +396,6 @@ class _Parser(Checker):
         )
         self.errors += contradictions(entry.train, entry.tune, where, self.source)
         return entry
-
-    def known_labels(self, value: Any, where: str, entries: Sequence[Any]) -> tuple[str, ...]:
-        """Labels that must each name one of ``entries``."""
-        labels = self.labels(value, where)
-        known = [e.label for e in entries]
-        for label in labels:
-            if label not in known and "models" not in self.unsure:
-                raise self.fail(
-                    where,
-                    f"no entry labelled {label!r}; labels: "
-                    f"{', '.join(known)}." + did_you_mean(label, known),
-                )
-        return labels
-
-    def task_labels(self, value: Any, where: str, tasks: Sequence[TaskEntry]) -> tuple[str, ...]:
-        """The task entries that labels name: each its own, or every entry of a sweep."""
-        found = []
-        for label in self.labels(value, where):
-            named = named_entries(label, tasks)
-            if not named and "tasks" not in self.unsure:
-                known = references(tasks)
-                raise self.fail(
-                    where,
-                    f"no entry labelled {label!r}; labels: "
-                    f"{', '.join(known)}." + did_you_mean(label, known),
-                )
-            found += named
-        return tuple(dict.fromkeys(found))
 
     def override(
         self,

@@ -18,7 +18,7 @@ class RunResult:
         status: ``"ok"``; or a failure of the model on this seed, which never enters a
             mean (``config.COUNTED``): ``"capped"`` (a time or solver cap stopped training or
             the final evaluation; what was reached is kept), ``"diverged"`` (a loss non-finite
-            or above ``train.DIVERGENCE_FACTOR`` × the first step's; scored as it stands)
+            or above ``loop.DIVERGENCE_FACTOR`` × the first step's; scored as it stands)
             or ``"failed"`` (an exception; no metrics).
         metrics: ``metric``/``higher_is_better`` (how to read the numbers), ``train``,
             ``val``, ``test`` (scored once, after training; None only where the model could

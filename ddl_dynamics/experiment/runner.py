@@ -19,23 +19,14 @@ when every selected cell is finished, by it or by the others.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
-import multiprocessing
-import multiprocessing.forkserver
-import os
-import signal
-import sys
 import tempfile
-import threading
 import time
 import warnings
-from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import methodcaller
 from pathlib import Path
@@ -49,21 +40,17 @@ from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, ce
 from .folder import STORE, RunFolder, load_task_file, write_atomically
 from .grid import extensions, grid_value, row_identity, searched, value_text
 from .options import changes
+from .pool import CRASHED, crashed, init_worker, run_pool
 from .progress import Progress
 from .reader import load_experiment
-from .result import STATUSES, RunResult
+from .result import STATUSES
 from .store import ResultStore
 from .threads import torch_threads
-from .train import run_cells, seed_groups, stamp
+from .train import run_cells, seed_groups
 from .trained import Trained
 
-_CRASHED = "the worker process died while training this cell (killed, or out of memory)"
 #: The most cells trained at once: worker processes on one machine.
 MAX_JOBS = 1024
-#: Keeps the resource tracker quiet (as a ``-W`` option it passes on to the tracker): a
-#: worker killed, or this process ended by a signal, leaves the pool's semaphores to it,
-#: which it frees, warning in two lines that ask nothing of the user.
-_QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 
 
 @dataclass(frozen=True)
@@ -113,8 +100,7 @@ def run_experiment(
             task (one CPU, and one GPU for cells on ``cuda``) that gets the task files'
             contents and returns rows and weights, so workers need no shared disk.
         task_files: user task files; a copy of each is kept in the run folder (see
-            `keep_task_files`) and imported here and in every
-            worker.
+            `keep_task_files`) and imported here and in every worker.
         retry_failed: also train again the cells that ended ``"diverged"`` or
             ``"capped"`` (``"failed"`` cells always run again); only ``"ok"`` is kept.
         vectorize: train the seeds of a cell together where its model folds; otherwise
@@ -124,27 +110,14 @@ def run_experiment(
     """
     start = time.perf_counter()
     _check_backend(backend, jobs, address)
-    for task_file in task_files:  # before the experiment names their tasks
-        load_task_file(task_file)
-    config = (
-        config_or_path
-        if isinstance(config_or_path, ExperimentConfig)
-        else load_experiment(config_or_path)
-    )
+    config = _configured(config_or_path, task_files)
     cells = expand_cells(config, seeds=seeds, device=device, only=only)
     _check_devices(cells, backend, address)
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
     folder = RunFolder.open(run_dir, "w")  # the one store of this run: all goes through it
     kept = folder.keep_task_files(task_files)
-    workers = _Workers(
-        [str((run_dir / record["copy"]).resolve()) for record in kept],
-        jobs,
-        backend,
-        address,
-        retry_failed,
-        vectorize,
-        progress,
-    )
+    copies = [str((run_dir / record["copy"]).resolve()) for record in kept]
+    workers = _Workers(copies, jobs, backend, address, retry_failed, vectorize, progress)
     text = config.text or json.dumps(dataclasses.asdict(config), default=str, indent=1)
     _warn_beside(folder.store, config.name, cells, run_dir)
     run_id = folder.store.start_run(config.name, text, kept, [cell.key for cell in cells])
@@ -160,6 +133,17 @@ def run_experiment(
         time.perf_counter() - start,
         others,
     )
+
+
+def _configured(
+    config_or_path: ExperimentConfig | str | Path, task_files: Sequence[str | Path]
+) -> ExperimentConfig:
+    """The experiment, read from its file if given one, after the task files it may name."""
+    for task_file in task_files:
+        load_task_file(task_file)
+    if isinstance(config_or_path, ExperimentConfig):
+        return config_or_path
+    return load_experiment(config_or_path)
 
 
 def _check_backend(backend: str, jobs: int, address: str | None) -> None:
@@ -245,7 +229,7 @@ class _Workers:
                     while group := queue.take(block=True):
                         finished(run_cells(group))
             else:
-                _run_pool(queue, self.copies, self.jobs, finished)
+                run_pool(queue, self.copies, self.jobs, finished)
         return queue
 
 
@@ -348,165 +332,6 @@ def _place(config: Mapping[str, Any], task: str, label: str, seed: int) -> str:
     return json.dumps([task, label, seed, fields, list(grid_value(config, fields))])
 
 
-def _init_worker(task_files: Sequence[str]) -> None:
-    """Set up a worker: Ctrl-C ignored, one torch thread, the run's task files, and an exit
-    when the run's process dies (an idle worker would otherwise wait forever, keeping the
-    forkserver and the resource tracker alive too)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's to handle
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
-    torch.set_num_threads(1)
-    for task_file in task_files:
-        load_task_file(task_file)
-
-
-def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
-    parent.join()  # returns when the parent process is gone
-    os._exit(1)
-
-
-def _crashed(group: Sequence[Cell], message: str = _CRASHED) -> list[Trained]:
-    return [Trained(stamp(RunResult(status="failed", message=message), cell)) for cell in group]
-
-
-def _run_pool(
-    queue: CellQueue,
-    task_files: Sequence[str],
-    jobs: int,
-    finished: Callable[[Sequence[Trained]], None],
-) -> None:
-    """Train the queue's groups in worker processes, at most ``jobs`` at a time.
-
-    When a worker dies the pool breaks and every group in flight is interrupted. Those
-    groups are suspects: each reruns alone in a one-worker pool, and one that dies alone
-    is recorded as failed.
-    """
-    suspects = deque[list[Cell]]()
-    try:
-        context = _context()
-    except KeyboardInterrupt:
-        _stop_server()
-        raise
-    while True:
-        alone = bool(suspects)
-        running: dict[Future[list[Trained]], list[Cell]] = {}
-        with ProcessPoolExecutor(
-            1 if alone else jobs,
-            mp_context=context,
-            initializer=_init_worker,
-            initargs=(tuple(task_files),),
-        ) as pool:
-            try:
-                while alone and suspects:
-                    group = suspects.popleft()
-                    try:
-                        with _deferred_interrupt():
-                            future = pool.submit(run_cells, group)
-                        finished(future.result())
-                    except BrokenProcessPool:
-                        finished(_crashed(group))
-                        raise
-                while not alone:
-                    while len(running) < jobs:
-                        if not (group := queue.take(block=not running)):
-                            break
-                        try:
-                            with _deferred_interrupt():  # a worker it starts is the pool's
-                                running[pool.submit(run_cells, group)] = group
-                        except BrokenProcessPool:  # broke since the last wait: keep the group
-                            suspects.append(group)
-                            raise
-                    if not running:
-                        break
-                    ready, _ = wait(
-                        running, timeout=POLL if queue.busy else None, return_when=FIRST_COMPLETED
-                    )
-                    for future in ready:
-                        trained = future.result()
-                        del running[future]
-                        finished(trained)
-            except KeyboardInterrupt:  # workers ignore it: end them rather than wait
-                _stop(pool)
-                _stop_server()
-                raise
-            except BrokenProcessPool:
-                for future, group in running.items():
-                    if future.done() and not future.exception():
-                        finished(future.result())
-                    else:
-                        suspects.append(group)
-        if not alone and not suspects:
-            return
-
-
-@contextlib.contextmanager
-def _deferred_interrupt() -> Iterator[None]:
-    """Hold a Ctrl-C until the block ends: a worker process being started is then in the
-    pool's list when the pool is stopped, never a half-started one that outlives the run
-    (and prints a traceback when the run's semaphores are gone)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[tuple[int, Any]] = []
-    before = signal.signal(signal.SIGINT, lambda number, frame: caught.append((number, frame)))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-        if caught and callable(before):
-            before(*caught[0])
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """End a pool now: its workers killed (what they were training is lost, and claimed by
-    no one once this run ends), its queued groups dropped, nothing waited for."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        with contextlib.suppress(OSError, ValueError):
-            process.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _stop_server() -> None:
-    """Kill the server that forks the workers, if one runs: it ignores Ctrl-C and ends with
-    this process, but only after its preload and then its interpreter's teardown (seconds of
-    CPU with torch loaded, a minute on a cold and busy machine), holding the run's stderr open
-    all that while. It is not reaped: multiprocessing starts a new one when next needed."""
-    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
-    if pid is not None:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    """Workers fork from a server that imported the package once (fast to start, unlike
-    ``spawn``, which is the fallback where ``forkserver`` is unavailable). The server also
-    imports ``torch._dynamo``, which torch's optimisers otherwise import, slowly, on first use
-    in every worker."""
-    if _QUIET_TRACKER not in sys.warnoptions:  # before the pool starts the tracker
-        sys.warnoptions.append(_QUIET_TRACKER)
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["ddl_dynamics", "torch._dynamo"])
-    if threading.current_thread() is threading.main_thread():
-        # Started with Ctrl-C ignored, the server ignores it from its first instruction, and
-        # so does every worker it forks: a Ctrl-C to the process group reaches this process
-        # alone, which ends the pool (a worker's KeyboardInterrupt would print a traceback).
-        before = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            multiprocessing.forkserver.ensure_running()
-        finally:
-            signal.signal(signal.SIGINT, before)
-        # The server preloads before it forks anything (seconds on a busy machine): wait for
-        # that here, where a Ctrl-C ends the run at once, not while a worker starts, where
-        # it waits for the start (`_deferred_interrupt`).
-        ready = context.Process(target=int)
-        ready.start()
-        ready.join()
-    return context
-
-
 def _import_ray():
     try:
         import ray
@@ -534,7 +359,7 @@ def _ray_work(group: Sequence[Cell], task_files: Sequence[tuple[str, bytes]]) ->
         path = folder / name  # named by content hash: never two contents under one name
         if not path.is_file():
             write_atomically(path, methodcaller("write", data))
-    _init_worker([str(folder / name) for name, _ in task_files])
+    init_worker([str(folder / name) for name, _ in task_files])
     return run_cells(group)
 
 
@@ -562,5 +387,5 @@ def _run_ray(
             try:
                 trained = ray.get(ref)
             except Exception as err:  # a crashed Ray worker: record it and go on
-                trained = _crashed(group, f"{_CRASHED}: {err}")
+                trained = crashed(group, f"{CRASHED}: {err}")
             finished(trained)

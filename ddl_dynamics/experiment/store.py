@@ -33,54 +33,8 @@ from typing import Any, Literal
 from .config import FINISHED, cell_key, check_label
 from .provenance import Progress, machine, versions
 from .result import STATUSES, RunResult
+from .schema import SCHEMA, SCHEMA_VERSION, table_sql
 
-#: A result's columns after its key: a cell's row in ``results``, and each earlier attempt at
-#: it in ``attempts``, which copies them over when the cell is retried.
-_RESULT_COLUMNS = """
-    task TEXT NOT NULL,
-    model TEXT NOT NULL,
-    seed INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    message TEXT NOT NULL,
-    metrics TEXT NOT NULL,
-    curve TEXT NOT NULL,
-    params INTEGER,
-    flops REAL,
-    nfe_forward REAL,
-    nfe_backward REAL,
-    wall_time REAL,
-    peak_mem INTEGER,
-    config TEXT NOT NULL,
-    created_at TEXT NOT NULL
-"""
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS results (
-    key TEXT PRIMARY KEY,{_RESULT_COLUMNS});
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL,
-    config TEXT NOT NULL,
-    task_files TEXT NOT NULL,
-    versions TEXT NOT NULL,
-    machine TEXT NOT NULL,
-    started_at TEXT NOT NULL,
-    ended_at TEXT,
-    cells TEXT
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    key TEXT NOT NULL,{_RESULT_COLUMNS});
-CREATE TABLE IF NOT EXISTS claims (
-    key TEXT PRIMARY KEY,
-    owner TEXT,
-    heartbeat REAL,
-    generation INTEGER NOT NULL DEFAULT 0
-);
-"""
-#: The version of `_SCHEMA`, kept in the file as SQLite's ``user_version``: a store
-#: written under another one is refused. 0 is a store from before versions were kept; one
-#: whose tables are exactly version 1's (the 0.x releases wrote them) is read as version 1.
-SCHEMA_VERSION = 1
 #: The columns stored as JSON, and the type each holds.
 _JSON_COLUMNS = {"metrics": dict, "curve": list, "config": dict}
 #: SQLite errors that are the storage's problem, not the file's, by their names' prefix
@@ -133,7 +87,7 @@ class ResultStore:
             if not tables:  # one transaction: no reader sees the tables without the version
                 with self._transaction() as con:  # (two runs creating one store both may)
                     con.executescript(
-                        f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                        f"BEGIN IMMEDIATE;{SCHEMA}PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
                     )
 
     def _read_only_uri(self) -> str:
@@ -198,7 +152,7 @@ class ResultStore:
             why = f"its results table has no {missing[0]!r}" if columns else "no results table"
             raise ValueError(f"not a results store: {self.path} ({why})")
         found = con.execute("PRAGMA user_version").fetchone()[0]
-        if found == 0 and _table_sql(con) == _table_sql(_SCHEMA):
+        if found == 0 and table_sql(con) == table_sql(SCHEMA):
             found = 1  # version 1's layout, written before the version was kept
         if found != SCHEMA_VERSION:
             raise ValueError(
@@ -514,17 +468,3 @@ def _check_row(row: dict[str, Any]) -> None:
     made = isinstance(row["key"], str) and re.fullmatch(r"[0-9a-f]{16}", row["key"])
     if made and cell_key(row["config"]) != row["key"]:
         raise ValueError("its config is not the one its key was made from (edited or cut)")
-
-
-def _table_sql(source: sqlite3.Connection | str) -> list[str]:
-    """The ``CREATE TABLE`` statements of a store (or of a schema script), in name order."""
-    if isinstance(source, str):
-        with closing(sqlite3.connect(":memory:")) as con:
-            con.executescript(source)
-            return _table_sql(con)
-    return [
-        row[0]
-        for row in source.execute(
-            "SELECT sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
-        )
-    ]

@@ -171,30 +171,51 @@ def dopri5(
     for target in (sign * time for time in grid[1:]):
         taken = np.zeros(size, dtype=np.int64)
         while (active := (t < target) & ~failed).any():
-            if (taken[active] >= max_steps).any():
-                raise SolverCapped(
-                    f"max_num_steps exceeded: a member took {max_steps} steps "
-                    f"between two output times"
-                )
+            _check_cap(taken[active], max_steps)
             weights = torch.from_numpy(dt[:, None, None] * TABLEAU).to(y)
             k, y1, ratio = dopri5_step(f, y, slope, weights, rtol, atol)
             taken += active
             evaluations += 6 * active
             failed |= active & ~np.isfinite(ratio)
             accept = active & (ratio <= 1)
-            if accept.all():
-                y, slope, stages, origin = y1, k[:, -1], k, y
-            elif accept.any():
-                rows = torch.from_numpy(accept).to(y.device)[:, None]
-                origin = torch.where(rows, y, origin)
-                y, slope = torch.where(rows, y1, y), torch.where(rows, k[:, -1], slope)
-                stages = k if stages is None else torch.where(rows[..., None], k, stages)
+            y, slope, stages, origin = _accepted(accept, y, y1, k, slope, stages, origin)
             start, width = np.where(accept, t, start), np.where(accept, dt, width)
             t = np.where(accept, t + dt, t)
             dt = np.where(active, next_step(dt, ratio), dt)
         last = _Step(origin, stages, start, width)
         out.append(_state_at(target, y, t, last, failed).view(shape))
     return torch.stack(out), evaluations
+
+
+def _check_cap(taken: np.ndarray, max_steps: int) -> None:
+    """`SolverCapped` where an active member took ``max_steps`` steps since the last output
+    time."""
+    if (taken >= max_steps).any():
+        raise SolverCapped(
+            f"max_num_steps exceeded: a member took {max_steps} steps between two output times"
+        )
+
+
+def _accepted(
+    accept: np.ndarray,
+    y: Tensor,
+    y1: Tensor,
+    k: Tensor,
+    slope: Tensor,
+    stages: Tensor | None,
+    origin: Tensor,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+    """The state, slope, stages and step origin after a step: a member that accepted it
+    moves to ``y1`` (its stages ``k``), the others keep theirs."""
+    if accept.all():
+        return y1, k[:, -1], k, y
+    if not accept.any():
+        return y, slope, stages, origin
+    rows = torch.from_numpy(accept).to(y.device)[:, None]
+    origin = torch.where(rows, y, origin)
+    y, slope = torch.where(rows, y1, y), torch.where(rows, k[:, -1], slope)
+    stages = k if stages is None else torch.where(rows[..., None], k, stages)
+    return y, slope, stages, origin
 
 
 class _Step(NamedTuple):

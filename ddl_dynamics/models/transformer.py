@@ -155,6 +155,36 @@ class _Block(nn.Module):
         return X
 
 
+def _checked_options(
+    family: str,
+    control_dim: int,
+    expansion: str | None,
+    compressor: str,
+    compressor_init: str,
+    d_v: int,
+) -> str:
+    """The expansion (default: EC where the state is expanded), once it, the compressor
+    and the absence of per-step controls are checked."""
+    if control_dim:
+        raise ValueError(
+            f"{family} takes no per-step controls (control_dim must be 0, got {control_dim!r})"
+        )
+    if expansion is None:
+        expansion = "conv" if d_v > 1 else "repeat"
+    check_choice("expansion", expansion, EXPANSIONS)
+    check_choice("compressor", compressor, COMPRESSORS)
+    check_choice("compressor_init", compressor_init, COMPRESSOR_INITS)
+    return expansion
+
+
+def _check_positions_and_norms(rope_base: float, norm_eps: float | None) -> None:
+    """RoPE's base above 1, and the norms' ε positive where set."""
+    if not rope_base > 1:
+        raise ValueError(f"rope_base must be > 1, got {rope_base!r}")
+    if norm_eps is not None and not (math.isfinite(norm_eps) and norm_eps > 0):
+        raise ValueError(f"norm_eps must be positive, got {norm_eps!r}")
+
+
 @register_model("transformer")
 class Transformer(Model):
     """Pre-norm Transformer (RoPE attention, SwiGLU), additive residual x + F(x); with
@@ -206,27 +236,17 @@ class Transformer(Model):
         super().__init__()
         self.in_dim = check_int("in_dim (vocabulary size)", in_dim, 1)
         self.out_dim = check_int("out_dim", out_dim, 1)
-        if control_dim:
-            raise ValueError(
-                f"{type(self).__name__} takes no per-step controls (control_dim "
-                f"must be 0, got {control_dim!r})"
-            )
         self.width = check_int("width", width, 1)
         self.depth = check_int("depth", depth, 1)
         heads = check_int("heads", heads, 1)
         head_dim = head_size(width, heads, head_dim)
         self.hidden = check_int("hidden", 8 * width // 3 if hidden is None else hidden, 1)
         self.value_channels = d_v = check_int("value_channels", value_channels, 1)
-        if expansion is None:
-            expansion = "conv" if d_v > 1 else "repeat"
-        check_choice("expansion", expansion, EXPANSIONS)
-        check_choice("compressor", compressor, COMPRESSORS)
-        check_choice("compressor_init", compressor_init, COMPRESSOR_INITS)
+        expansion = _checked_options(
+            type(self).__name__, control_dim, expansion, compressor, compressor_init, d_v
+        )
         kernel_size = check_int("kernel_size", kernel_size, 1)
-        if not rope_base > 1:
-            raise ValueError(f"rope_base must be > 1, got {rope_base!r}")
-        if norm_eps is not None and not (math.isfinite(norm_eps) and norm_eps > 0):
-            raise ValueError(f"norm_eps must be positive, got {norm_eps!r}")
+        _check_positions_and_norms(rope_base, norm_eps)
         compress = functools.partial(
             compressor_layer, compressor, width, d_v, kernel_size, compressor_init
         )  # one per block, and the readout's

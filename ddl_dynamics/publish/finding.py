@@ -272,17 +272,16 @@ def _crossover_label(x: Mapping[str, Any], labels: set[str], flipped: bool) -> s
     return NO_CROSSOVER
 
 
-def study_findings(
+def _crossover_findings(
     report: Mapping[str, Any],
-    untested: bool = False,
-) -> tuple[list[Finding], Counter[str]]:
-    """A study's findings, and how many comparisons were left out and why (``"both solved"``,
-    `CHECK`, `REPEAT`); with ``untested``, a comparison no test was drawn for (`UNTESTED`)
-    is a finding with its label rather than left out (a page says it, the counts do not)."""
+    baselines: set[tuple[str, str, str]],
+    untested: bool,
+    left: Counter[str],
+) -> tuple[list[Finding], set[tuple[str, str, str, str]]]:
+    """Each crossover of a study as one finding (counting in ``left`` those left out), and
+    the comparisons it followed, which are not findings of their own."""
     name = report.get("name", "")
-    baselines = _baselines(report)
     out: list[Finding] = []
-    left: Counter[str] = Counter()
     crossed: set[tuple[str, str, str, str]] = set()
     for x in report.get("crossovers") or ():
         points = [p for _, p in x["points"]]
@@ -314,6 +313,20 @@ def study_findings(
                 crossover=x,
             )
         )
+    return out, crossed
+
+
+def study_findings(
+    report: Mapping[str, Any],
+    untested: bool = False,
+) -> tuple[list[Finding], Counter[str]]:
+    """A study's findings, and how many comparisons were left out and why (``"both solved"``,
+    `CHECK`, `REPEAT`); with ``untested``, a comparison no test was drawn for (`UNTESTED`)
+    is a finding with its label rather than left out (a page says it, the counts do not)."""
+    name = report.get("name", "")
+    baselines = _baselines(report)
+    left: Counter[str] = Counter()
+    out, crossed = _crossover_findings(report, baselines, untested, left)
     seen: set[tuple[Any, ...]] = set()
     for c in report.get("comparisons", []):
         if (c["task"], c["model"], c["control"], c.get("split", "test")) in crossed:

@@ -205,6 +205,17 @@ def _type(tp: Any) -> str:
     return text.replace("typing.", "").replace("tuple[str, ...]", "list of labels")
 
 
+def _entry_default(f: dataclasses.Field[Any]) -> str:
+    """An entry key's default as the key table gives it."""
+    if f.name == "label":
+        return "its `name`"
+    if f.default is not dataclasses.MISSING:
+        return f"`{f.default!r}`"
+    if f.default_factory is not dataclasses.MISSING:
+        return f"`{f.default_factory()!r}`"
+    return "required"
+
+
 def config_block() -> str:
     """Every training key with its default, whether a grid may tune it, and its check; then
     the keys of each entry table, from the dataclasses themselves."""
@@ -236,19 +247,11 @@ def config_block() -> str:
         ("`[[comparisons]]`", ComparisonSpec, ()),
     )
     for title, cls, internal in entries:
-        rows = []
-        for f in dataclasses.fields(cls):
-            if f.name in internal:
-                continue
-            if f.name == "label":
-                default = "its `name`"
-            elif f.default is not dataclasses.MISSING:
-                default = f"`{f.default!r}`"
-            elif f.default_factory is not dataclasses.MISSING:
-                default = f"`{f.default_factory()!r}`"
-            else:
-                default = "required"
-            rows.append([f"`{f.name}`", default])
+        rows = [
+            [f"`{f.name}`", _entry_default(f)]
+            for f in dataclasses.fields(cls)
+            if f.name not in internal
+        ]
         doc = cls.__doc__ or ""
         lines += [
             f"### {title}",
@@ -365,6 +368,20 @@ def _write(path: Path, data: str | bytes, written: list[Path]) -> None:
     written.append(path)
 
 
+def _judged_reports(results: str | Path) -> list[dict[str, Any]]:
+    """Every published study's report, those that ship their cells judged again by today's
+    rules first (their report.json rewritten)."""
+    for folder in studies(results):
+        if shipped(folder):
+            refresh_report(folder)
+    reports = [load_study(folder) for folder in studies(results)]
+    if not reports:
+        raise ValueError(f"{results}: no published study (ddl-dyn publish RUN_DIR first)")
+    for r in reports:
+        r.setdefault("description", "")
+    return reports
+
+
 def write_docs(
     results: str | Path = "results", out: str | Path = "."
 ) -> tuple[list[Path], list[Path]]:
@@ -373,14 +390,7 @@ def write_docs(
     ``docs/studies/`` an earlier run generated (its `MANIFEST`) and this one does not
     (a file put there by hand stays)."""
     out = Path(out)
-    for folder in studies(results):
-        if shipped(folder):  # its report.json as today's rules judge its cells
-            refresh_report(folder)
-    reports = [load_study(folder) for folder in studies(results)]
-    if not reports:
-        raise ValueError(f"{results}: no published study (ddl-dyn publish RUN_DIR first)")
-    for r in reports:
-        r.setdefault("description", "")
+    reports = _judged_reports(results)
     written: list[Path] = []
     pages = out / "docs" / "studies"
     figures = {

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..analysis.figures import caption
+from ..analysis.captions import caption
 from ..analysis.judge.verdicts import INCONCLUSIVE
 from ..analysis.report.text import MIXING_NOTE, REGIME_NOTE, mixing_cells
 from ..analysis.report.wording import DESCRIPTIVE, difference, number, sentence, where

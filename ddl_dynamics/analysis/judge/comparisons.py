@@ -172,23 +172,8 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
     for c in drafts.values():
         if c.paired is not None:
             tested.setdefault(_unordered(c), c)
-    drawn = [c for c in tested.values() if _drawn(c)]
-    family, level = _family(drawn, lambda p: p.floor)
-    tost_family, _ = _family(
-        [c for c in drawn if cast(Paired, c.paired).tost is not None], lambda p: p.tost_floor
-    )
-    # (both families hold paired comparisons only)
-    adjusted = dict(
-        zip(map(_unordered, family), holm([cast(Paired, c.paired).p for c in family]), strict=True)
-    )
-    tost_adjusted = dict(
-        zip(
-            map(_unordered, tost_family),
-            holm([cast(Paired, c.paired).tost for c in tost_family]),
-            strict=True,
-        )
-    )
-    alpha = ALPHA / max(1, len(family))
+    adjusted, tost_adjusted, size, level = _holm_by_test([c for c in tested.values() if _drawn(c)])
+    alpha = ALPHA / max(1, size)
     out = {}
     for key, c in drafts.items():
         if c.paired is None:
@@ -224,6 +209,30 @@ def judge(run: Run, requests: Sequence[Request]) -> dict[Key, Comparison]:
             also_different=ahead is not None,
         )
     return out
+
+
+def _holm_by_test(
+    drawn: list[Comparison],
+) -> tuple[dict[tuple[Any, ...], float | None], dict[tuple[Any, ...], float | None], int, float]:
+    """Holm-adjusted p of each drawn test's difference and of its TOST, by test, over the
+    families whose floors can reach their levels (Tarone); the difference family's size and
+    level."""
+    family, level = _family(drawn, lambda p: p.floor)
+    tost_family, _ = _family(
+        [c for c in drawn if cast(Paired, c.paired).tost is not None], lambda p: p.tost_floor
+    )
+    # (both families hold paired comparisons only)
+    adjusted = dict(
+        zip(map(_unordered, family), holm([cast(Paired, c.paired).p for c in family]), strict=True)
+    )
+    tost_adjusted = dict(
+        zip(
+            map(_unordered, tost_family),
+            holm([cast(Paired, c.paired).tost for c in tost_family]),
+            strict=True,
+        )
+    )
+    return adjusted, tost_adjusted, len(family), level
 
 
 def _unordered(c: Comparison | Request) -> tuple[Any, ...]:

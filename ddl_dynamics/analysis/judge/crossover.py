@@ -147,19 +147,11 @@ def _families(judged: Iterable[Comparison]) -> tuple[dict[tuple[Any, ...], float
     return tests, tosts
 
 
-def _wins(
-    c: Comparison,
-    seeds: Sequence[int],
-    draws: np.ndarray,
-    higher_is_better: bool,
-    others: Mapping[Any, float],
-    tost_others: Mapping[Any, float],
-) -> np.ndarray:
-    """Whether the comparison wins on each resample of ``seeds`` (``draws``: indices), its
-    p-values adjusted among the ``others`` of their families."""
-    p = c.paired
-    if p is None or p.p is None or c.p_adjusted is None or not len(draws):
-        return np.zeros(len(draws), dtype=bool)
+def _seed_outcomes(
+    p: Paired, seeds: Sequence[int], higher_is_better: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per seed, how its pair ended (finished, a side failed, both failed, not run) and the
+    difference it counts with: a failed side is its worst outcome, as in the report."""
     found = {s: (m, ctl) for s, m, ctl in p.pairs}
     kind = np.full(len(seeds), _NOT_RUN)
     value = np.zeros(len(seeds))
@@ -177,6 +169,23 @@ def _wins(
             if ctl is None and m is not None
             else (_BOTH_FAILED, 0.0)
         )
+    return kind, value
+
+
+def _wins(
+    c: Comparison,
+    seeds: Sequence[int],
+    draws: np.ndarray,
+    higher_is_better: bool,
+    others: Mapping[Any, float],
+    tost_others: Mapping[Any, float],
+) -> np.ndarray:
+    """Whether the comparison wins on each resample of ``seeds`` (``draws``: indices), its
+    p-values adjusted among the ``others`` of their families."""
+    p = c.paired
+    if p is None or p.p is None or c.p_adjusted is None or not len(draws):
+        return np.zeros(len(draws), dtype=bool)
+    kind, value = _seed_outcomes(p, seeds, higher_is_better)
     kinds, values = kind[draws], value[draws]
     one_sided = ((kinds == _FAILED) | (kinds == _CONTROL_FAILED)).any(axis=1)
     finished = np.where(kinds == _FINISHED, values, np.nan)

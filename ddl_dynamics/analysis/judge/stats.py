@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TypeGuard
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 from scipy import optimize, stats
@@ -320,6 +320,29 @@ def detectable_difference(sd: float, n: int, alpha: float, power: float = POWER)
     return float(shift * sd / math.sqrt(n))
 
 
+def _pairs(
+    model: Mapping[int, float | None], control: Mapping[int, float | None] | float
+) -> tuple[
+    tuple[tuple[int, float | None, float | None], ...], tuple[tuple[int, ...], tuple[int, ...]]
+]:
+    """``(seed, model, control)`` over the seeds both ran, a value that is not finite as
+    None; and the seeds only the model ran, and only the control (a fixed control: none)."""
+    if isinstance(control, Mapping):
+        both = sorted(set(model) & set(control))
+        sides: dict[int, tuple[float | None, ...]] = {s: (model[s], control[s]) for s in both}
+        only: tuple[tuple[int, ...], tuple[int, ...]] = (
+            tuple(sorted(set(model) - set(control))),
+            tuple(sorted(set(control) - set(model))),
+        )
+    else:
+        sides = {s: (v, float(control)) for s, v in sorted(model.items())}
+        only = ((), ())
+    pairs = tuple(
+        (s, *(float(v) if finite(v) else None for v in pair)) for s, pair in sides.items()
+    )
+    return cast(Any, pairs), only
+
+
 @dataclass(frozen=True)
 class Paired:
     """``model − control`` seed by seed, failures included.
@@ -376,20 +399,7 @@ class Paired:
     ) -> Paired:
         """Pair per-seed values (seed → value, None for a seed that did not finish) with
         the control's, over the seeds both ran."""
-        if isinstance(control, Mapping):
-            both = sorted(set(model) & set(control))
-            sides: dict[int, tuple[float | None, ...]] = {s: (model[s], control[s]) for s in both}
-            only = (
-                tuple(sorted(set(model) - set(control))),
-                tuple(sorted(set(control) - set(model))),
-            )
-        else:
-            sides = {s: (v, float(control)) for s, v in sorted(model.items())}
-            only = ((), ())
-        sides = {
-            s: tuple(float(v) if finite(v) else None for v in pair) for s, pair in sides.items()
-        }
-        pairs = tuple((s, m, c) for s, (m, c) in sides.items())
+        pairs, only = _pairs(model, control)
         deciding, test, diffs = decisive(pairs, higher_is_better)
         finished = tuple(s for s, m, c in pairs if m is not None and c is not None)
         failed = tuple(s for s, m, c in pairs if m is None and c is not None)

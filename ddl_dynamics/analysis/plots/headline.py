@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -20,6 +21,35 @@ from .summary import MARK_COLORS
 MOST_HEIGHT = 15.9
 #: Where the axis stops: a difference beyond is drawn at the edge.
 FARTHEST = 1e3
+
+
+def _question_panel(
+    ax: Axes, asked: str, rows: Mapping[str, Sequence[tuple[float, str]]], colors: Mapping[str, str]
+) -> set[str]:
+    """One question's panel: a line per pair of rows, a dot per task; the labels drawn."""
+    drawn: set[str] = set()
+    ax.axvspan(-1, 1, color="#0072B2", alpha=0.12, lw=0)
+    ax.axvline(0, color="#888888", lw=0.8)
+    for y, points in enumerate(rows.values()):
+        for x, label in points:
+            ax.plot(
+                max(-FARTHEST, min(FARTHEST, x)),
+                len(rows) - 1 - y,
+                "o",
+                ms=4.5,
+                color=colors.get(label, "#999999"),
+                mec="#555555",
+                mew=0.3,
+            )
+            drawn.add(label)
+    ax.set_yticks(range(len(rows)), list(rows)[::-1], fontsize=7)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlim(-FARTHEST * 1.2, FARTHEST * 1.2)
+    ax.set_title(asked, fontsize=8, loc="left", pad=2)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="y", visible=False)
+    return drawn
 
 
 @styled
@@ -43,27 +73,7 @@ def headline(
     ]
     drawn: set[str] = set()
     for ax, (asked, rows) in zip(axes, panels.items(), strict=False):
-        ax.axvspan(-1, 1, color="#0072B2", alpha=0.12, lw=0)
-        ax.axvline(0, color="#888888", lw=0.8)
-        for y, points in enumerate(rows.values()):
-            for x, label in points:
-                ax.plot(
-                    max(-FARTHEST, min(FARTHEST, x)),
-                    len(rows) - 1 - y,
-                    "o",
-                    ms=4.5,
-                    color=colors.get(label, "#999999"),
-                    mec="#555555",
-                    mew=0.3,
-                )
-                drawn.add(label)
-        ax.set_yticks(range(len(rows)), list(rows)[::-1], fontsize=7)
-        ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.set_xscale("symlog", linthresh=1.0)
-        ax.set_xlim(-FARTHEST * 1.2, FARTHEST * 1.2)
-        ax.set_title(asked, fontsize=8, loc="left", pad=2)
-        ax.tick_params(axis="x", labelsize=7)
-        ax.grid(axis="y", visible=False)
+        drawn |= _question_panel(ax, asked, rows, colors)
     axes[-1].set_xlabel(
         "paired difference in units of the task's margin (shaded: ±1 margin); "
         "right: the first row is better",

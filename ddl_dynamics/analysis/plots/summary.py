@@ -6,12 +6,54 @@ import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ..judge.labels import MARK_COLORS as MARK_COLORS  # the verdict colours, for the headline
 from ..judge.labels import TABLE, entry
 from .style import METRIC_RANGE, clipped_error, log_axis, model_colors, panel_grid, styled
+
+
+def _metric_panel(
+    ax: Axes,
+    task: str,
+    by_model: Mapping[str, tuple[float, float, Sequence[float]]],
+    metric: str,
+    colors: Mapping[str, str],
+) -> None:
+    """One task's panel of `comparison`: each model's seeds (hollow) and mean (filled)."""
+    names = list(by_model)
+    values = np.array([v for m in names for v in (*by_model[m][2], by_model[m][0])], float)
+    finite = values[np.isfinite(values)]
+    low, high = METRIC_RANGE.get(metric, (-np.inf, np.inf))
+    log = metric == "mse" and finite.size > 0 and bool(np.all(finite > 0))
+    if log:
+        low = max(low, float(finite.min()) / 2)
+    for y, name in enumerate(names):
+        mean, half, seeds = by_model[name]
+        ax.scatter(
+            seeds,
+            np.full(len(seeds), y + 0.22),
+            s=12,
+            facecolors="none",
+            edgecolors=colors[name],
+            linewidths=0.9,
+        )
+        ax.errorbar(
+            mean,
+            y,
+            xerr=clipped_error(mean, half, low, high),
+            fmt="o",
+            ms=6,
+            capsize=3,
+            color=colors[name],
+        )
+    ax.set_yticks(range(len(names)), names)
+    ax.set_ylim(len(names) - 0.5, -0.6)
+    ax.set(title=task, xlabel=f"test {metric}")
+    if log:
+        log_axis(ax, "x", finite)
 
 
 @styled
@@ -41,37 +83,7 @@ def comparison(
     )
     colors = colors or model_colors(tables)
     for ax, (task, by_model) in zip(axes, tables.items(), strict=True):
-        names = list(by_model)
-        values = np.array([v for m in names for v in (*by_model[m][2], by_model[m][0])], float)
-        finite = values[np.isfinite(values)]
-        low, high = METRIC_RANGE.get(metric[task], (-np.inf, np.inf))
-        log = metric[task] == "mse" and finite.size > 0 and bool(np.all(finite > 0))
-        if log:
-            low = max(low, float(finite.min()) / 2)
-        for y, name in enumerate(names):
-            mean, half, seeds = by_model[name]
-            ax.scatter(
-                seeds,
-                np.full(len(seeds), y + 0.22),
-                s=12,
-                facecolors="none",
-                edgecolors=colors[name],
-                linewidths=0.9,
-            )
-            ax.errorbar(
-                mean,
-                y,
-                xerr=clipped_error(mean, half, low, high),
-                fmt="o",
-                ms=6,
-                capsize=3,
-                color=colors[name],
-            )
-        ax.set_yticks(range(len(names)), names)
-        ax.set_ylim(len(names) - 0.5, -0.6)
-        ax.set(title=task, xlabel=f"test {metric[task]}")
-        if log:
-            log_axis(ax, "x", finite)
+        _metric_panel(ax, task, by_model, metric[task], colors)
     caption = (
         "filled: mean over finished seeds with 95% CI (none for one seed), cut at the "
         "metric's range (on a log axis, at half the lowest point); hollow: each seed"
@@ -79,6 +91,23 @@ def comparison(
     fig.suptitle(textwrap.fill(caption, int(13 * fig.get_figwidth())), fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _verdict_cell(ax: Axes, i: int, j: int, mark: str, text: str) -> None:
+    """The cell of `verdict_matrix` at row ``i``, column ``j``: coloured by its label."""
+    label = entry(mark)
+    ax.add_patch(
+        Rectangle(
+            (j - 0.5, i - 0.5),
+            1,
+            1,
+            facecolor=label.colour,
+            edgecolor="0.8",
+            hatch="///" if label.gate else None,
+            lw=0.6,
+        )
+    )
+    ax.text(j, i, f"{mark}\n{text}", ha="center", va="center", fontsize=6.5, color=label.text)
 
 
 @styled
@@ -97,28 +126,7 @@ def verdict_matrix(cells: Mapping[str, Mapping[str, tuple[str, str]]]) -> Figure
     for i, task in enumerate(tasks):
         for j, model in enumerate(models):
             if model in cells[task]:
-                mark, text = cells[task][model]
-                label = entry(mark)
-                ax.add_patch(
-                    Rectangle(
-                        (j - 0.5, i - 0.5),
-                        1,
-                        1,
-                        facecolor=label.colour,
-                        edgecolor="0.8",
-                        hatch="///" if label.gate else None,
-                        lw=0.6,
-                    )
-                )
-                ax.text(
-                    j,
-                    i,
-                    f"{mark}\n{text}",
-                    ha="center",
-                    va="center",
-                    fontsize=6.5,
-                    color=label.text,
-                )
+                _verdict_cell(ax, i, j, *cells[task][model])
     ax.set(xlim=(-0.5, len(models) - 0.5), ylim=(len(tasks) - 0.5, -0.5))
     ax.set_xticks(range(len(models)), models, rotation=35, ha="right")
     ax.set_yticks(range(len(tasks)), tasks)

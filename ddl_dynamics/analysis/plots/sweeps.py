@@ -169,6 +169,35 @@ def _gate_use(
     ax.legend(**_LEGEND)
 
 
+def _gate_profile(
+    right: Axes, title: str, profile: Mapping[float, Sequence[float]], knob: str
+) -> None:
+    """The right panel of `hop_gates`: the mean gate of every sublayer at query tokens, one
+    line per knob value, the projection band shaded."""
+    low, high = REGIME_BOUNDS[1], REGIME_BOUNDS[2]
+    right.axhspan(low, high, color=REGIME_COLORS["projection"], alpha=0.15, label="projection")
+    for i, (value, betas) in enumerate(sorted(profile.items())):
+        layers = np.arange(1, len(betas) + 1)
+        right.plot(
+            layers,
+            betas,
+            "o-",
+            ms=3.5,
+            lw=1.1,
+            color=PALETTE[i % len(PALETTE)],
+            label=f"{knob} = {value:g}",
+        )
+        right.set_xticks(
+            layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}" for j in layers], fontsize=7
+        )
+    right.set(
+        title=f"{title}: mean gate of every sublayer at query tokens",
+        ylabel="β",
+        ylim=(0, 2),
+    )
+    right.legend(**_LEGEND)
+
+
 @styled
 def hop_gates(
     settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, Sequence[float]]]],
@@ -216,28 +245,7 @@ def hop_gates(
             ylim=(-0.02, 1.02),
         )
         left.legend(**_LEGEND)
-        low, high = REGIME_BOUNDS[1], REGIME_BOUNDS[2]
-        right.axhspan(low, high, color=REGIME_COLORS["projection"], alpha=0.15, label="projection")
-        for i, (value, betas) in enumerate(sorted(profile.items())):
-            layers = np.arange(1, len(betas) + 1)
-            right.plot(
-                layers,
-                betas,
-                "o-",
-                ms=3.5,
-                lw=1.1,
-                color=PALETTE[i % len(PALETTE)],
-                label=f"{knob} = {value:g}",
-            )
-            right.set_xticks(
-                layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}" for j in layers], fontsize=7
-            )
-        right.set(
-            title=f"{model} on {setting}: mean gate of every sublayer at query tokens",
-            ylabel="β",
-            ylim=(0, 2),
-        )
-        right.legend(**_LEGEND)
+        _gate_profile(right, f"{model} on {setting}", profile, knob)
     fig.tight_layout()
     return fig
 
@@ -259,6 +267,48 @@ def _width_legend(
     return "; ".join(notes)
 
 
+def _width_row(
+    ax: Axes,
+    label: str,
+    points: Sequence[WidthPoint],
+    offset: float,
+    color: str,
+    solvable: bool,
+    bounds: tuple[float, float],
+) -> None:
+    """One row of `width_sweep`: its means with their CI against the width (each shifted by
+    ``offset`` so that rows do not hide each other), a star where it first reaches
+    `SOLVED`."""
+    drawn = [p for p in points if p.test.mean is not None]
+    means = [float(p.test.mean) for p in drawn if p.test.mean is not None]
+    halves = [p.test.ci or 0.0 for p in drawn]
+    xs = [p.width * offset for p in drawn]
+    star = smallest_solving(points, solvable)
+    ax.errorbar(
+        xs,
+        means,
+        yerr=clipped_error(means, halves, *bounds),
+        fmt="o-",
+        ms=4,
+        lw=1.2,
+        capsize=3,
+        color=color,
+        label=_width_legend(label, points, star, solvable),
+    )
+    if star is not None:
+        at = next(j for j, p in enumerate(drawn) if p.width == star)
+        ax.plot(
+            xs[at],
+            means[at],
+            "*",
+            ms=13,
+            color=color,
+            mec="black",
+            mew=0.6,
+            zorder=5,
+        )
+
+
 @styled
 def width_sweep(panels: Sequence[WidthPanel], colors: Mapping[str, str] | None = None) -> Figure:
     """One panel per task setting: every row's test metric against the model width (log
@@ -278,34 +328,8 @@ def width_sweep(panels: Sequence[WidthPanel], colors: Mapping[str, str] | None =
         solvable = panel.higher_is_better and high == 1.0  # a share, such as accuracy
         widths = sorted({p.width for points in panel.rows.values() for p in points})
         for i, (label, points) in enumerate(panel.rows.items()):
-            drawn = [p for p in points if p.test.mean is not None]
-            means = [float(p.test.mean) for p in drawn if p.test.mean is not None]
-            halves = [p.test.ci or 0.0 for p in drawn]
-            xs = [p.width * (1 + 0.02 * (i - (len(panel.rows) - 1) / 2)) for p in drawn]
-            star = smallest_solving(points, solvable)
-            ax.errorbar(
-                xs,
-                means,
-                yerr=clipped_error(means, halves, low, high),
-                fmt="o-",
-                ms=4,
-                lw=1.2,
-                capsize=3,
-                color=colors[label],
-                label=_width_legend(label, points, star, solvable),
-            )
-            if star is not None:
-                at = next(j for j, p in enumerate(drawn) if p.width == star)
-                ax.plot(
-                    xs[at],
-                    means[at],
-                    "*",
-                    ms=13,
-                    color=colors[label],
-                    mec="black",
-                    mew=0.6,
-                    zorder=5,
-                )
+            offset = 1 + 0.02 * (i - (len(panel.rows) - 1) / 2)
+            _width_row(ax, label, points, offset, colors[label], solvable, (low, high))
         if solvable:
             ax.axhline(SOLVED, color="black", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)

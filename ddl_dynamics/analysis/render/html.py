@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...experiment.folder import RunFolder
-from ..figures import caption, drawn_where_possible, make_figures, writable
+from ..captions import caption
+from ..figures import drawn_where_possible, make_figures, writable
 from ..judge.labels import INCONCLUSIVE, LOSS, TABLE, WIN
 from ..judge.verdicts import CONFIRMED, CONTRADICTED, INSUFFICIENT
 from ..probes import probe_run
