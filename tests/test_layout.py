@@ -1,10 +1,10 @@
 """The library's wings import one way: cli → publish → analysis → experiment → built-in tasks →
-task interface → models → option checks → registry; inside analysis, render → figures → captions → plots →
-report → the probe audits → judge → what reads a run; and no two sibling modules import each
-other. The contracts live in pyproject.toml (``[tool.importlinter]``); import-linter checks
-them, lazy imports inside functions included. And a module holds one idea: none is longer than
-:data:`MAX_LINES` lines; a function does one thing: none is longer than
-:data:`MAX_FUNCTION_LINES`."""
+task interface → models → option checks → registry; inside analysis, render → figures →
+captions → plots → report → the probe audits → judge → what reads a run; and no two sibling
+modules import each other. The contracts live in pyproject.toml (``[tool.importlinter]``);
+import-linter checks them, lazy imports inside functions included. And a module holds one
+idea: none is longer than :data:`MAX_LINES` lines; a function does one thing: none is longer
+than :data:`MAX_FUNCTION_LINES`."""
 
 import ast
 from pathlib import Path
