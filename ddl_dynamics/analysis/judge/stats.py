@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, TypeGuard, cast
+from typing import TypeGuard
 
 import numpy as np
 from scipy import optimize, stats
@@ -329,7 +329,9 @@ def _pairs(
     None; and the seeds only the model ran, and only the control (a fixed control: none)."""
     if isinstance(control, Mapping):
         both = sorted(set(model) & set(control))
-        sides: dict[int, tuple[float | None, ...]] = {s: (model[s], control[s]) for s in both}
+        sides: dict[int, tuple[float | None, float | None]] = {
+            s: (model[s], control[s]) for s in both
+        }
         only: tuple[tuple[int, ...], tuple[int, ...]] = (
             tuple(sorted(set(model) - set(control))),
             tuple(sorted(set(control) - set(model))),
@@ -337,10 +339,13 @@ def _pairs(
     else:
         sides = {s: (v, float(control)) for s, v in sorted(model.items())}
         only = ((), ())
-    pairs = tuple(
-        (s, *(float(v) if finite(v) else None for v in pair)) for s, pair in sides.items()
-    )
-    return cast(Any, pairs), only
+    pairs = tuple((s, _kept(m), _kept(c)) for s, (m, c) in sides.items())
+    return pairs, only
+
+
+def _kept(value: float | None) -> float | None:
+    """``value`` as a float where it is finite, else None (a seed that did not finish)."""
+    return float(value) if finite(value) else None
 
 
 @dataclass(frozen=True)
