@@ -671,12 +671,26 @@ def test_declared_comparisons_are_checked_and_kept():
             "no threshold for mse (on sign-flip)",
         ),
         ({"model": "ddl", "control": "resnet", "extra": 1}, "comparisons[0].extra: unknown key"),
+        (
+            {"model": "ddl", "control": "resnet", "control_larger": "yes"},
+            "comparisons[0].control_larger: expected true or false, got 'yes'",
+        ),
     ],
 )
 def test_bad_comparisons_fail_at_load_time(comparison, fragment):
     with pytest.raises(dd.ConfigError) as err:
         config(comparisons=[comparison])
     assert fragment in str(err.value)
+
+
+def test_a_control_declared_larger_is_kept():
+    spec = config(comparisons=[{"model": "ddl", "control": "resnet", "control_larger": True}])
+    assert spec.comparisons[0].control_larger
+    assert (
+        not config(comparisons=[{"model": "ddl", "control": "resnet"}])
+        .comparisons[0]
+        .control_larger
+    )
 
 
 def test_requires_by_metric_is_kept_and_read_per_task():

@@ -173,7 +173,8 @@ def test_publish_and_docs_from_a_tiny_study(tiny_study, tmp_path):
     answers = [c for c in report["comparisons"] if (c["model"], c["control"]) == ("ddl", "resnet")]
     assert len(answers) == 2 and all(f"- {wording.sentence(c)}" in asked for c in answers)
     assert (tmp_path / "docs" / "studies" / "tiny" / "compare.png").is_file()
-    assert "(docs/studies/tiny.md)" in (tmp_path / "README.md").read_text()
+    assert "(docs/studies/index.md)" in (tmp_path / "README.md").read_text()
+    assert "(tiny.md)" in (tmp_path / "docs" / "studies" / "index.md").read_text()
     assert "      - studies/tiny.md\n" in (tmp_path / "mkdocs.yml").read_text()
     assert "studies/regimes.md" not in (tmp_path / "mkdocs.yml").read_text()
     assert not (tmp_path / "docs" / "studies" / "regimes.md").exists()  # a study gone: page gone

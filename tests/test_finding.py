@@ -16,7 +16,7 @@ from ddl_dynamics.analysis.judge.verdicts import (
 )
 from ddl_dynamics.analysis.report import wording
 from ddl_dynamics.publish import finding
-from ddl_dynamics.publish.pages import headline_figure, readme_block
+from ddl_dynamics.publish.pages import headline_figure, index_page, readme_block
 from ddl_dynamics.publish.study_page import study_page
 
 
@@ -324,13 +324,31 @@ def test_the_readme_block_groups_by_question_and_counts_each_study_once():
         {"task": one["task"], "rows": [{"model": "ddl", "chosen": "lr=0.01", "baseline": "resnet"}]}
     ]
     judged = {**report(one, two, name="tuned", tables=tables), "shipped": True}
-    text = readme_block([judged, {**judged, "name": "legacy", "shipped": False}])
+    reports = [judged, {**judged, "name": "legacy", "shipped": False}]
+    text = readme_block(reports)
     assert "1 distinct finding: 1 win" in text and "1 repeat of a counted test" in text
     assert "- **each row against its baseline**: 1 win" in text
-    assert "- [`tuned`](docs/studies/tuned.md): 1 win." in text
-    # a study without its cells keeps its labels on its page, outside the finding
     assert "over 1 tuned study judged from the cells it ships" in text
-    assert "- [`legacy`](docs/studies/legacy.md): 1 win (published without its cells" in text
+    assert "own questions" not in text  # no Transformer study asks any
+    index = index_page(reports)
+    assert "- [`tuned`](tuned.md): 1 win." in index
+    # a study without its cells keeps its labels on its page, outside the finding
+    assert "- [`legacy`](legacy.md): 1 win (published without its cells" in index
+
+
+def test_the_readme_answers_the_questions_of_the_transformer_studies_in_short():
+    asked = "Does the delta rule help? ddl-dv1 against its write-only twin."
+    c = comparison("char-lm", "ddl-dv1", "ddl-write-dv1", WIN)
+    solved = {**comparison("char-lm[n=2]", "ddl-dv1", "ddl-write-dv1", "both solved")}
+    question = {"question": asked, "model": "ddl-dv1", "control": "ddl-write-dv1"}
+    question |= {"tasks": [], "split": "test"}
+    config = '[[tasks]]\nname = "char-lm"\n'
+    study = {**report(c, solved, name="lm"), "questions": [question], "shipped": True}
+    text = readme_block([{**study, "experiment": {"config": config}}])
+    line = "- [`lm`](docs/studies/lm.md): *Does the delta rule help?* `ddl-dv1` beats "
+    assert line in text and "both solved" not in text  # the drawn tests, short
+    vector = {**study, "experiment": {"config": config.replace("char-lm", "parity")}}
+    assert "own questions" not in readme_block([vector])
 
 
 def test_a_declared_question_is_answered_by_labels_alone():

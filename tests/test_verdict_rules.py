@@ -307,6 +307,28 @@ def test_the_size_gate_is_the_same_whichever_row_is_the_control():
     assert labels == {"unmatched size"}
 
 
+@pytest.mark.parametrize(
+    "params, flops, label",
+    [
+        (150, 2e6, "win"),  # larger in both: tested, the model wins
+        (150, 5e5, "unmatched size"),  # fewer FLOPs: not larger, so not tested
+        (90, 2e6, "unmatched size"),  # fewer parameters
+    ],
+)
+def test_a_control_declared_larger_is_tested_where_it_is_larger_in_both(params, flops, label):
+    rows = row("a", BETTER8, params=100) + row("b", BASE8, params=params)
+    for r in rows:
+        r.flops = 1e6 if r.model == "a" else flops
+    config = '[[comparisons]]\nmodel = "a"\ncontrol = "b"\ncontrol_larger = true\n'
+    [c] = [c for c in report(rows, config).comparisons if c.model == "a"]
+    assert c.label == label
+    if label == "win":
+        assert c.note.startswith("control larger on purpose: 1.50× the parameters, 2.00×")
+    # Undeclared, the same rows are not of a size.
+    [c] = report(rows, config.replace("control_larger = true\n", "")).comparisons
+    assert c.label == "unmatched size"
+
+
 # --- 5. margins on the compared split; 6. requires
 
 

@@ -275,6 +275,7 @@ def recorded_comparisons(text: str) -> tuple[ComparisonSpec, ...]:
             tuple(c.get("tasks", ())),
             c.get("split", "test"),
             c.get("requires"),
+            control_larger=bool(c.get("control_larger", False)),
         )
         for c in entries
     )

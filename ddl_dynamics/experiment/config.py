@@ -239,6 +239,11 @@ class ComparisonSpec:
     ``question`` is what the comparison asks, in words: a study page states it above the
     answer, which is generated from the comparison's label. It plays no part in training or
     in the test.
+
+    ``control_larger`` declares the control larger on purpose, a baseline of more compute:
+    rows of different sizes are then tested where the control has at least the model's
+    parameters and forward FLOPs (a difference the model wins is not owed to size), and
+    the comparison's note states both ratios.
     """
 
     model: str
@@ -247,6 +252,7 @@ class ComparisonSpec:
     split: str = "test"
     requires: float | dict[str, float] | None = None
     question: str = ""
+    control_larger: bool = False
 
     def threshold(self, metric: str) -> float | None:
         """What ``requires`` asks of a task whose metric is ``metric`` (None: nothing)."""

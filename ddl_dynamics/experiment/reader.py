@@ -421,7 +421,11 @@ class _Parser(Checker):
         self, data: Any, where: str, tasks: Sequence[TaskEntry], models: Sequence[ModelEntry]
     ) -> ComparisonSpec:
         data = self.table(data, where)
-        self.keys(data, ("model", "control", "tasks", "split", "requires", "question"), where)
+        self.keys(
+            data,
+            ("model", "control", "tasks", "split", "requires", "question", "control_larger"),
+            where,
+        )
         model, control = (
             self.known_labels(self.string(data, key, where), f"{where}.{key}", models)[0]
             for key in ("model", "control")
@@ -445,9 +449,11 @@ class _Parser(Checker):
                 f"a comparison on split {split!r} must state `requires`, the "
                 "test metric both rows have to reach first",
             )
-        return ComparisonSpec(
-            model, control, named, split, requires, self.string(data, "question", where, "")
-        )
+        larger = data.get("control_larger", False)
+        if not isinstance(larger, bool):
+            raise self.fail(f"{where}.control_larger", f"expected true or false, got {larger!r}")
+        question = self.string(data, "question", where, "")
+        return ComparisonSpec(model, control, named, split, requires, question, larger)
 
     def requires(
         self, value: Any, where: str, spanned: dict[str, list[str]]

@@ -15,6 +15,7 @@ which row measured better, never why: a premise a question states is not tested 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -142,9 +143,16 @@ def clauses(found: Sequence[Finding]) -> list[str]:
     return [*said[: CLAUSES - 1], f"and {rest} more findings (below)"]
 
 
-def _declared(report: Mapping[str, Any], asked: Mapping[str, Any]) -> tuple[str, list[Any]]:
-    """A declared question answered, and the tests that answered it."""
+def declared(
+    report: Mapping[str, Any], asked: Mapping[str, Any], tested: bool = False
+) -> tuple[str, list[Any]]:
+    """A declared question answered, and the tests that answered it; ``tested``: by the
+    comparisons a test was drawn for alone, where any was, after the question's first
+    sentence (the front page's short form)."""
     answers = answering(report, asked)
+    drawn = [c for c in answers if c["label"] not in UNTESTED]
+    if tested and drawn:
+        answers = drawn
     found = [
         Finding(
             report["name"],
@@ -159,8 +167,10 @@ def _declared(report: Mapping[str, Any], asked: Mapping[str, Any]) -> tuple[str,
         for c in answers
     ]
     words = clauses(found) or ["not drawn: the study's report holds no such comparison"]
-    text = capital("; ".join(words))
-    return f"*{asked['question'].strip()}* {text}.", [identity(c) for c in answers]
+    text, question = capital("; ".join(words)), asked["question"].strip()
+    if tested:  # the question's first sentence
+        question = re.split(r"(?<=\?) ", question, maxsplit=1)[0]
+    return f"*{question}* {text}.", [identity(c) for c in answers]
 
 
 def answer(report: Mapping[str, Any]) -> str:
@@ -168,7 +178,7 @@ def answer(report: Mapping[str, Any]) -> str:
     the finding's questions its other comparisons answer; one sentence a line."""
     lines, answered = [OPENING], set()
     for asked in report.get("questions") or ():
-        text, tests = _declared(report, asked)
+        text, tests = declared(report, asked)
         lines.append(text)
         answered |= set(tests)
     found, _ = study_findings(report)

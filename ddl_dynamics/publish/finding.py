@@ -38,17 +38,18 @@ from ..analysis.judge.verdicts import (
 )
 from ..analysis.report.wording import NO_DIFFERENCE, counts_text, number, significant, where
 
-ERASE, BETA, STATE, PEERS, DEPTH, BASELINE, OTHER = (
+ERASE, BETA, STATE, COMPUTE, PEERS, DEPTH, BASELINE, OTHER = (
     "the erase term",
     "β > 1",
     "the expanded state and EC",
+    "a larger baseline",
     "peers",
     "depth and continuous time",
     "each row against its baseline",
     "other comparisons",
 )
 #: The questions in the order the finding states them.
-QUESTIONS = (ERASE, BETA, STATE, PEERS, DEPTH, BASELINE, OTHER)
+QUESTIONS = (ERASE, BETA, STATE, COMPUTE, PEERS, DEPTH, BASELINE, OTHER)
 #: Labels no test was drawn for: both rows sit at an end of the metric, or the rows are not
 #: comparable (their sizes, budgets or tuning differ), so they find nothing either way.
 UNTESTED = (BOTH_SOLVED, AT_FLOOR, UNMATCHED_SIZE, UNEQUAL_BUDGET, UNEQUAL_TUNING)
@@ -102,6 +103,8 @@ def question(model: str, control: str, baseline: bool = False) -> str | None:
     - ``ddl*`` against its write-only twin ``ddl-write*`` or additive twin ``additive*``:
       `ERASE`;
     - a row against its ``-bmax1`` twin (β ≤ 1): `BETA`;
+    - a row against a ``-w<n>`` row (a baseline made wider: more parameters and compute):
+      `COMPUTE`;
     - a ``dv4`` row against a ``-dv1`` row, a ``-repeat`` row or ``transformer-ec``, and
       ``transformer-ec`` against anything: `STATE`;
     - a peer (`PEER_ROWS`, tied or not, at any ``-dv<n>``) against ``ddl`` or another peer:
@@ -122,6 +125,8 @@ def question(model: str, control: str, baseline: bool = False) -> str | None:
             return ERASE
         if b.replace("-bmax1", "") == a and "bmax1" in b:
             return BETA
+        if re.search(r"-w\d+$", b):
+            return COMPUTE
         if "transformer-ec" in (a, b) or (
             "dv4" in a and (b.endswith("-dv1") or b.endswith("-repeat"))
         ):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import tomllib
 import typing
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -38,7 +39,7 @@ from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
-from .._task import Task, TaskData, held_out
+from .._task import TASKS, Task, TaskData, held_out
 from ..analysis.figures import draw_headline
 from ..analysis.judge.verdicts import LABELS
 from ..analysis.report.wording import MEANINGS, counts_text
@@ -55,6 +56,7 @@ from ..experiment.config import (
 )
 from ..experiment.folder import write_atomically
 from ..experiment.grid import TUNABLE
+from .answer import declared
 from .finding import (
     WITHIN_MARGIN,
     findings,
@@ -106,10 +108,14 @@ def nav_block(text: str, names: Sequence[str]) -> str:
 
 # --- the README's headline
 
+#: The study index, from the repository's root.
+INDEX = "docs/studies/index.md"
+
 
 def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     """The finding over the tuned studies (`finding`: each distinct test once, by
-    question, the Delta row first), the headline figure and one line per study."""
+    question, the Delta row first), the headline figure, the questions the Transformer
+    studies ask answered in short, and a link to the study index."""
     judged = [r for r in reports if in_finding(r)]
     studies_text = "study" if len(judged) == 1 else "studies"
     found, left = findings(judged)
@@ -127,22 +133,41 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
         "",
         f"![Every finding by question: difference in margins, label]({HEADLINE})",
         "",
-        "Every finding of the tuned studies by the question it answers, one line per "
-        "pair of rows (the Delta row first), a dot per task (a crossover: per knob "
-        "value): the paired mean difference in units of the task's equivalence margin "
-        "(where it states none, of the test's detectable difference), right where the "
-        "first row is better; the shaded band is the margin, the colour the label.",
-        "",
-        "Per study (distinct findings):",
+        "One line per pair of rows (the Delta row first), a dot per task or knob value: "
+        "the paired mean difference in units of the task's margin (or of the test's "
+        "detectable difference), right where the first row is better; the band is the "
+        "margin, the colour the label.",
         "",
     ]
-    lines += [
+    asked = [
         f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
-        f"{counts_text(counts_of(r)) or 'no finding'}"
-        + (f" ({why}; not part of the finding)." if (why := outside(r)) else ".")
+        + " ".join(declared(r, q, tested=True)[0] for q in r["questions"])
         for r in reports
+        if r.get("questions") and of_transformers(r)
     ]
+    if asked:
+        lines += [
+            "The Transformer studies' own questions, each answered by its labels alone (a "
+            "label says which row measured better, not why):",
+            "",
+            *asked,
+            "",
+        ]
+    lines.append(f"Every study with the labels of its findings: [the studies]({INDEX}).")
     return "\n".join(lines)
+
+
+def of_transformers(report: Mapping[str, Any]) -> bool:
+    """Whether a study trains Transformers: every task its experiment runs is a sequence
+    task (a task the registry does not hold, one of a task file, counts as not)."""
+    try:
+        data = tomllib.loads(report["experiment"]["config"])
+        names = [t["name"] for t in data["tasks"]]
+    except (KeyError, TypeError, tomllib.TOMLDecodeError):
+        return False
+    return bool(names) and all(
+        n in TASKS and getattr(TASKS.get(n), "kind", "") == "sequence" for n in names
+    )
 
 
 def counts_of(report: Mapping[str, Any]) -> Counter[str]:
@@ -181,7 +206,8 @@ def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
         "",
     ]
     lines += [
-        f"- [`{r['name']}`]({r['name']}.md): {counts_text(counts_of(r)) or 'no finding'}."
+        f"- [`{r['name']}`]({r['name']}.md): {counts_text(counts_of(r)) or 'no finding'}"
+        + (f" ({why}; not part of the finding)." if (why := outside(r)) else ".")
         for r in reports
     ]
     return "\n".join(lines) + "\n"

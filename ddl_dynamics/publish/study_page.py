@@ -211,12 +211,29 @@ def _questions(report: Mapping[str, Any]) -> list[str]:
         lines += [
             f"**{q['question'].strip()}**",
             "",
-            *(f"- {sentence(c)}" for c in answers or ()),
+            *(f"- {sentence(c)}{_flops(report, c)}" for c in answers or ()),
             "",
         ]
         if not answers:
             lines += ["- Not drawn: the study's report holds no such comparison.", ""]
     return lines
+
+
+def _flops(report: Mapping[str, Any], c: Mapping[str, Any]) -> str:
+    """The two rows' forward FLOPs per sample beside a comparison, and their ratio, where
+    both were counted: what each verdict cost."""
+    rows = {
+        r["model"]: r.get("flops")
+        for table in report.get("tables") or ()
+        if table["task"] == c["task"]
+        for r in table["rows"]
+    }
+    ours, theirs = rows.get(c["model"]), rows.get(c["control"])
+    if not ours or not theirs:
+        return ""
+    return (
+        f" FLOPs per sample: {number(ours, 3)} against {number(theirs, 3)} ({ours / theirs:.2f}×)."
+    )
 
 
 def _findings(report: Mapping[str, Any]) -> list[str]:

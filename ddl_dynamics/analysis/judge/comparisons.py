@@ -22,12 +22,13 @@ from ..run import Row, Run
 from .labels import EQUAL, INCONCLUSIVE, entry
 from .stats import ALPHA, PAIRED_T, Paired, detectable_difference, holm, tarone
 from .verdicts import (
-    GATES,
     MIN_PAIRS,
     at_floor,
     both_solved,
     flagged,
+    gates,
     label,
+    larger,
     non_finite,
     seed_values,
     strictest,
@@ -43,7 +44,8 @@ class Request:
     analytic bound (a number), on ``split`` of ``task``; ``requires`` (for a split other
     than test) is the test metric both rows must reach first, in the metric's direction
     (accuracy ≥ requires, MSE ≤ requires). ``kind`` says who asked: ``"baseline"``,
-    ``"declared"`` or ``"expectation"``."""
+    ``"declared"`` or ``"expectation"``; ``control_larger``: the control is larger on
+    purpose (`verdicts.gates`)."""
 
     task: str
     model: str
@@ -51,6 +53,7 @@ class Request:
     kind: str
     split: str = "test"
     requires: float | None = None
+    control_larger: bool = False
 
     @property
     def key(self) -> Key:
@@ -142,7 +145,11 @@ def merge(run: Run, requests: Sequence[Request]) -> dict[Key, tuple[Request, tup
         rows = run.task_rows(asked[0].task)
         higher = next(iter(rows.values())).higher_is_better if rows else True
         stated = thresholds.get(_unordered(asked[0]))
-        request = replace(asked[0], requires=strictest(stated, higher) if stated else None)
+        request = replace(
+            asked[0],
+            requires=strictest(stated, higher) if stated else None,
+            control_larger=any(r.control_larger for r in asked),
+        )
         merged[key] = request, tuple(dict.fromkeys(r.kind for r in asked))
     return merged
 
@@ -248,16 +255,7 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
     control = rows.get(request.control) if isinstance(request.control, str) else None
     some = model or control or next(iter(rows.values()))
     higher, metric = some.higher_is_better, some.described.get("metric", "metric")
-    base = Comparison(
-        request.task,
-        request.model,
-        request.control,
-        request.split,
-        kinds,
-        metric,
-        higher,
-        INCONCLUSIVE,
-    )
+    base = Comparison(*request.key[:3], request.split, kinds, metric, higher, INCONCLUSIVE)
     missing = [
         label
         for label, row in ((request.model, model), (request.control, control))
@@ -272,10 +270,12 @@ def _draw(run: Run, request: Request, kinds: tuple[str, ...]) -> Comparison:
         "control_chosen": control.chosen_text() if control else "",
     }
     if control is not None:
-        for closed, gap in GATES:
+        for closed, gap in gates(request.control_larger):
             if why := gap(*sides):
                 return replace(base, label=closed, note=why, **chosen)
     split, notes = _judged_split(request, sides, higher, metric)
+    if request.control_larger and control is not None:
+        notes.insert(0, larger(*sides))
     ours = seed_values(model.selected, split)
     theirs = seed_values(control.selected, split) if control else float(request.control)
     config = model.selected[0].config

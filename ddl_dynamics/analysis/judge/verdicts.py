@@ -13,7 +13,10 @@ expectation. It reads, in this order:
    where alone autocast applies it), or
    a finished cell trained fewer steps than its budget (an early stop): no test is drawn.
 3. **unmatched size** (`size_gap`): parameter counts more than
-   `SIZE_TOLERANCE` apart, of the smaller: no test is drawn.
+   `SIZE_TOLERANCE` apart, of the smaller: no test is drawn. A declared comparison whose
+   control is larger on purpose (``control_larger``, a baseline of more compute) asks
+   instead that the control has at least the model's parameters and forward FLOPs
+   (`smaller_control`), and its note states both ratios (`larger`).
 4. An out-of-distribution comparison needs both rows to have solved the trained split on
    every seed (`unsolved`, at the strictest ``requires`` asked); otherwise it is drawn
    on the trained split instead.
@@ -176,13 +179,17 @@ def budget_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     return "; ".join(notes)
 
 
+def _size(rows: Sequence[RunResult]) -> tuple[int | None, float | None]:
+    """A row's parameters and forward FLOPs per sample (None where no cell counted them)."""
+    params = max((r.params for r in rows if r.params), default=None)
+    return params, max((r.flops for r in rows if r.flops), default=None)
+
+
 def size_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     """Why two rows are not of a size (``"ddl has 18,916 parameters, node 2,628: more than
     10% apart"``), or empty where their parameter counts lie within
     `SIZE_TOLERANCE` of the smaller, whichever row is the control."""
-    ours, theirs = [
-        max((r.params for r in rows if r.params), default=None) for rows in (model, control)
-    ]
+    ours, theirs = _size(model)[0], _size(control)[0]
     if ours is None or theirs is None or abs(ours - theirs) <= SIZE_TOLERANCE * min(ours, theirs):
         return ""
     return (
@@ -191,13 +198,45 @@ def size_gap(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
     )
 
 
+def smaller_control(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
+    """Why a control declared larger is not (``"transformer-w40 has fewer FLOPs per
+    sample than ddl-dv4"``), or empty where it has at least the model's parameters and
+    forward FLOPs."""
+    for i, what in enumerate(("parameters", "FLOPs per sample")):
+        ours, theirs = _size(model)[i], _size(control)[i]
+        if ours is None or theirs is None:
+            return f"{what} not counted: the control cannot be shown larger"
+        if theirs < ours:
+            return f"{control[0].model} has fewer {what} than {model[0].model}"
+    return ""
+
+
+def larger(model: Sequence[RunResult], control: Sequence[RunResult]) -> str:
+    """A larger control's size against the model's: ``"control larger on purpose: 1.52×
+    the parameters, 1.44× the forward FLOPs"``."""
+    (p, f), (cp, cf) = _size(model), _size(control)
+    assert p and f and cp and cf
+    return (
+        f"control larger on purpose: {cp / p:.2f}× the parameters, {cf / f:.2f}× the forward FLOPs"
+    )
+
+
+Gate = Callable[[Sequence[RunResult], Sequence[RunResult]], str]
 #: The gates of rules 1–3, in order: the label each closes with, and why it is closed
 #: (empty where it is open).
-GATES: tuple[tuple[str, Callable[[Sequence[RunResult], Sequence[RunResult]], str]], ...] = (
+GATES: tuple[tuple[str, Gate], ...] = (
     (UNEQUAL_TUNING, tuning_gap),
     (UNEQUAL_BUDGET, budget_gap),
     (UNMATCHED_SIZE, size_gap),
 )
+
+
+def gates(control_larger: bool = False) -> tuple[tuple[str, Gate], ...]:
+    """The gates a comparison passes: `GATES`, or where its control is larger on purpose
+    the size gate that asks it to be (`smaller_control`)."""
+    if not control_larger:
+        return GATES
+    return tuple((name, smaller_control if name == UNMATCHED_SIZE else gap) for name, gap in GATES)
 
 
 def requirement(metric: str, requires: float, higher_is_better: bool) -> str:

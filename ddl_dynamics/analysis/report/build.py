@@ -245,7 +245,15 @@ def _requests(run: Run) -> list[Request]:
         ]
         metric = next(iter(rows.values())).described.get("metric", "")
         requests += [
-            Request(task, c.model, c.control, "declared", c.split, c.threshold(metric))
+            Request(
+                task,
+                c.model,
+                c.control,
+                "declared",
+                c.split,
+                c.threshold(metric),
+                c.control_larger,
+            )
             for c in run.comparisons
             if c.model in rows and c.control in rows and in_tasks(task, c.tasks)
         ]
