@@ -22,6 +22,7 @@ from ddl_dynamics.analysis.plots.gates import (
     beta_histograms,
     determinant_plot,
     probe_consistency,
+    query_regimes,
     regime_atlas,
 )
 from ddl_dynamics.analysis.plots.style import row_colors
@@ -530,6 +531,22 @@ def test_hop_gate_shares_are_clipped_to_0_and_1():
     assert all(
         "ddl-transformer" in ax.get_title() and "var-chain" in ax.get_title() for ax in fig.axes
     )
+
+
+def test_a_product_block_has_a_point_per_update_and_ticks_per_sublayer():
+    """Two delta updates per sublayer over 2 blocks: 8 probe rows on the 4 sublayers' axis,
+    beside a one-update row's 4; the ticks name the sublayers, not the probe rows."""
+    curves = {"projecting where it hops": ([1.0], [0.5], [0.1])}
+    fig = hop_gates({"var-chain": (curves, {1.0: [1.0] * 8})}, "ddl-product", "hops", 2)
+    right = fig.axes[1]
+    assert right.lines[0].get_xdata().tolist() == [1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5]
+    ticks = [t.get_text() for t in right.get_xticklabels()]
+    assert ticks == ["attn 1", "mlp 1", "attn 2", "mlp 2"]
+    share = [(0.5, 0.1)]
+    panels = {"swap-track": {"ddl-product": (share * 8, 2), "ddl": (share * 4, 1)}}
+    (ax,) = query_regimes(panels, "reflection", {"ddl-product": "C0", "ddl": "C1"}).axes
+    assert sorted(len(c.lines[0].get_xdata()) for c in ax.containers) == [4, 8]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ticks
 
 
 def test_gate_figures_name_the_model_and_the_task():

@@ -325,7 +325,7 @@ def hop_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
             )
             for a in audits
         }
-        fig = hop_gates(settings, model, audits[0].knob)
+        fig = hop_gates(settings, model, audits[0].knob, audits[0].updates)
         out += save_figure(fig, figure_dir(run.run_dir) / f"hop_gates_{model}")
     return out
 
@@ -343,13 +343,16 @@ def query_figures(run: Run, report: Report, colors: Colors) -> list[Path]:
         )
     out: list[Path] = []
     for regime in dict.fromkeys(a.regime for a in audits):
-        panels: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(dict)
+        panels: dict[str, dict[str, tuple[list[tuple[float, float]], int]]] = defaultdict(dict)
         for a in audits:
             if a.regime == regime:
-                panels[a.task][a.model] = [
-                    (np.nan if e.mean is None else e.mean, np.nan if e.ci is None else e.ci)
-                    for e in a.shares
-                ]
+                panels[a.task][a.model] = (
+                    [
+                        (np.nan if e.mean is None else e.mean, np.nan if e.ci is None else e.ci)
+                        for e in a.shares
+                    ],
+                    a.updates,
+                )
         fig = query_regimes(panels, regime, colors)
         out += save_figure(fig, figure_dir(run.run_dir) / f"query_{regime}")
     return out

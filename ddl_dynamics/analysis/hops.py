@@ -24,7 +24,7 @@ from .._task import Task, make_task
 from ..experiment.result import RunResult
 from ..models.operator import REGIMES, regime_index
 from .judge.stats import Estimate
-from .probes import erases, load_probes
+from .probes import erases, load_probes, updates_per_sublayer
 from .run import Run
 
 #: The regime a hop that replaces the referent a token holds should use.
@@ -48,6 +48,8 @@ class HopAudit:
     followed: KnobCurve  # share of a query's hops some attention head looked at
     #: (knob value, mean β of every sublayer at query tokens, pooled over seeds)
     profile: tuple[tuple[float, tuple[float, ...]], ...]
+    #: Delta updates per sublayer, one profile entry each (n_h of a product block, else 1).
+    updates: int = 1
 
 
 def seed_audit(hops: np.ndarray, looks: np.ndarray, beta: np.ndarray) -> dict[str, object]:
@@ -94,7 +96,7 @@ def hop_audit(run: Run) -> list[HopAudit]:
     specs = defaultdict(list)  # family → the specs it ran with
     for row, _, _ in probed:
         specs[row.config["task"]].append(row.config["spec"])
-    found: dict[tuple[str, str, str, str], dict[float, list[dict]]] = defaultdict(
+    found: dict[tuple[str, str, str, str, int], dict[float, list[dict]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for row, task, arrays in probed:
@@ -110,10 +112,11 @@ def hop_audit(run: Run) -> list[HopAudit]:
             for k, v in sorted(spec.items())
             if k != knob and any(s.get(k) != v for s in specs[family])
         ]
-        found[row.model, family, knob, ",".join(shown)][float(spec[knob])].append(audit)
+        key = row.model, family, knob, ",".join(shown), updates_per_sublayer(row)
+        found[key][float(spec[knob])].append(audit)
     return [
         HopAudit(
-            *key,
+            *key[:4],
             _curve(by_value, "at_hops"),
             _curve(by_value, "elsewhere"),
             _curve(by_value, "followed"),
@@ -121,6 +124,7 @@ def hop_audit(run: Run) -> list[HopAudit]:
                 (v, tuple(np.mean([a["profile"] for a in by_value[v]], axis=0).tolist()))
                 for v in sorted(by_value)
             ),
+            key[4],
         )
         for key, by_value in sorted(found.items())
     ]

@@ -51,6 +51,12 @@ def usable_rows(run: Run) -> list[RunResult]:
     ]
 
 
+def updates_per_sublayer(row: RunResult) -> int:
+    """How many delta updates each sublayer of a row's Transformer makes, one probe row each
+    (``product`` n_h; 1 for any other block)."""
+    return int(row.config.get("config", {}).get("product", 1))
+
+
 @torch.no_grad()
 def probe_model(
     task: Task, model: Model, seed: int, n: int = PROBE_SAMPLES

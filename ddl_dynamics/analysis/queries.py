@@ -19,7 +19,7 @@ from .._task import IGNORE_INDEX, Task, make_task
 from ..models.operator import REGIMES
 from .judge.regimes import regime_fractions
 from .judge.stats import Estimate
-from .probes import load_probes
+from .probes import load_probes, updates_per_sublayer
 from .run import Run
 
 
@@ -31,9 +31,11 @@ class QueryGates:
     model: str
     #: The regime the task states, whose share is counted.
     regime: str
-    #: Per sublayer (attention, MLP, attention, …): the share of scored tokens whose gate is
-    #: in ``regime``, over seeds.
+    #: Per sublayer (attention, MLP, attention, …), each sublayer's delta updates in turn:
+    #: the share of scored tokens whose gate is in ``regime``, over seeds.
     shares: tuple[Estimate, ...]
+    #: Delta updates per sublayer (n_h of a product block, else 1).
+    updates: int = 1
 
 
 def scored(task: Task, seed: int, tokens: np.ndarray) -> np.ndarray:
@@ -61,17 +63,22 @@ def seed_shares(beta: np.ndarray, queries: np.ndarray, regime: str) -> np.ndarra
 def query_gates(run: Run) -> list[QueryGates]:
     """`QueryGates` of every probed Delta row (with the erase term or not) on a sequence task
     that states regimes, pooled per setting and row."""
-    found: dict[tuple[str, str, str], list[np.ndarray]] = defaultdict(list)
+    found: dict[tuple[str, str, str, int], list[np.ndarray]] = defaultdict(list)
     for row, arrays in load_probes(run):
         if "test_tokens" not in arrays or "beta" not in arrays:
             continue
         task = make_task(row.config["task"], **row.config.get("spec", {}))
         queries = scored(task, row.seed, arrays["test_tokens"])
         for regime in task.regimes:
-            found[row.task, row.model, regime].append(seed_shares(arrays["beta"], queries, regime))
+            key = row.task, row.model, regime, updates_per_sublayer(row)
+            found[key].append(seed_shares(arrays["beta"], queries, regime))
     return [
         QueryGates(
-            task, model, regime, tuple(Estimate.of(list(column)) for column in np.stack(seeds).T)
+            task,
+            model,
+            regime,
+            tuple(Estimate.of(list(column)) for column in np.stack(seeds).T),
+            updates,
         )
-        for (task, model, regime), seeds in sorted(found.items())
+        for (task, model, regime, updates), seeds in sorted(found.items())
     ]

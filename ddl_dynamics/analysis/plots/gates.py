@@ -12,7 +12,15 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from ...models.operator import DIRECTION_EPS, REGIME_BOUNDS, REGIMES
-from .style import PALETTE, REGIME_COLORS, clipped_error, panel_grid, styled
+from .style import (
+    PALETTE,
+    REGIME_COLORS,
+    clipped_error,
+    panel_grid,
+    styled,
+    sublayer_positions,
+    sublayer_ticks,
+)
 
 
 @styled
@@ -217,23 +225,25 @@ def determinant_plot(dets: Mapping[str, np.ndarray], model: str) -> Figure:
 
 @styled
 def query_regimes(
-    panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]],
+    panels: Mapping[str, Mapping[str, tuple[Sequence[tuple[float, float]], int]]],
     regime: str,
     colors: Mapping[str, str],
 ) -> Figure:
     """One panel per task setting: per sublayer, the share of query tokens whose gate is in
-    ``regime``, one line per Delta row (mean, 95% CI over seeds, clipped to [0, 1]).
+    ``regime``, one line per Delta row (mean, 95% CI over seeds, clipped to [0, 1]); a row
+    with several delta updates per sublayer (a product block) has a point per update.
 
     Args:
-        panels: setting → row label → per sublayer ``(mean, CI half-width)`` (NaN: none).
+        panels: setting → row label → (per probe row ``(mean, CI half-width)``, NaN: none;
+            delta updates per sublayer).
         regime: the regime counted, the task's stated one.
         colors: row label → colour.
     """
     fig, axes = panel_grid(len(panels), width=4.6, height=3.4, cols=3)
     for ax, (setting, rows) in zip(axes, panels.items(), strict=True):
-        for model, shares in sorted(rows.items()):
+        for model, (shares, updates) in sorted(rows.items()):
             mean, half = (np.array(column, float) for column in zip(*shares, strict=True))
-            layers = np.arange(1, len(mean) + 1)
+            layers = sublayer_positions(len(mean), updates)
             error = clipped_error(mean.tolist(), np.nan_to_num(half).tolist(), 0.0, 1.0)
             ax.errorbar(
                 layers,
@@ -246,9 +256,7 @@ def query_regimes(
                 color=colors[model],
                 label=model,
             )
-            ax.set_xticks(
-                layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}" for j in layers], fontsize=7
-            )
+            sublayer_ticks(ax, layers)
         ax.set(title=setting, ylabel=f"share of query tokens in {regime}", ylim=(-0.02, 1.02))
         ax.legend(fontsize=7)
     fig.suptitle(

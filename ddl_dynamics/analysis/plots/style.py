@@ -135,6 +135,23 @@ def log_axis(ax: Axes, which: str, values: Iterable[float]) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def sublayer_positions(count: int, updates: int = 1) -> np.ndarray:
+    """Where a Transformer's ``count`` probe rows sit on a sublayer axis (1 = the first
+    attention, 2 = the first MLP, …): a sublayer's n_h delta updates at ``s``, ``s + 1/n_h``,
+    …, so that rows with one update and with several share the axis."""
+    return 1 + np.arange(count) / updates
+
+
+def sublayer_ticks(ax: Axes, positions: Iterable[float]) -> None:
+    """Ticks at every sublayer ``positions`` reach, named ``attn 1``, ``mlp 1``, ``attn 2``, …"""
+    sublayers = np.arange(1, int(max(positions, default=0)) + 1)
+    ax.set_xticks(
+        sublayers,
+        [f"{'mlp' if s % 2 == 0 else 'attn'} {(s + 1) // 2}" for s in sublayers],
+        fontsize=7,
+    )
+
+
 def legend_below(fig: Figure, handles: Sequence, note: str = "") -> None:
     """One legend for every panel, right below them (never over the data), ``note`` as its
     title: lay the panels out above it, then place it."""

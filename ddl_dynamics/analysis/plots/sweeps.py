@@ -21,6 +21,8 @@ from .style import (
     panel_grid,
     row_colors,
     styled,
+    sublayer_positions,
+    sublayer_ticks,
 )
 
 #: One knob value's point of a curve: (knob value, mean, 95% CI half-width; 0 for none).
@@ -170,14 +172,15 @@ def _gate_use(
 
 
 def _gate_profile(
-    right: Axes, title: str, profile: Mapping[float, Sequence[float]], knob: str
+    right: Axes, title: str, profile: Mapping[float, Sequence[float]], knob: str, updates: int
 ) -> None:
-    """The right panel of `hop_gates`: the mean gate of every sublayer at query tokens, one
-    line per knob value, the projection band shaded."""
+    """The right panel of `hop_gates`: the mean gate of every sublayer at query tokens (of
+    each of its ``updates`` delta updates), one line per knob value, the projection band
+    shaded."""
     low, high = REGIME_BOUNDS[1], REGIME_BOUNDS[2]
     right.axhspan(low, high, color=REGIME_COLORS["projection"], alpha=0.15, label="projection")
     for i, (value, betas) in enumerate(sorted(profile.items())):
-        layers = np.arange(1, len(betas) + 1)
+        layers = sublayer_positions(len(betas), updates)
         right.plot(
             layers,
             betas,
@@ -187,9 +190,7 @@ def _gate_profile(
             color=PALETTE[i % len(PALETTE)],
             label=f"{knob} = {value:g}",
         )
-        right.set_xticks(
-            layers, [f"{'attn' if j % 2 else 'mlp'} {(j + 1) // 2}" for j in layers], fontsize=7
-        )
+        sublayer_ticks(right, layers)
     right.set(
         title=f"{title}: mean gate of every sublayer at query tokens",
         ylabel="β",
@@ -203,6 +204,7 @@ def hop_gates(
     settings: Mapping[str, tuple[Mapping[str, Curve], Mapping[float, Sequence[float]]]],
     model: str,
     knob: str,
+    updates: int = 1,
 ) -> Figure:
     """One Delta row on a multi-hop task: per setting, the share of its gates that project at
     the query tokens' sublayers that hop, at their other sublayers, and the share of hops
@@ -215,6 +217,7 @@ def hop_gates(
             value → the mean β of every sublayer, attention and MLP alternating); shares'
             intervals are clipped to [0, 1].
         model, knob: the row's label and the knob's name.
+        updates: the row's delta updates per sublayer (a point each in the profile).
     """
     fig = Figure(figsize=(11.0, 4.2 * len(settings)))
     axes = fig.subplots(len(settings), 2, squeeze=False)
@@ -245,7 +248,7 @@ def hop_gates(
             ylim=(-0.02, 1.02),
         )
         left.legend(**_LEGEND)
-        _gate_profile(right, f"{model} on {setting}", profile, knob)
+        _gate_profile(right, f"{model} on {setting}", profile, knob, updates)
     fig.tight_layout()
     return fig
 
