@@ -196,7 +196,7 @@ def test_user_task_file_in_worker_pool_with_a_dying_worker(tmp_path):
     assert done.returncode == 1, done.stderr  # some cells failed
     assert "2 ok, 2 failed" in done.stdout and f"report: {run_dir / 'report.md'}" in done.stdout
     report = (run_dir / "report.md").read_text()
-    assert "## tiny-sum — mse ↓" in report and "## worker-crash" in report
+    assert "## tiny-sum (mse ↓)" in report and "## worker-crash" in report
     assert report.count("**failed** — the worker process died") == 2, report
     assert "leaked semaphore" not in done.stderr  # the resource tracker's, about the dead worker
 
@@ -216,7 +216,7 @@ def test_run_resume_and_report(write, tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "2 ok" in out and f"report: {run_dir / 'report.md'}" in out
-    assert "## overwrite — mse ↓" in (run_dir / "report.md").read_text()
+    assert "## overwrite (mse ↓)" in (run_dir / "report.md").read_text()
     assert main(argv) == 0 and "0 trained, 2 already done" in capsys.readouterr().out
     assert main(["report", str(run_dir), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -301,7 +301,7 @@ def test_storage_problems_are_named_and_read_only_runs_are_reported(tmp_path, as
     finally:
         for path in (read_only, *read_only.rglob("*")):
             path.chmod(0o755 if path.is_dir() else 0o644)
-    assert md[0] == 0 and "## overwrite — mse ↓" in md[1], md
+    assert md[0] == 0 and "## overwrite (mse ↓)" in md[1], md
     assert page[0] == 0 and html.read_text().count("<img") >= 1, page
     assert plot[0] == 2 and plot[2].endswith(
         f"ddl-dyn: error: cannot write figures into "

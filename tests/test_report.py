@@ -11,6 +11,7 @@ from scipy import stats
 import ddl_dynamics as dd
 from ddl_dynamics.analysis.judge.stats import holm, mean_ci
 from ddl_dynamics.analysis.render.formats import render
+from ddl_dynamics.analysis.report.wording import metric_title
 
 
 def row(
@@ -368,7 +369,7 @@ def test_markdown_opens_with_a_summary_then_the_verdicts(run_dir):
     assert sections.index("## Results per task") > 0
     assert "| parity (accuracy ↑) | ddl | resnet | — | +0.403 ± " in md
     assert "| inconclusive (n = 3 of 5" in md and "ddl fails 2/5" in md
-    assert "### parity — accuracy ↑" in md
+    assert "### parity (accuracy ↑)" in md  # its rows name no task config: no floor
     assert "| ddl | 3/5 (60%) | 0.9267 ± " in md and "| 0.9, 0.95, 0.93, diverged, capped |" in md
     assert "| 0.6 |" in md  # n = 1: a bare mean, no interval
     assert "**diverged** — loss became nan at step 7" in md and "**failed**" in md
@@ -469,3 +470,11 @@ def test_the_html_report_keeps_p_values_whole_and_opens_with_the_file_it_ran(tmp
     )
     assert folded in page and "white-space: pre-wrap" in page
     assert page.index(folded) < page.index('<nav class="toc">')  # what ran, before the rest
+
+
+def test_a_task_table_names_its_floor_beside_its_metric():
+    assert metric_title("parity", "accuracy", True, 0.5) == "parity (accuracy ↑, floor 0.5)"
+    assert metric_title("overwrite", "mse", False, None) == "overwrite (mse ↓)"
+    var_chain = dd.make_task("var-chain", hops=3)
+    title = metric_title("var-chain", "accuracy", True, var_chain.floor)
+    assert title == f"var-chain (accuracy ↑, floor {var_chain.floor:.3g})"

@@ -13,7 +13,14 @@ from typing import Any
 from ..analysis.captions import caption
 from ..analysis.judge.verdicts import INCONCLUSIVE
 from ..analysis.report.text import MIXING_NOTE, REGIME_NOTE, mixing_cells
-from ..analysis.report.wording import DESCRIPTIVE, difference, number, sentence, where
+from ..analysis.report.wording import (
+    DESCRIPTIVE,
+    difference,
+    metric_title,
+    number,
+    sentence,
+    where,
+)
 from ..models.operator import REGIMES
 from .answer import answer, answering
 from .finding import findings, question_lines, summary
@@ -337,9 +344,11 @@ def _tables(report: Mapping[str, Any]) -> list[str]:
 
 def _task_rows(table: Mapping[str, Any]) -> list[str]:
     """One task's rows: seeds finished, choice, test metric, parameters and FLOPs."""
-    arrow = "↑" if table.get("higher_is_better") else "↓"
+    title = metric_title(
+        table["task"], table["metric"], bool(table.get("higher_is_better")), table.get("floor")
+    )
     return [
-        f"### {table['task']} ({table['metric']} {arrow})",
+        f"### {title}",
         "",
         *markdown_table(
             ["model", "seeds finished", "chosen", "test", "params", "FLOPs/sample"],

@@ -22,7 +22,6 @@ from ..report.text import (
     UNTUNED_NOTE,
     comparison_cells,
     crossover_cells,
-    direction,
     expectation_cells,
     flag_notes,
     lead_text,
@@ -34,7 +33,7 @@ from ..report.text import (
     untuned,
     who,
 )
-from ..report.wording import counts, counts_text
+from ..report.wording import counts, counts_text, metric_title
 from ..results import load_results, results_csv
 
 
@@ -66,7 +65,8 @@ def _md_head(report: Report) -> list[str]:
 
 def _md_results(table: TaskTable) -> list[str]:
     """One task's results table, its flags and the cells that did not finish cleanly."""
-    lines = [f"### {table.task} — {table.metric} {direction(table.higher_is_better)}", ""]
+    title = metric_title(table.task, table.metric, table.higher_is_better, table.floor)
+    lines = [f"### {title}", ""]
     lines += _md_table(*table_cells(table))
     lines += [f"\n{note}" for note in flag_notes(table)]
     if table.problems:

@@ -39,7 +39,7 @@ from ..report.text import (
     untuned,
     who,
 )
-from ..report.wording import counts, counts_text
+from ..report.wording import counts, counts_text, metric_title
 from ..run import load_run
 from .formats import render_markdown
 
@@ -236,8 +236,8 @@ def _results(report: Report, sections: list[tuple[str, str]]) -> list[str]:
     """Each task's rows with their flags and problems, the gate regimes, the stream mixing."""
     parts = [_section(sections, "Results per task"), f"<p>{html.escape(TABLE_NOTE)}</p>"]
     for table in report.tables:
-        arrow = "↑" if table.higher_is_better else "↓"
-        parts.append(f"<h3>{html.escape(table.task)} — {html.escape(table.metric)} {arrow}</h3>")
+        title = metric_title(table.task, table.metric, table.higher_is_better, table.floor)
+        parts.append(f"<h3>{html.escape(title)}</h3>")
         parts.append(_table(*table_cells(table)))
         parts += [f"<p>{html.escape(note)}</p>" for note in flag_notes(table)]
         if table.problems:

@@ -110,6 +110,8 @@ class TaskTable:
     extras: list[str]
     rows: list[ModelRow]
     problems: list[Problem] = field(default_factory=list)
+    #: The metric's chance or shortcut level (`Task.floor`); None where the task states none.
+    floor: float | None = None
 
     @property
     def has_val(self) -> bool:
@@ -317,6 +319,8 @@ def _table(run: Run, task: str) -> TaskTable:
         Problem(", ".join(labels), None, f"{split} not run", reason)
         for (split, reason), labels in skipped.items()
     ]
+    config = every[0].config if every else {}
+    floor = make_task(config["task"], **config.get("spec", {})).floor if "task" in config else None
     return TaskTable(
         task,
         described.get("metric", "metric"),
@@ -325,6 +329,7 @@ def _table(run: Run, task: str) -> TaskTable:
         extras,
         rows,
         problems,
+        floor,
     )
 
 

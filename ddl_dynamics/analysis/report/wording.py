@@ -40,6 +40,14 @@ def number(value: float | None, digits: int = 4) -> str:
     return "—" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
 
 
+def metric_title(task: str, metric: str, higher_is_better: bool, floor: float | None) -> str:
+    """A task table's title: ``"var-chain[hops=4] (accuracy ↑, floor 0.625)"``, the floor
+    being the chance or shortcut level its rows are read against (none where the task
+    states none)."""
+    said = f"{metric} {'↑' if higher_is_better else '↓'}"
+    return f"{task} ({said}" + ("" if floor is None else f", floor {number(floor, 3)}") + ")"
+
+
 def difference(mean: float | None, ci: float | None) -> str:
     """A paired mean difference, signed, with its CI half-width: ``"-0.41 ± 0.12"``."""
     if mean is None:
