@@ -327,10 +327,10 @@ def test_the_readme_block_groups_by_question_and_counts_each_study_once():
     reports = [judged, {**judged, "name": "legacy", "shipped": False}]
     text = readme_block(reports)
     assert "1 distinct finding: 1 win" in text and "1 repeat of a counted test" in text
-    assert "- **each row against its baseline**: 1 win" in text
     assert "over 1 tuned study judged from the cells it ships" in text
     assert "own questions" not in text  # no Transformer study asks any
     index = index_page(reports)
+    assert "- **each row against its baseline**: 1 win" in index
     assert "- [`tuned`](tuned.md): 1 win." in index
     # a study without its cells keeps its labels on its page, outside the finding
     assert "- [`legacy`](legacy.md): 1 win (published without its cells" in index

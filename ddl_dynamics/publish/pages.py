@@ -127,10 +127,6 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
         "",
         *items,
         "",
-        "By question:",
-        "",
-        *question_lines(found),
-        "",
         f"![Every finding by question: difference in margins, label]({HEADLINE})",
         "",
         "One line per pair of rows (the Delta row first), a dot per task or knob value: "
@@ -194,6 +190,9 @@ def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
 
 
 def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
+    """Every study with the labels of its distinct findings, then the finding's counts by
+    question."""
+    found, _ = findings([r for r in reports if in_finding(r)])
     lines = [
         "# Studies",
         "",
@@ -210,6 +209,8 @@ def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
         + (f" ({why}; not part of the finding)." if (why := outside(r)) else ".")
         for r in reports
     ]
+    if found:
+        lines += ["", "The README's finding by question:", "", *question_lines(found)]
     return "\n".join(lines) + "\n"
 
 
