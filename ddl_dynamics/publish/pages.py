@@ -143,8 +143,7 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     ]
     if asked:
         lines += [
-            "The Transformer studies' own questions, each answered by its labels alone (a "
-            "label says which row measured better, not why):",
+            "The Transformer studies' own questions, answered by their labels alone:",
             "",
             *asked,
             "",
