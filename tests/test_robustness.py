@@ -560,6 +560,7 @@ def test_ctrl_c_to_the_process_group_with_workers_prints_one_line(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            preexec_fn=_as_from_a_terminal,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not _claimed(run):
@@ -577,6 +578,13 @@ def test_ctrl_c_to_the_process_group_with_workers_prints_one_line(tmp_path):
         assert child.returncode == 130, f"trial {trial}: {err}"
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, f"trial {trial}: {err}"
         assert lines == ["ddl-dyn: interrupted; finished cells are stored, rerun to resume"]
+
+
+def _as_from_a_terminal() -> None:
+    """Ctrl-C at its default in the run, as a command typed at a terminal has it: a test run
+    started in the background by a non-interactive shell inherits it ignored, and Python
+    then leaves it ignored, so the run would never see the Ctrl-C sent here."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _claimed(run: Path) -> bool:
