@@ -16,6 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ._registry import Registry
+
+
+def _listed(registry: Registry[Any]) -> int:
+    """Every entry of a registry, one line each: its name and first docstring line."""
+    for name, doc in registry.describe():
+        print(f"{name:20} {doc}")
+    return 0
+
 
 def tasks(args: argparse.Namespace) -> int:
     from ._registry import first_paragraph
@@ -23,9 +32,7 @@ def tasks(args: argparse.Namespace) -> int:
 
     load_task_files(args)
     if args.name is None:
-        for name, doc in TASKS.describe():
-            print(f"{name:20} {doc}")
-        return 0
+        return _listed(TASKS)
     cls, task = TASKS.get(args.name), make_task(args.name)
     print(f"{args.name}: {plain(first_paragraph(cls))}")
     print(
@@ -49,9 +56,7 @@ def models(args: argparse.Namespace) -> int:
 
     load_task_files(args)
     if args.name is None:
-        for name, doc in MODELS.describe():
-            print(f"{name:20} {doc}")
-        return 0
+        return _listed(MODELS)
     factory = MODELS.get(args.name)
     print(f"{args.name}: {plain(first_paragraph(factory))}")
     options = model_options(args.name)

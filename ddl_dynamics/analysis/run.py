@@ -244,19 +244,23 @@ def run_of(
     return Run(Path(run_dir), rows, experiment, recorded_comparisons(experiment.get("config", "")))
 
 
-def recorded_comparisons(text: str) -> tuple[ComparisonSpec, ...]:
-    """The ``[[comparisons]]`` of an experiment as its run recorded it (the TOML file's text,
-    or the JSON of a config built in Python); checked when the run started."""
-    if not text:
-        return ()
+def recorded_config(text: str) -> dict[str, Any]:
+    """An experiment as its run recorded it: the TOML file's text, or the JSON of a config
+    built in Python (empty where it is neither)."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         try:
-            data = json.loads(text)
+            found = json.loads(text)
         except json.JSONDecodeError:
-            return ()
-    entries = data.get("comparisons", [])
+            return {}
+    return found if isinstance(found, dict) else {}
+
+
+def recorded_comparisons(text: str) -> tuple[ComparisonSpec, ...]:
+    """The ``[[comparisons]]`` of an experiment as its run recorded it; checked when the
+    run started."""
+    entries = recorded_config(text).get("comparisons", [])
     for i, c in enumerate(entries if isinstance(entries, list) else [entries]):
         missing = [
             key

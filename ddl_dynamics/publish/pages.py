@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-import tomllib
 import typing
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -43,6 +42,7 @@ from .._task import TASKS, Task, TaskData, held_out
 from ..analysis.figures import draw_headline
 from ..analysis.judge.verdicts import LABELS
 from ..analysis.report.wording import MEANINGS, counts_text
+from ..analysis.run import recorded_config
 from ..experiment.config import (
     DEVICE_RULE,
     NO_LIMITS,
@@ -156,9 +156,8 @@ def of_transformers(report: Mapping[str, Any]) -> bool:
     """Whether a study trains Transformers: every task its experiment runs is a sequence
     task (a task the registry does not hold, one of a task file, counts as not)."""
     try:
-        data = tomllib.loads(report["experiment"]["config"])
-        names = [t["name"] for t in data["tasks"]]
-    except (KeyError, TypeError, tomllib.TOMLDecodeError):
+        names = [t["name"] for t in recorded_config(report["experiment"]["config"])["tasks"]]
+    except (KeyError, TypeError):
         return False
     return bool(names) and all(
         n in TASKS and getattr(TASKS.get(n), "kind", "") == "sequence" for n in names
