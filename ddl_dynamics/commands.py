@@ -98,6 +98,7 @@ def _seeds(text: str | None) -> list[int] | None:
 def run(args: argparse.Namespace) -> int:
     from .analysis.render.formats import write_report
     from .bench.estimate import estimate_lines
+    from .experiment.compiling import cache_folder
     from .experiment.folder import load_task_file
     from .experiment.options import RunOptions, parse_only, parse_seeds
     from .experiment.reader import load_experiment
@@ -138,6 +139,11 @@ def run(args: argparse.Namespace) -> int:
         f"{summary.name}: {counts} ({summary.ran} trained, {summary.skipped} already done"
         f"{others}) in {summary.wall_time:.1f} s"
     )
+    if summary.ran:
+        print(
+            f"compiled: {len(summary.compiles)} groups, {sum(summary.compiles):.1f} s compiling "
+            f"(inductor's cache: {cache_folder()})"
+        )
     print(f"report: {report}")
     return 0 if summary.ok else 1
 

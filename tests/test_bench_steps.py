@@ -11,6 +11,7 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.bench import steps as steps_module
+from ddl_dynamics.bench.compiled import bench_compiled, format_compiled_table
 from ddl_dynamics.bench.scaling import bench_scaling, format_scaling_table, step_memory
 from ddl_dynamics.bench.steps import (
     TrainingStep,
@@ -19,6 +20,7 @@ from ddl_dynamics.bench.steps import (
     format_steps_table,
 )
 from ddl_dynamics.experiment import step as step_module
+from ddl_dynamics.models import base as models_base
 from ddl_dynamics.models.base import MODELS
 
 
@@ -123,3 +125,20 @@ def test_the_benchmarks_step_is_the_trainers(monkeypatch):
         folded.batches[0].inputs[:8].to(torch.float32),
         task.sample(8, 0, "train").inputs.to(torch.float32),
     )
+
+
+def test_the_compile_bench_times_each_family_eager_and_compiled_beside_its_stored_gain(
+    monkeypatch,
+):
+    # compiled as eager here (compiling takes tens of seconds): the plumbing is under test
+    eager_only = step_module._Compiled()
+    eager_only.failed = True
+    monkeypatch.setattr(step_module, "compiled_losses", eager_only)
+    rows = bench_compiled(families=("resnet", "ddl"), members=2, width=8, depth=2, repeats=2)
+    assert [r["family"] for r in rows] == ["resnet", "ddl"]
+    for r in rows:
+        assert r["members"] == 2 and r["compile_s"] > 0
+        assert r["x_compiled"] == pytest.approx(r["eager_ms"] / r["compiled_ms"])
+        assert r["compile_gain"] == models_base.family(r["family"]).compile_gain
+    assert rows[1]["compile_gain"] == 1.0  # the Delta stack: never compiled by "auto"
+    assert len(format_compiled_table(rows).splitlines()) == 3

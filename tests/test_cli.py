@@ -216,8 +216,11 @@ def test_run_resume_and_report(write, tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "2 ok" in out and f"report: {run_dir / 'report.md'}" in out
+    assert "compiled: 0 groups, 0.0 s compiling" in out  # a short cell stays eager on "auto"
     assert "## overwrite (mse ↓)" in (run_dir / "report.md").read_text()
-    assert main(argv) == 0 and "0 trained, 2 already done" in capsys.readouterr().out
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "0 trained, 2 already done" in out and "compiled:" not in out
     assert main(["report", str(run_dir), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [r["model"] for r in data["tables"][0]["rows"]] == ["ddl-bmax1"]

@@ -39,7 +39,7 @@ def estimate_lines(groups: Sequence[Sequence[Cell]], jobs: int = 1) -> list[str]
     if not groups:
         return []
     seconds = [group_seconds(group) for group in groups]
-    compiled = sum(group[0].train.compile for group in groups)
+    compiled = sum(group[0].train.compile is True for group in groups)
     left_out = "evaluation, grid extension, a neural ODE's solver steps growing in training"
     if compiled:
         left_out += f", and compiling ({compiled} compiled groups, timed eager)"

@@ -6,7 +6,6 @@ steps them."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from ..experiment.cells import expand_cells
 from ..experiment.config import Cell
 from ..experiment.reader import load_experiment
 from .steps import TrainingStep
-from .timing import achieved_rates, timing
+from .timing import achieved_rates, eager_against_compiled, first_call_seconds, timing
 
 #: The study whose cells are timed, and the rows of it timed by default.
 DEPTH_STUDY = Path(__file__).resolve().parents[2] / "experiments" / "transformer-depth.toml"
@@ -80,31 +79,15 @@ def bench_folded(
                 for compile in (False, True):
                     step = study_step(cells, compile)
                     if compile:
-                        sync()
-                        start = time.perf_counter()
-                        step.run()
-                        sync()
-                        compile_s[row, width] = time.perf_counter() - start
+                        compile_s[row, width] = first_call_seconds(step.run, sync)
                     calls[row, width, compile] = step.run
         measured = achieved_rates(calls, repeats, clock, sync, device)
     rows = []
     for (row, width), size in members.items():
-        eager, compiled = measured[row, width, False], measured[row, width, True]
-        rows.append(
-            {
-                "variant": row,
-                "width": width,
-                "hops": hops,
-                "members": size,
-                "eager_ms": 1e3 * eager["seconds"],
-                "compiled_ms": 1e3 * compiled["seconds"],
-                "x_compiled": eager["seconds"] / compiled["seconds"],
-                "compile_s": compile_s[row, width],
-                "eager_gflop_per_s": eager["gflop_per_s"],
-                "compiled_gflop_per_s": compiled["gflop_per_s"],
-                "matmul_gflop_per_s": eager["matmul_gflop_per_s"],
-            }
+        figures = eager_against_compiled(
+            measured[row, width, False], measured[row, width, True], compile_s[row, width]
         )
+        rows.append({"variant": row, "width": width, "hops": hops, "members": size, **figures})
     return rows
 
 

@@ -13,6 +13,7 @@ import torch
 from ..experiment.cells import expand_cells
 from ..experiment.config import ExperimentConfig
 from ..experiment.reader import load_experiment
+from .compiled import bench_compiled, format_compiled_table
 from .folded import bench_folded, format_folded_table
 from .ode import bench_ode, format_ode_table
 from .operator import bench_operator, format_operator_table
@@ -42,7 +43,7 @@ def bench_output(run_dir: str | Path, output: str | Path | None) -> Path:
 
 
 #: The parts of `run_bench`, in the order they run.
-BENCH_PARTS = ("operator", "steps", "transformer", "ode", "scaling", "suite", "cuda")
+BENCH_PARTS = ("operator", "steps", "compile", "transformer", "ode", "scaling", "suite", "cuda")
 
 
 def run_bench(
@@ -57,7 +58,8 @@ def run_bench(
 
     ``operator``: `bench_operator`; ``steps``: `bench_steps` of
     the vector families and `bench_transformer` of the Transformer
-    variants (`transformer_variants`); ``transformer``: the depth study's
+    variants (`transformer_variants`); ``compile``: each vector family's folded step,
+    eager against compiled (`bench_compiled`; CPU only); ``transformer``: the depth study's
     folded Transformer step, eager against compiled (`bench_folded`; CPU
     only); ``ode``: where a
     neural ODE's step goes (`bench_ode`); ``scaling``: a step's time and memory
@@ -137,6 +139,10 @@ class _Plan:
                 threads=threads, device=device, variants=self.variants, bf16=cuda
             )
             echo(format_transformer_table(into["transformer"]))
+        if "compile" in self.parts and not cuda:
+            echo(f"\n{device}: each vector family's folded step, eager and compiled")
+            into["compiled"] = bench_compiled(repeats=max(1, repeats // 2), threads=threads)
+            echo(format_compiled_table(into["compiled"]))
         if "transformer" in self.parts and not cuda:
             echo(f"\n{device}: the depth study's folded Transformer step, eager and compiled")
             into["folded"] = bench_folded(

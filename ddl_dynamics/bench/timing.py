@@ -121,6 +121,33 @@ def achieved_rates(
     }
 
 
+def first_call_seconds(call: Callable[[], Any], sync: Callable[[], None]) -> float:
+    """Wall seconds of ``call``'s first run: for a compiled step, its compile (or the load of
+    inductor's cached kernels) and one step."""
+    sync()
+    start = time.perf_counter()
+    call()
+    sync()
+    return time.perf_counter() - start
+
+
+def eager_against_compiled(
+    eager: Mapping[str, float], compiled: Mapping[str, float], compile_s: float
+) -> dict[str, float]:
+    """One step's `achieved_rates` eager and compiled as a bench row's figures: ``eager_ms``,
+    ``compiled_ms``, ``x_compiled`` (eager over compiled), ``compile_s``, each one's GFLOP/s
+    and the matmul rate of the same run."""
+    return {
+        "eager_ms": 1e3 * eager["seconds"],
+        "compiled_ms": 1e3 * compiled["seconds"],
+        "x_compiled": eager["seconds"] / compiled["seconds"],
+        "compile_s": compile_s,
+        "eager_gflop_per_s": eager["gflop_per_s"],
+        "compiled_gflop_per_s": compiled["gflop_per_s"],
+        "matmul_gflop_per_s": eager["matmul_gflop_per_s"],
+    }
+
+
 def machine_load() -> str:
     """The 1, 5 and 15 minute load averages: other processes share the cores being timed."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -25,6 +25,7 @@ import torch
 from .._registry import did_you_mean
 from .._task import TASKS, Task, list_tasks, make_task
 from ..models.base import Model, family, make_model
+from .compiling import CompileMode
 
 #: Model arguments a task fixes; an experiment may not set them.
 TASK_DIMS = ("in_dim", "out_dim", "control_dim")
@@ -135,10 +136,10 @@ class TrainConfig:
     for ODE models ``ode_max_steps`` solver steps per solve. ``max_seconds`` is a safety
     net only; a cell stopped by it or by the solver cap is recorded as ``"capped"``, a
     failure. ``bf16`` turns on bfloat16 autocast on CUDA (ignored on CPU). ``compile`` runs
-    each step's forward and losses through ``torch.compile`` (off by default: compiling
-    costs 10-50 s per architecture and shape, about what it saves over a few hundred
-    steps): how a cell trains, not its budget; its results differ from eager ones by float
-    rounding only.
+    each step's forward and losses through ``torch.compile``: ``"auto"`` (the default)
+    where the saving expected over the cell's steps exceeds the compile's cost
+    (`compiling.CompileChoice`), ``true`` or ``false`` always or never. It is how a cell
+    trains, not its budget: its results differ from eager ones by float rounding only.
     """
 
     steps: int = 1000
@@ -156,7 +157,7 @@ class TrainConfig:
     ode_max_steps: int | None = None
     device: str = "cpu"
     bf16: bool = False
-    compile: bool = False
+    compile: CompileMode = "auto"
 
     def __post_init__(self) -> None:
         check_finite(self)
@@ -289,11 +290,11 @@ class Cell:
     tune: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The cell as its row stores it; ``compile`` only where set, and a model option
+        """The cell as its row stores it; ``compile`` only where true, and a model option
         added later only where it differs from the family's former behaviour
         (`Model.late_options`), so that a cell keeps the key it had before the field existed."""
         train = dataclasses.asdict(self.train)
-        if not train["compile"]:
+        if train["compile"] is not True:  # a key from before "auto" stays the same
             del train["compile"]
         late = family(self.model).late_options
         config = {k: v for k, v in self.config.items() if k not in late or v != late[k]}
@@ -361,9 +362,11 @@ def coerce(value: Any, default: Any, hint: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"expected a finite number, got {value!r}")
     allowed, choices = _allowed(default, hint)
-    if choices is not None and value not in choices:
+    plain = tuple(t for t in allowed or () if t not in {type(c) for c in choices or ()})
+    if choices is not None and value not in choices and not isinstance(value, plain):
+        also = f", or {' or '.join(t.__name__ for t in plain)}" if plain else ""
         raise ValueError(
-            f"{value!r} is not one of {', '.join(map(repr, choices))}."
+            f"{value!r} is not one of {', '.join(map(repr, choices))}{also}."
             + did_you_mean(str(value), [str(c) for c in choices])
         )
     if allowed is None:

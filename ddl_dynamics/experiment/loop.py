@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -20,10 +21,11 @@ from ..models.ensemble import Ensemble
 from ..models.flops import flop_counter
 from .batches import fold_data, minibatches, to_device
 from .caps import SolverCap, solver_cap
+from .compiling import CompileChoice, signature
 from .config import TrainConfig
 from .evaluate import member_metrics, own_flops
 from .optim import make_optimizer
-from .step import predictor, training_step
+from .step import can_compile, predictor, training_step
 
 if TYPE_CHECKING:
     from ..models.ode import NeuralODE
@@ -74,8 +76,9 @@ class Member:
 
 class Loop:
     """One ensemble in training: on its device, with its members' data folded, its
-    optimiser, each member's minibatch order and, counted on step 1, each member's FLOPs
-    per unit of work (per function evaluation for an ODE, else per step)."""
+    optimiser, each member's minibatch order, whether its steps run compiled (`CompileChoice`,
+    told each step's time) and, counted on step 1, each member's FLOPs per unit of work (per
+    function evaluation for an ODE, else per step)."""
 
     def __init__(self, ensemble: Ensemble, task: Task, members: Sequence[Member]) -> None:
         self.ensemble, self.task, self.members = ensemble, task, members
@@ -100,6 +103,8 @@ class Loop:
             for m in members
         ]
         self.flops_per_unit = [0.0] * ensemble.size
+        gain = getattr(self.module, "compile_gain", 1.0)
+        self.compile = CompileChoice(cfg.compile, cfg.steps, gain, "", can_compile)
 
     def step(self, step: int) -> bool:
         """Training step ``step`` (from 1) of the members still training, then their curve
@@ -111,6 +116,9 @@ class Loop:
         counter = flop_counter() if step == 1 else contextlib.nullcontext()
         if self.ode:
             self.solver.reset_nfe()
+        if step == 1:
+            self.compile.key = signature(self.module, self.task, batch)
+        start = time.perf_counter()
         with solver_cap(), counter:
             losses = training_step(
                 self.ensemble,
@@ -120,7 +128,9 @@ class Loop:
                 self.cfgs,
                 step - 1,
                 keep=lambda values: self._watch(step, values),
+                compile=self.compile.on,
             )
+        self.compile.timed(step, time.perf_counter() - start)
         if not self.training:
             return False
         # each member's (forward, backward) NFE; an ODE step's FLOPs scale with its NFE

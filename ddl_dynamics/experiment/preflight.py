@@ -69,7 +69,7 @@ def check_experiment(config: ExperimentConfig) -> None:
                 errors.append(err)
     for note in sorted(replaced | _resized(config, cells, built)):
         warnings.warn(f"{config.source}: {note}", ConfigWarning, stacklevel=2)
-    if any(cell.train.compile for cell in cells):
+    if any(cell.train.compile is True for cell in cells):
         compiled_losses.check(config.source)
     pairs = _pairs(config)
     for index, entry in enumerate(config.tasks):

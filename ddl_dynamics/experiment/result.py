@@ -27,6 +27,8 @@ class RunResult:
             splits), ``steps`` trained, ``peak_mem_measure`` (what ``peak_mem`` measured),
             ``ensemble`` (how many seeds of the cell trained together, this one included),
             ``ensemble_id`` (the same for every cell trained in one call), ``vectorize``,
+            ``compiled`` (whether its steps ran through ``torch.compile``) with ``compile_s``
+            (the seconds compiling took, divided among the seeds trained together),
             and for ODE models ``nfe_test``, ``reconstruction_error``,
             ``reconstruction_tolerance`` and ``reconstruction_flag`` (True when the error
             exceeds the tolerance: the solver, not the vector field alone, shaped the result).

@@ -27,7 +27,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import methodcaller
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ import torch
 
 from .cells import expand_cells
 from .claims import POLL, CellQueue
+from .compiling import use_cache_folder
 from .config import COUNTED, FINISHED, Cell, ConfigWarning, ExperimentConfig, cell_key
 from .folder import STORE, RunFolder, load_task_file, write_atomically
 from .grid import extensions, grid_value, row_identity, searched, value_text
@@ -66,6 +67,8 @@ class SuiteSummary:
     skipped: int
     wall_time: float
     others: int = 0
+    #: The seconds compiling took, for each group trained here whose steps ran compiled.
+    compiles: tuple[float, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -124,14 +127,10 @@ def run_experiment(
     cells, (ran, skipped, others) = workers.rounds(folder, run_id, cells, config)
     statuses = {row.key: row.status for row in folder.store.rows()}
     counts = Counter(statuses.get(cell.key, "failed") for cell in cells)
+    counted = {s: counts[s] for s in STATUSES if counts[s]}
+    wall = time.perf_counter() - start
     return SuiteSummary(
-        config.name,
-        run_dir,
-        {s: counts[s] for s in STATUSES if counts[s]},
-        ran,
-        skipped,
-        time.perf_counter() - start,
-        others,
+        config.name, run_dir, counted, ran, skipped, wall, others, tuple(workers.compiles)
     )
 
 
@@ -178,6 +177,11 @@ class _Workers:
     retry_failed: bool
     vectorize: bool
     progress: bool
+    #: The compile seconds of each group trained compiled.
+    compiles: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        use_cache_folder()  # one inductor cache for this process and every worker it starts
 
     def rounds(
         self, folder: RunFolder, run_id: int, cells: list[Cell], config: ExperimentConfig
@@ -219,6 +223,9 @@ class _Workers:
                     if "ensemble" in trained.result.metrics:  # it trained: with which cells
                         trained.result.metrics["ensemble_id"] = ensemble
                 folder.save(group)
+                compiled = [t.result.metrics for t in group if t.result.metrics.get("compiled")]
+                if compiled:
+                    self.compiles.append(sum(m["compile_s"] for m in compiled))
                 last = group[-1].result
                 bar.finished(len(group), f"{last.task}/{last.model}: {last.status}")
 

@@ -1,7 +1,7 @@
 """One training step, the trainer's and every benchmark's: forward on a folded batch, each
 member's loss read back, then backward and the per-member AdamW step
-(`descend`) of the members still training; with ``TrainConfig.compile``, the
-forward and the losses through ``torch.compile`` (`compiled_losses`)."""
+(`descend`) of the members still training; compiled, the forward and the losses through
+``torch.compile`` (`compiled_losses`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from .._task import Task, TaskData
 from ..models.ensemble import Ensemble
 from .batches import unfold
+from .compiling import use_cache_folder
 from .config import TrainConfig
 from .optim import descend
 
@@ -68,10 +69,10 @@ class _Compiled:
     compiles its backward), built on first use and shared by every module: a graph is
     traced once per architecture and shape, its parameters inputs, so the next ensemble of
     the same shapes reuses it, and up to `GRAPHS` graphs are kept (dynamo's default,
-    8, would leave a study's later rows eager). Inductor's FX graph cache (on by default,
-    under ``TORCHINDUCTOR_CACHE_DIR``, else ``<tmp>/torchinductor_<user>``) keeps the
-    compiled kernels for later processes. Where no C++ compiler (CPU) or backend is found,
-    or compiling fails, it warns once and runs eagerly from then on."""
+    8, would leave a study's later rows eager). Inductor's FX graph cache, in the folder
+    `compiling.cache_folder` names, keeps the compiled kernels for later processes. Where
+    no C++ compiler (CPU) or backend is found, or compiling fails, it warns once and runs
+    eagerly from then on."""
 
     def __init__(self) -> None:
         self.losses: Losses | None = None
@@ -125,6 +126,7 @@ class _Compiled:
 
 def compile_unavailable() -> str:
     """Why inductor cannot compile for the CPU here (no C++ compiler found), else ''."""
+    use_cache_folder()  # before inductor sets its own default
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
 
@@ -138,6 +140,11 @@ def compile_unavailable() -> str:
 compiled_losses = _Compiled()
 
 
+def can_compile() -> bool:
+    """Whether compiled steps can run here: a compiler is found and compiling has not failed."""
+    return not compiled_losses.failed and not compile_unavailable()
+
+
 def training_step(
     ensemble: Ensemble,
     optimizer: torch.optim.Optimizer,
@@ -147,11 +154,13 @@ def training_step(
     index: int = 0,
     *,
     keep: Callable[[list[float]], Sequence[bool]] | None = None,
+    compile: bool | None = None,
 ) -> list[float]:
     """Step ``index`` (from 0) of the ensemble's members on their rows of the folded
     ``batch``, each with its config (``cfgs``: one per member, or one for all); returns
-    their losses. With ``compile`` (the config's), the forward and the losses run through
-    `compiled_losses` (eagerly while a mode watches ops, as a FLOP count does).
+    their losses. Where ``compile`` (default: the config's ``compile`` is True), the forward
+    and the losses run through `compiled_losses` (eagerly while a mode watches ops, as a FLOP
+    count does).
 
     The losses are read back after the forward, as the trainer must to watch them; then
     ``keep(losses)`` (default: every member) says which members still train, and those
@@ -162,7 +171,8 @@ def training_step(
     size = ensemble.size
     cfgs = [cfgs] * size if isinstance(cfgs, TrainConfig) else list(cfgs)
     predict = predictor(task, cfgs[0].bf16 and batch.inputs.device.type == "cuda")
-    losses_of = compiled_losses if cfgs[0].compile else member_losses
+    compile = cfgs[0].compile is True if compile is None else compile
+    losses_of = compiled_losses if compile else member_losses
     losses = losses_of(ensemble.module, task, batch, predict, size)
     values = losses.tolist()
     training = [True] * size if keep is None else list(keep(values))

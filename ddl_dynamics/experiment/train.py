@@ -184,7 +184,8 @@ def _check_time(cfg: TrainConfig, elapsed: float, step: int) -> None:
 
 def _results(loop: Loop, since: _Since) -> list[RunResult]:
     """Each member's row once training has stopped: the members still training take their
-    weights from the ensemble; all share its peak memory and its time per member."""
+    weights from the ensemble; all share its peak memory, and its time and compile seconds
+    per member."""
     ensemble = loop.ensemble
     models = [
         ensemble.export(i) if m.training else ensemble.members[i]
@@ -197,7 +198,12 @@ def _results(loop: Loop, since: _Since) -> list[RunResult]:
     peak_mem, measure = peak_memory(loop.device, since.memory)
     wall_time = (time.perf_counter() - since.start) / ensemble.size
     for result in results:
-        result.metrics.update(peak_mem_measure=measure, ensemble=ensemble.size)
+        result.metrics.update(
+            peak_mem_measure=measure,
+            ensemble=ensemble.size,
+            compiled=loop.compile.compiled,
+            compile_s=loop.compile.seconds / ensemble.size,
+        )
         result.peak_mem, result.wall_time = peak_mem, wall_time
     return results
 

@@ -91,6 +91,10 @@ class Model(nn.Module):
     #: reproduces the family as it was: a cell's key leaves the option out at that value
     #: (`Cell.to_dict`), so that the stored cells keep their keys and a rerun resumes them.
     late_options: ClassVar[Mapping[str, Any]] = {}
+    #: Its folded training step's time eager over compiled (``ddl-dyn bench --parts
+    #: compile``, ``transformer``): ``train.compile = "auto"`` compiles a family only where
+    #: this is above 1, and then only where the steps left repay the compile.
+    compile_gain: ClassVar[float] = 1.0
     #: The members whose batches a folded ensemble of this model concatenates, member by
     #: member (set by `fold`); read by a model whose ops mix the rows of one member.
     members: int = 1

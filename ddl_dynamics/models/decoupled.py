@@ -38,6 +38,8 @@ class DecoupledDeltaModel(_DeltaStack):
     | v]``.
     """
 
+    compile_gain = 1.3
+
     erases = True
     gates = 2
 

@@ -112,6 +112,8 @@ register_twin(_HyperLayer, EnsembleVmap)
 class HyperConnectionsModel(_HyperStack):
     """Hyper-Connections: several residual streams mixed by learned matrices (Zhu et al. 2024)."""
 
+    compile_gain = 2.2
+
     functions = staticmethod(hyper_connections.get_init_and_expand_reduce_stream_functions)
 
 
@@ -124,6 +126,8 @@ class ManifoldHyperConnectionsModel(_HyperStack):
     the CPU half the step time of the exponential form, whose per-sample L1 normalisations
     over a 4 × 4 matrix dominate a step.
     """
+
+    compile_gain = 1.4
 
     functions = staticmethod(
         partial(

@@ -14,6 +14,8 @@ from .base import DepthModel, join, register_model
 class ResNet(DepthModel):
     """Additive residual stack x + h·f_l(x, u_l): explicit Euler with step size h."""
 
+    compile_gain = 1.3
+
     def __init__(self, *, step_size: float = 1.0, **common: Any) -> None:
         super().__init__(**common)
         if not step_size > 0:
@@ -39,6 +41,8 @@ class _GatedLayer(nn.Module):
 @register_model("gated")
 class GatedResNet(DepthModel):
     """Highway-style gated residual stack x + σ(W_g[x; u_l] + b_g) ⊙ f_l(x, u_l)."""
+
+    compile_gain = 1.3
 
     def __init__(self, **common: Any) -> None:
         super().__init__(**common)

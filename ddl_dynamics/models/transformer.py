@@ -212,6 +212,7 @@ class Transformer(Model):
     """
 
     kind = "sequence"
+    compile_gain = 1.9
 
     def __init__(
         self,

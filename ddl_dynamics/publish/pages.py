@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import types
 import typing
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -226,6 +227,10 @@ def _train_rule(name: str) -> str:
 
 
 def _type(tp: Any) -> str:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " | ".join(_type(arg) for arg in typing.get_args(tp))
+    if typing.get_origin(tp) is typing.Literal:
+        return " | ".join(repr(arg) for arg in typing.get_args(tp))
     text = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
     return text.replace("typing.", "").replace("tuple[str, ...]", "list of labels")
 
