@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if summary.ran:
         print(
-            f"compiled: {len(summary.compiles)} groups, {sum(summary.compiles):.1f} s compiling "
+            f"compiled: {len(summary.compiles)} group{'' if len(summary.compiles) == 1 else 's'}, "
+            f"{sum(summary.compiles):.1f} s compiling "
             f"(inductor's cache: {cache_folder()})"
         )
     print(f"report: {report}")

@@ -139,7 +139,8 @@ class TrainConfig:
     each step's forward and losses through ``torch.compile``: ``"auto"`` (the default)
     where the saving expected over the cell's steps exceeds the compile's cost
     (`compiling.CompileChoice`), ``true`` or ``false`` always or never. It is how a cell
-    trains, not its budget: its results differ from eager ones by float rounding only.
+    trains, not its budget: a compiled step differs from an eager one by float rounding,
+    which training amplifies, so set it where a rerun must match cell for cell.
     """
 
     steps: int = 1000
