@@ -234,6 +234,9 @@ def test_an_equivalence_with_a_significant_difference_is_not_listed_as_equivalen
         ("anode", "node", False, finding.DEPTH),
         ("ddl", "resnet", True, finding.BASELINE),
         ("hc", "resnet", True, finding.BASELINE),
+        ("ddl-dv4", "additive-dv4", True, finding.ERASE),  # a twin as the baseline: its question
+        ("transformer-ec", "transformer", True, finding.STATE),
+        ("hc", "ddl", True, finding.BASELINE),  # a peer as the baseline: each row against it
         ("ddl-lin", "ddl-tied", False, finding.OTHER),
         ("ddl-vmap-dv1", "ddl-dv1", False, None),
         ("ddl-vmap-dv1", "transformer", True, finding.BASELINE),

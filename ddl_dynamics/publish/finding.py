@@ -96,10 +96,11 @@ def _same_model(a: str, b: str) -> bool:
 
 def question(model: str, control: str, baseline: bool = False) -> str | None:
     """The question a comparison of two rows answers, from their names; None for a check of
-    an implementation. The table, first match wins:
+    an implementation. The table, first match wins (a question the two rows' names ask comes
+    before their being a row and its baseline: a study whose baseline is a twin asks the twin's
+    question):
 
     - two rows that differ only by a `SAME_MODEL` part: a check, outside the finding;
-    - a row against its baseline (``baseline``): `BASELINE`;
     - ``ddl*`` against its write-only twin ``ddl-write*`` or additive twin ``additive*``:
       `ERASE`;
     - a row against its ``-bmax1`` twin (β ≤ 1): `BETA`;
@@ -107,6 +108,7 @@ def question(model: str, control: str, baseline: bool = False) -> str | None:
       `COMPUTE`;
     - a ``dv4`` row against a ``-dv1`` row, a ``-repeat`` row or ``transformer-ec``, and
       ``transformer-ec`` against anything: `STATE`;
+    - a row against its baseline (``baseline``): `BASELINE`;
     - a peer (`PEER_ROWS`, tied or not, at any ``-dv<n>``) against ``ddl`` or another peer:
       `PEERS`;
     - any comparison with ``node``, ``anode`` or ``gated``: `DEPTH`;
@@ -114,8 +116,6 @@ def question(model: str, control: str, baseline: bool = False) -> str | None:
     """
     if _same_model(model, control):
         return None
-    if baseline:
-        return BASELINE
     for a, b in ((model, control), (control, model)):
         if (
             is_delta(a)
@@ -131,6 +131,8 @@ def question(model: str, control: str, baseline: bool = False) -> str | None:
             "dv4" in a and (b.endswith("-dv1") or b.endswith("-repeat"))
         ):
             return STATE
+    if baseline:
+        return BASELINE
     sides = {_bare(model), _bare(control)}
     if sides & set(PEER_ROWS) and sides <= {*PEER_ROWS, "ddl"}:
         return PEERS
