@@ -116,7 +116,15 @@ def run(args: argparse.Namespace) -> int:
         estimate = functools.partial(estimate_lines, jobs=args.jobs)
         print(
             "\n".join(
-                plan(config, args.run_dir, args.device, options.only, args.vectorize, estimate)
+                plan(
+                    config,
+                    args.run_dir,
+                    args.device,
+                    options.only,
+                    args.vectorize,
+                    estimate,
+                    args.jobs,
+                )
             )
         )
         return 0

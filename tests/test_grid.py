@@ -2,6 +2,7 @@
 its grid, and that the trainer's groups and the report's rows are the same cells."""
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from ddl_dynamics.experiment.grid import (
     row_identity,
 )
 from ddl_dynamics.experiment.result import RunResult
-from ddl_dynamics.experiment.train import seed_groups
+from ddl_dynamics.experiment.train import seed_groups, spread
 
 
 def test_the_most_specific_level_fixes_or_searches_a_field():
@@ -95,3 +96,16 @@ def test_the_trainers_groups_are_the_reports_rows():
     assert {frozenset(c.key for c in g) for g in groups} == {
         frozenset(c.key for c in r.cells) for r in rows.values()
     }
+
+
+def test_a_few_large_groups_are_shared_out_so_no_worker_waits():
+    def groups(*sizes: int) -> list[list[Any]]:
+        return [[(g, i) for i in range(n)] for g, n in enumerate(sizes)]
+
+    three = spread(groups(36, 36, 36), workers=2)  # two rows after one another on one worker
+    assert [len(g) for g in three] == [18] * 6
+    assert sorted(c for g in three for c in g) == sorted(c for g in groups(36, 36, 36) for c in g)
+    assert [len(g) for g in spread(groups(36, 36), workers=2)] == [36, 36]  # already even
+    assert [len(g) for g in spread(groups(36, 36, 36), workers=1)] == [36] * 3
+    assert [len(g) for g in spread(groups(36, 36, 10), workers=2)] == [36, 36, 10]  # shares of 5
+    assert len(spread(groups(*[36] * 9), workers=2)) == 9  # the idle tail is one group in nine

@@ -42,12 +42,13 @@ class CellQueue:
         cells: Sequence[Cell],
         finished: Collection[str],
         vectorize: bool = True,
+        workers: int = 1,
     ) -> None:
         self.store = store
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.generation = store.todo((c.key for c in cells), finished)
         todo = [c for c in cells if c.key in self.generation]
-        groups = seed_groups(todo) if vectorize else [[cell] for cell in todo]
+        groups = seed_groups(todo, workers) if vectorize else [[cell] for cell in todo]
         self.fresh = deque(sorted(groups, key=lambda g: _cost(g[0]), reverse=True))
         self.busy = deque[list[Cell]]()  # cells other runs held when last tried
         self.size = len(todo)

@@ -209,7 +209,7 @@ class _Workers:
         vectorize = self.vectorize
         kept = ("ok",) if self.retry_failed else FINISHED
         with (
-            CellQueue(folder.store, cells, kept, vectorize) as queue,
+            CellQueue(folder.store, cells, kept, vectorize, self.jobs) as queue,
             Progress(queue.size, desc, self.progress, self.jobs) as bar,
         ):
 
@@ -247,12 +247,13 @@ def plan(
     only: Mapping[str, Sequence[str]] | None = None,
     vectorize: bool = True,
     estimate: Callable[[list[list[Cell]]], list[str]] | None = None,
+    jobs: int = 1,
 ) -> list[str]:
     """What `run_experiment` would train, in lines, training nothing: the cells and the
-    groups that train together, per row (grid, seeds, members folded into one ensemble),
-    those the run folder already holds, at most how many cells extending the grids
-    (`extensions`) adds, and ``estimate``'s lines on the groups (the CLI's: how long they
-    take here)."""
+    groups that train together on ``jobs`` workers, per row (grid, seeds, members folded
+    into one ensemble), those the run folder already holds, at most how many cells
+    extending the grids (`extensions`) adds, and ``estimate``'s lines on the groups (the
+    CLI's: how long they take here)."""
     cells = expand_cells(config, device=device, only=only)
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / config.name
     stored = (
@@ -261,7 +262,7 @@ def plan(
         else None
     )
     todo = [c for c in cells if stored is None or c.key in stored]
-    groups = seed_groups(todo) if vectorize else [[cell] for cell in todo]
+    groups = seed_groups(todo, jobs) if vectorize else [[cell] for cell in todo]
     rows: dict[str, list[list[Cell]]] = {}
     for group in groups:
         rows.setdefault(row_identity(group[0].to_dict()), []).append(group)

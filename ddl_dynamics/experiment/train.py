@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import time
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -244,19 +245,42 @@ def _cpu_state(model: nn.Module) -> dict[str, Tensor]:
     return state
 
 
-def seed_groups(cells: Iterable[Cell]) -> list[list[Cell]]:
+def seed_groups(cells: Iterable[Cell], workers: int = 1) -> list[list[Cell]]:
     """The cells grouped by row (`row_identity`: a row's seeds at every grid
     value), in first-seen order, to train together (`run_cells`); the cells
     of a model that cannot fold (see [`fold`][ddl_dynamics.models.ensemble.fold]) stay apart,
-    to spread over workers."""
+    to spread over workers, and the rows of a few large groups are shared out (`spread`)."""
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         groups.setdefault(row_identity(cell.to_dict()), []).append(cell)
-    return [
-        split
-        for group in groups.values()
-        for split in ([group] if _folds(group[0]) else [[cell] for cell in group])
-    ]
+    return spread(
+        [
+            split
+            for group in groups.values()
+            for split in ([group] if _folds(group[0]) else [[cell] for cell in group])
+        ],
+        workers,
+    )
+
+
+T = TypeVar("T")
+
+#: Fewest cells a share of a split group holds: fewer fold too little work to pay.
+MIN_SHARE = 8
+
+
+def spread(groups: list[list[T]], workers: int) -> list[list[T]]:
+    """``groups`` with each cut into equal shares where their number would leave workers idle:
+    three rows on two workers train two groups one after the other on one worker while the
+    other waits, so each is cut in two and the six shares keep both busy. Only a few groups
+    are cut (fewer than four per worker: past that the idle tail is short) and only into
+    shares of at least `MIN_SHARE` cells."""
+    if not groups or len(groups) >= 4 * workers:
+        return groups
+    parts = workers // math.gcd(len(groups), workers)
+    if parts == 1 or min(len(g) for g in groups) < parts * MIN_SHARE:
+        return groups
+    return [group[i::parts] for group in groups for i in range(parts)]
 
 
 def _folds(cell: Cell) -> bool:
