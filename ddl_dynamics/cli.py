@@ -119,13 +119,13 @@ def _run_parser(run: argparse.ArgumentParser) -> None:
 
 
 def _bench_parser(bench: argparse.ArgumentParser) -> None:
-    from .bench.run import BENCH_PARTS
+    from .bench.run import BENCH_PARTS, DEFAULT_PARTS
 
     bench.add_argument(
         "--parts",
-        default=",".join(BENCH_PARTS),
-        help=f"comma-separated, of {', '.join(BENCH_PARTS)} (default: all; "
-        "cuda is skipped where CUDA is not available)",
+        default=",".join(DEFAULT_PARTS),
+        help=f"comma-separated, of {', '.join(BENCH_PARTS)} (default: all but studies, "
+        "which trains for an hour or more; cuda is skipped where CUDA is not available)",
     )
     bench.add_argument(
         "--experiment",
@@ -138,7 +138,11 @@ def _bench_parser(bench: argparse.ArgumentParser) -> None:
         help="the suite's subset (default task=overwrite,task=parity: 39 of "
         "regimes.toml's 99 cells; '' for all of it)",
     )
-    bench.add_argument("--seeds", help="comma-separated seeds, overriding the suite's")
+    bench.add_argument(
+        "--seeds", help="comma-separated seeds, overriding the suite's and the studies'"
+    )
+    bench.add_argument("--results", default="results", help="the studies' folder (default results)")
+    bench.add_argument("--studies", help="comma-separated studies of --results (default: all)")
     bench.add_argument("--repeats", type=int, default=20, help="timed repeats per call")
     bench.add_argument(
         "--run-dir", default="runs/bench", help="writes RUN_DIR/bench.json (default runs/bench)"

@@ -170,6 +170,8 @@ def bench(args: argparse.Namespace) -> int:
         parse_only(args.only) if args.only else None,
         _seeds(args.seeds),
         args.repeats,
+        results=args.results,
+        studies=args.studies.split(",") if args.studies else None,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))

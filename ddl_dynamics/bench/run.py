@@ -19,6 +19,7 @@ from .ode import bench_ode, format_ode_table
 from .operator import bench_operator, format_operator_table
 from .scaling import bench_scaling, format_scaling_table
 from .steps import STEP_BASELINE, bench_steps, format_steps_table
+from .studies import bench_studies, format_studies_table
 from .suite import bench_suite, format_suite_table
 from .timing import machine_load
 from .transformer import bench_transformer, format_transformer_table, transformer_variants
@@ -43,16 +44,30 @@ def bench_output(run_dir: str | Path, output: str | Path | None) -> Path:
 
 
 #: The parts of `run_bench`, in the order they run.
-BENCH_PARTS = ("operator", "steps", "compile", "transformer", "ode", "scaling", "suite", "cuda")
+BENCH_PARTS = (
+    "operator",
+    "steps",
+    "compile",
+    "transformer",
+    "ode",
+    "scaling",
+    "suite",
+    "studies",
+    "cuda",
+)
+#: The parts run when none are named: all but ``studies``, which trains for an hour or more.
+DEFAULT_PARTS = tuple(p for p in BENCH_PARTS if p != "studies")
 
 
 def run_bench(
-    parts: Iterable[str] = BENCH_PARTS,
+    parts: Iterable[str] = DEFAULT_PARTS,
     experiment: str | Path = "experiments/regimes.toml",
     only: Mapping[str, Sequence[str]] | None = None,
     seeds: Sequence[int] | None = None,
     repeats: int = 20,
     echo: Callable[[str], None] = print,
+    results: str | Path = "results",
+    studies: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmarks in ``parts`` and return what they measured, echoing each table.
 
@@ -64,7 +79,9 @@ def run_bench(
     only); ``ode``: where a
     neural ODE's step goes (`bench_ode`); ``scaling``: a step's time and memory
     against members, width and depth (`bench_scaling`, CPU only); ``suite``:
-    `bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``cuda``:
+    `bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``studies``:
+    each study in ``results`` (or those in ``studies``) eagerly and at the default compile
+    setting, its longest group cut to ``seeds`` (`bench_studies`; CPU only); ``cuda``:
     every part but ``scaling`` on CUDA in bfloat16 (autocast for training), or a note that it was
     skipped where CUDA is not available.
     """
@@ -84,22 +101,22 @@ def run_bench(
         suite = load_experiment(experiment)
         expand_cells(suite, seeds=seeds, only=only)
     variants = transformer_variants() if "steps" in parts or cuda_here else {}
-    results: dict[str, Any] = {"torch": torch.__version__, "threads": 1, "load": machine_load()}
+    measured: dict[str, Any] = {"torch": torch.__version__, "threads": 1, "load": machine_load()}
     devices = [("cpu", torch.float32)] if set(parts) - {"cuda"} else []
     if "cuda" in parts:
         if torch.cuda.is_available():
             devices.append(("cuda", torch.bfloat16))
         else:
-            results["cuda"] = {"skipped": "CUDA is not available here"}
+            measured["cuda"] = {"skipped": "CUDA is not available here"}
             echo("cuda: skipped, CUDA is not available here")
-    plan = _Plan(parts, repeats, experiment, only, seeds, suite, variants, echo)
+    plan = _Plan(parts, repeats, experiment, only, seeds, suite, variants, echo, results, studies)
     for device, dtype in devices:
         if device == "cuda":
-            results["cuda"] = {"device": torch.cuda.get_device_name(), **plan.on(device, dtype)}
+            measured["cuda"] = {"device": torch.cuda.get_device_name(), **plan.on(device, dtype)}
         else:
-            results |= plan.on(device, dtype)
-    results["load_after"] = machine_load()
-    return results
+            measured |= plan.on(device, dtype)
+    measured["load_after"] = machine_load()
+    return measured
 
 
 @dataclass(frozen=True)
@@ -114,6 +131,8 @@ class _Plan:
     suite: ExperimentConfig | None
     variants: dict[str, tuple[str, dict[str, Any]]]
     echo: Callable[[str], None]
+    results: str | Path
+    studies: Sequence[str] | None
 
     def on(self, device: str, dtype: torch.dtype) -> dict[str, Any]:
         """The parts' rows on ``device``: every part but ``scaling`` on CUDA (bfloat16),
@@ -174,4 +193,11 @@ class _Plan:
                 self.suite or self.experiment, self.only, self.seeds, device=device, bf16=cuda
             )
             echo(format_suite_table(into["suite"]))
+        if "studies" in self.parts and not cuda:
+            echo(
+                f"\n{device}: each study of {self.results}, its longest group eager and at the "
+                "default, inductor's cache cold (a new empty folder each)"
+            )
+            into["studies"] = bench_studies(self.results, self.seeds, self.studies)
+            echo(format_studies_table(into["studies"]))
         return into
