@@ -331,7 +331,7 @@ def test_the_readme_block_groups_by_question_and_counts_each_study_once():
     text = readme_block(reports)
     assert "1 distinct finding: 1 win" in text and "1 repeat of a counted test" in text
     assert "over 1 tuned study judged from the cells it ships" in text
-    assert "own questions" not in text  # no Transformer study asks any
+    assert "In the Transformer" not in text  # no study of Transformers
     index = index_page(reports)
     assert "- **each row against its baseline**: 1 win" in index
     assert "- [`tuned`](tuned.md): 1 win." in index
@@ -339,19 +339,43 @@ def test_the_readme_block_groups_by_question_and_counts_each_study_once():
     assert "- [`legacy`](legacy.md): 1 win (published without its cells" in index
 
 
-def test_the_readme_answers_the_questions_of_the_transformer_studies_in_short():
+def test_the_readme_digests_the_transformer_studies_and_the_index_answers_their_questions():
     asked = "Does the delta rule help? ddl-dv1 against its write-only twin."
     c = comparison("char-lm", "ddl-dv1", "ddl-write-dv1", WIN)
-    solved = {**comparison("char-lm[n=2]", "ddl-dv1", "ddl-write-dv1", "both solved")}
+    wide, tight = (
+        comparison(
+            f"char-lm[n={n}]",
+            "ddl-dv1",
+            "ddl-write-dv1",
+            INCONCLUSIVE,
+            model_values=(1.0, 2.0, 3.0 + n / 10),
+            detectable=detectable,
+        )
+        for n, detectable in ((3, 0.3), (4, 0.02))
+    )
+    solved = comparison("char-lm[n=2]", "ddl-dv1", "ddl-write-dv1", "both solved")
     question = {"question": asked, "model": "ddl-dv1", "control": "ddl-write-dv1"}
     question |= {"tasks": [], "split": "test"}
     config = '[[tasks]]\nname = "char-lm"\n'
-    study = {**report(c, solved, name="lm"), "questions": [question], "shipped": True}
-    text = readme_block([{**study, "experiment": {"config": config}}])
-    line = "- [`lm`](docs/studies/lm.md): *Does the delta rule help?* `ddl-dv1` beats "
-    assert line in text and "both solved" not in text  # the drawn tests, short
+    tables = [{"task": "char-lm", "rows": [{"model": "ddl-dv1", "chosen": "lr=0.01"}]}]
+    study = {
+        **report(c, wide, tight, solved, name="lm", tables=tables),
+        "questions": [question],
+        "shipped": True,
+        "experiment": {"config": config},
+    }
+    text = readme_block([study])
+    assert "In the Transformer (1 study), question by question" in text
+    digest = (
+        "- **the erase term**: 1 win, 2 inconclusive. `ddl-dv1` beats `ddl-write-dv1` on "
+        "char-lm (lm). The closest look: `ddl-dv1` against `ddl-write-dv1` on char-lm[n=4] "
+        "(lm): inconclusive (detectable ±0.02)."
+    )
+    assert digest in text and "both solved" not in text.split("In the Transformer")[1]
+    index = index_page([study])
+    assert "- [`lm`](lm.md): *Does the delta rule help?* `ddl-dv1` beats " in index
     vector = {**study, "experiment": {"config": config.replace("char-lm", "parity")}}
-    assert "own questions" not in readme_block([vector])
+    assert "In the Transformer" not in readme_block([vector])
 
 
 def test_a_declared_question_is_answered_by_labels_alone():

@@ -60,6 +60,7 @@ from ..experiment.grid import TUNABLE
 from .answer import declared
 from .finding import (
     WITHIN_MARGIN,
+    digest,
     findings,
     in_finding,
     outside,
@@ -115,8 +116,8 @@ INDEX = "docs/studies/index.md"
 
 def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
     """The finding over the tuned studies (`finding`: each distinct test once, by
-    question, the Delta row first), the headline figure, the questions the Transformer
-    studies ask answered in short, and a link to the study index."""
+    question, the Delta row first), the headline figure, the Transformer studies' findings
+    in short, question by question (`digest`), and a link to the study index."""
     judged = [r for r in reports if in_finding(r)]
     studies_text = "study" if len(judged) == 1 else "studies"
     found, left = findings(judged)
@@ -136,20 +137,21 @@ def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
         "margin, the colour the label.",
         "",
     ]
-    asked = [
-        f"- [`{r['name']}`](docs/studies/{r['name']}.md): "
-        + " ".join(declared(r, q, tested=True)[0] for q in r["questions"])
-        for r in reports
-        if r.get("questions") and of_transformers(r)
-    ]
-    if asked:
+    transformers = [r for r in judged if of_transformers(r)]
+    if transformers:
+        plural = "study" if len(transformers) == 1 else "studies"
         lines += [
-            "The Transformer studies' own questions, answered by their labels alone:",
+            f"In the Transformer ({len(transformers)} {plural}), question by question: the "
+            "labels counted, the decided findings named, and the open finding whose test could "
+            "see the smallest difference:",
             "",
-            *asked,
+            *digest(findings(transformers)[0]),
             "",
         ]
-    lines.append(f"Every study with the labels of its findings: [the studies]({INDEX}).")
+    lines.append(
+        f"Every study with the labels of its findings and its own questions answered: "
+        f"[the studies]({INDEX})."
+    )
     return "\n".join(lines)
 
 
@@ -189,8 +191,8 @@ def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
 
 
 def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
-    """Every study with the labels of its distinct findings, then the finding's counts by
-    question."""
+    """Every study with the labels of its distinct findings, the questions the studies ask
+    answered in short, then the finding's counts by question."""
     found, _ = findings([r for r in reports if in_finding(r)])
     lines = [
         "# Studies",
@@ -208,6 +210,14 @@ def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
         + (f" ({why}; not part of the finding)." if (why := outside(r)) else ".")
         for r in reports
     ]
+    asked = [
+        f"- [`{r['name']}`]({r['name']}.md): "
+        + " ".join(declared(r, q, tested=True)[0] for q in r["questions"])
+        for r in reports
+        if r.get("questions")
+    ]
+    if asked:
+        lines += ["", "The studies' own questions, answered by their labels alone:", "", *asked]
     if found:
         lines += ["", "The README's finding by question:", "", *question_lines(found)]
     return "\n".join(lines) + "\n"
