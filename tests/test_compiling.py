@@ -58,6 +58,22 @@ def test_auto_never_compiles_a_family_it_does_not_speed_up_or_where_it_cannot(ga
     assert not choice.on and not choice.pending
 
 
+def test_auto_looks_for_a_compiler_only_where_compiling_would_pay():
+    def asked() -> bool:  # looking for a compiler imports inductor: a second a process
+        raise AssertionError("asked for a compiler by a group that stays eager")
+
+    short = CompileChoice("auto", 500, 2.0, "k", asked)
+    probe(short, 0.1)
+    assert not short.on and not short.pending
+
+
+def test_a_small_ensemble_is_expected_to_gain_less():
+    full = compiling.FULL_GAIN_MEMBERS
+    assert compiling.expected_gain(1.9, full) == compiling.expected_gain(1.9, 4 * full) == 1.9
+    assert compiling.expected_gain(1.9, full // 2) == pytest.approx(1.45)
+    assert compiling.expected_gain(1.0, 3) == 1.0  # a family compiling never pays stays at 1
+
+
 def test_true_and_false_force_it_from_step_2():
     forced = CompileChoice(True, 10, 1.0, "k", lambda: False)
     assert forced.on

@@ -7,7 +7,10 @@ inductor's cache holds its kernels), about what a few hundred steps of a small m
 So `CompileChoice` times a few eager steps of the group, then compiles when the saving
 expected over the steps left, ``steps left × eager step × (1 − 1/gain)``, exceeds the
 compile's expected cost. ``gain`` is the family's measured eager-over-compiled step time
-(`Model.compile_gain`; 1 where compiling does not pay, so ``auto`` never compiles it). The
+(`Model.compile_gain`; 1 where compiling does not pay, so ``auto`` never compiles it),
+measured on ensembles of 16–24 members: a smaller one gives inductor's fused loops less to
+save (3 Delta Transformers on swap-track gained 1.07×), so below `FULL_GAIN_MEMBERS` the
+gain is taken in proportion (`expected_gain`). The
 cost is nothing for a shape already compiled in this process (its graph is reused), the
 seconds its last compile took on this machine where one is recorded in the cache folder,
 else `COLD_COMPILE_S`.
@@ -42,6 +45,16 @@ PROBE_STEPS = 5
 #: The expected seconds of compiling a shape never compiled on this machine: cold compiles
 #: of the Transformer's folded step measured 30–60 s on one core.
 COLD_COMPILE_S = 45.0
+
+
+#: The fewest members at which a family's `Model.compile_gain` is expected in full.
+FULL_GAIN_MEMBERS = 16
+
+
+def expected_gain(gain: float, members: int) -> float:
+    """The step speed-up compiling an ensemble of ``members`` is expected to give: the
+    family's ``gain`` from `FULL_GAIN_MEMBERS` members on, in proportion below."""
+    return 1 + (gain - 1) * min(1.0, members / FULL_GAIN_MEMBERS)
 
 
 #: ``$TORCHINDUCTOR_CACHE_DIR`` as given, before inductor sets it to its own default.
@@ -110,16 +123,17 @@ class CompileChoice:
     """Whether one ensemble's steps run compiled (`on`), and the seconds its compile took.
 
     ``mode`` is ``train.compile``: True or False force it; ``"auto"`` decides after
-    `PROBE_STEPS` timed eager steps (see the module), where ``gain`` > 1 and ``available()``
-    (a compiler is found and compiling has not failed here). `timed` is told each step's
-    seconds (the training step alone, not its evaluation)."""
+    `PROBE_STEPS` timed eager steps (see the module), where ``gain`` > 1, and compiles only
+    if then ``available()`` (a compiler is found and compiling has not failed here: asked
+    last, as looking for one imports inductor, a second a process). `timed` is told each
+    step's seconds (the training step alone, not its evaluation)."""
 
     def __init__(
         self, mode: CompileMode, steps: int, gain: float, key: str, available: Callable[[], bool]
     ):
         self.on = mode is True
-        self.steps, self.gain, self.key = steps, gain, key
-        self.pending = mode == "auto" and gain > 1 and available()
+        self.steps, self.gain, self.key, self.available = steps, gain, key, available
+        self.pending = mode == "auto" and gain > 1
         self.probe: list[float] = []
         self.compiled = False  # whether a compiled step ran
         self.first: float | None = None  # the first compiled step's seconds, until the next
@@ -148,4 +162,4 @@ class CompileChoice:
             if len(self.probe) == PROBE_STEPS:
                 self.pending = False
                 saving = (self.steps - step) * statistics.median(self.probe) * (1 - 1 / self.gain)
-                self.on = saving > expected_cost(self.key)
+                self.on = saving > expected_cost(self.key) and self.available()

@@ -21,7 +21,7 @@ from ..models.ensemble import Ensemble
 from ..models.flops import flop_counter
 from .batches import fold_data, minibatches, to_device
 from .caps import SolverCap, solver_cap
-from .compiling import CompileChoice, signature
+from .compiling import CompileChoice, expected_gain, signature
 from .config import TrainConfig
 from .evaluate import member_metrics, own_flops
 from .optim import make_optimizer
@@ -103,7 +103,7 @@ class Loop:
             for m in members
         ]
         self.flops_per_unit = [0.0] * ensemble.size
-        gain = getattr(self.module, "compile_gain", 1.0)
+        gain = expected_gain(getattr(self.module, "compile_gain", 1.0), ensemble.size)
         self.compile = CompileChoice(cfg.compile, cfg.steps, gain, "", can_compile)
 
     def step(self, step: int) -> bool:
