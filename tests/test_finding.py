@@ -16,7 +16,7 @@ from ddl_dynamics.analysis.judge.verdicts import (
 )
 from ddl_dynamics.analysis.report import wording
 from ddl_dynamics.publish import finding
-from ddl_dynamics.publish.pages import headline_figure, index_page, readme_block
+from ddl_dynamics.publish.front import headline_figure, index_page, readme_block
 from ddl_dynamics.publish.study_page import study_page
 
 

@@ -181,6 +181,14 @@ class _Plan:
                 repeats=max(1, repeats // 4), threads=threads, device=device
             )
             echo(format_scaling_table(into["scaling"]))
+        into |= self.trained(device, cuda)
+        return into
+
+    def trained(self, device: str, cuda: bool) -> dict[str, Any]:
+        """The parts that train whole runs on ``device``: ``suite`` (also on CUDA) and
+        ``studies`` (CPU only)."""
+        echo = self.echo
+        into: dict[str, Any] = {}
         if "suite" in self.parts or cuda:
             subset = f" ({self.only})" if self.only else ""
             echo(f"\n{device}: wall time of {self.experiment}{subset}")

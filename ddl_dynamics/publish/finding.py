@@ -417,37 +417,6 @@ def question_lines(found: Sequence[Finding]) -> list[str]:
     ]
 
 
-#: The labels of decided findings, in the order a digest names them.
-DECIDED = (WIN, LOSS, EQUIVALENT, WITHIN_MARGIN)
-
-
-def digest(found: Sequence[Finding], limit: int = 2) -> list[str]:
-    """One Markdown list item per question: its labels counted, its decided findings named
-    (the first ``limit``, wins first), and the open finding whose test could see the
-    smallest difference: what the question's evidence shows, and how closely the rest of it
-    was looked at."""
-    lines = []
-    for asked, mine in by_question(found).items():
-        decided = sorted(
-            (f for f in mine if f.label in DECIDED), key=lambda f: DECIDED.index(f.label)
-        )
-        parts = [counts_text(Counter(f.label for f in mine))]
-        if decided:
-            more = f" and {len(decided) - limit} more" if len(decided) > limit else ""
-            parts.append("; ".join(f.text for f in decided[:limit]) + more)
-        sized = [f for f in mine if f.label == INCONCLUSIVE and _detectable(f) is not None]
-        if sized:
-            parts.append(
-                "the closest look: " + min(sized, key=lambda f: _detectable(f) or 0.0).text
-            )
-        lines.append(f"- **{asked}**: " + ". ".join(capital(p) for p in parts) + ".")
-    return lines
-
-
-def _detectable(f: Finding) -> float | None:
-    return (f.comparison or {}).get("detectable")
-
-
 def summary(found: Sequence[Finding], left: Mapping[str, int], limit: int = 3) -> list[str]:
     """A sentence of how many findings, then Markdown list items: where the Delta rows win,
     where they lose, what is equivalent, what is open, each with a sub-item per question

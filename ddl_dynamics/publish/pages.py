@@ -3,9 +3,10 @@
 ``ddl-dyn docs`` (`write_docs`) reads ``results/<study>/`` (`publish`), never a run
 folder, and writes:
 
-- the README's headline, between ``<!-- results:start -->`` and ``<!-- results:end -->``: the
-  finding over the tuned studies in three to five sentences (`finding`: each distinct
-  test once, by question, the Delta row first), the headline figure, a line per study;
+- the README's headline (`front`), between ``<!-- results:start -->`` and
+  ``<!-- results:end -->``: the finding over the tuned studies (`finding`: each distinct
+  test once, by question, the Delta row first), the headline figure, and the Transformer
+  studies' findings question by question;
 - ``docs/headline.png``: every finding by question, its difference in units of its task's
   margin with the margin drawn, coloured by its label, at most 1,600 px tall
   (`figures.draw_headline`);
@@ -33,17 +34,14 @@ import inspect
 import re
 import types
 import typing
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
-from .._task import TASKS, Task, TaskData, held_out
-from ..analysis.figures import draw_headline
+from .._task import Task, TaskData, held_out
 from ..analysis.judge.verdicts import LABELS
-from ..analysis.report.wording import MEANINGS, counts_text
-from ..analysis.run import recorded_config
+from ..analysis.report.wording import MEANINGS
 from ..experiment.config import (
     DEVICE_RULE,
     NO_LIMITS,
@@ -57,29 +55,16 @@ from ..experiment.config import (
 )
 from ..experiment.folder import write_atomically
 from ..experiment.grid import TUNABLE
-from .answer import declared
 from .finding import (
-    WITHIN_MARGIN,
-    digest,
-    findings,
     in_finding,
-    outside,
-    points,
-    question_lines,
-    study_findings,
-    summary,
 )
+from .front import HEADLINE, headline_figure, index_page, readme_block
 from .matrix import PAGE as LABELS_PAGE
 from .matrix import labels_page
 from .publish import FIGURES, load_study, studies
 from .study import refresh_report, shipped
 from .study_page import GENERATED, markdown_table, study_page
 
-#: The headline's colour for a significant difference within the margin (Okabe–Ito's
-#: reddish purple; the labels' own are those of the verdict matrix).
-WITHIN_MARGIN_COLOR = "#CC79A7"
-#: Where the headline figure goes, relative to the repository root.
-HEADLINE = Path("docs") / "headline.png"
 #: The list, in ``docs/studies/``, of the files there that ``docs`` generated: only those
 #: it ever removes (hidden, so the site leaves it out).
 MANIFEST = ".generated"
@@ -106,121 +91,6 @@ def nav_block(text: str, names: Sequence[str]) -> str:
     entries = "".join(f"{indent}- studies/{name}.md\n" for name in names)
     first = found.group(0).splitlines()[0]
     return text[: found.start()] + f"{first}\n{entries}{indent}# studies:end" + text[found.end() :]
-
-
-# --- the README's headline
-
-#: The study index, from the repository's root.
-INDEX = "docs/studies/index.md"
-
-
-def readme_block(reports: Sequence[Mapping[str, Any]]) -> str:
-    """The finding over the tuned studies (`finding`: each distinct test once, by
-    question, the Delta row first), the headline figure, the Transformer studies' findings
-    in short, question by question (`digest`), and a link to the study index."""
-    judged = [r for r in reports if in_finding(r)]
-    studies_text = "study" if len(judged) == 1 else "studies"
-    found, left = findings(judged)
-    lead, *items = summary(found, left, limit=2)  # the front page names two per question
-    ships = "the cells it ships" if len(judged) == 1 else "the cells they ship"
-    lines = [
-        f"**The finding**, over {len(judged)} tuned {studies_text} judged from {ships} "
-        "by today's rules: " + lead,
-        "",
-        *items,
-        "",
-        f"![Every finding by question: difference in margins, label]({HEADLINE})",
-        "",
-        "One line per pair of rows (the Delta row first), a dot per task or knob value: "
-        "the paired mean difference in units of the task's margin (or of the test's "
-        "detectable difference), right where the first row is better; the band is the "
-        "margin, the colour the label.",
-        "",
-    ]
-    transformers = [r for r in judged if of_transformers(r)]
-    if transformers:
-        plural = "study" if len(transformers) == 1 else "studies"
-        lines += [
-            f"In the Transformer ({len(transformers)} {plural}), question by question: the "
-            "labels counted, the decided findings named, and the open finding whose test could "
-            "see the smallest difference:",
-            "",
-            *digest(findings(transformers)[0]),
-            "",
-        ]
-    lines.append(
-        f"Every study with the labels of its findings and its own questions answered: "
-        f"[the studies]({INDEX})."
-    )
-    return "\n".join(lines)
-
-
-def of_transformers(report: Mapping[str, Any]) -> bool:
-    """Whether a study trains Transformers: every task its experiment runs is a sequence
-    task (a task the registry does not hold, one of a task file, counts as not)."""
-    try:
-        names = [t["name"] for t in recorded_config(report["experiment"]["config"])["tasks"]]
-    except (KeyError, TypeError):
-        return False
-    return bool(names) and all(
-        n in TASKS and getattr(TASKS.get(n), "kind", "") == "sequence" for n in names
-    )
-
-
-def counts_of(report: Mapping[str, Any]) -> Counter[str]:
-    """How many of a study's distinct findings carry each label."""
-    return Counter(f.label for f in study_findings(report)[0])
-
-
-# --- the headline figure
-
-
-def headline_figure(reports: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """Every finding by question, each a difference in margins and a label per task
-    (`points`), drawn by `draw_headline` (left unchanged where the data it draws have not)."""
-    panels: dict[str, dict[str, list[tuple[float, str]]]] = {}
-    for f in findings(reports)[0]:
-        if drawn := points(f):
-            panels.setdefault(f.question, {}).setdefault(f"{f.first} − {f.second}", []).extend(
-                drawn
-            )
-    return draw_headline(panels, path, {WITHIN_MARGIN: WITHIN_MARGIN_COLOR})
-
-
-# --- the study pages
-
-
-def index_page(reports: Sequence[Mapping[str, Any]]) -> str:
-    """Every study with the labels of its distinct findings, the questions the studies ask
-    answered in short, then the finding's counts by question."""
-    found, _ = findings([r for r in reports if in_finding(r)])
-    lines = [
-        "# Studies",
-        "",
-        GENERATED,
-        "",
-        "Every study whose results ship in `results/`, with the labels of its distinct "
-        "findings (each test once, a crossover once); the [labels across studies]"
-        f"({LABELS_PAGE}) set the findings of those the README's finding reads side by "
-        "side.",
-        "",
-    ]
-    lines += [
-        f"- [`{r['name']}`]({r['name']}.md): {counts_text(counts_of(r)) or 'no finding'}"
-        + (f" ({why}; not part of the finding)." if (why := outside(r)) else ".")
-        for r in reports
-    ]
-    asked = [
-        f"- [`{r['name']}`]({r['name']}.md): "
-        + " ".join(declared(r, q, tested=True)[0] for q in r["questions"])
-        for r in reports
-        if r.get("questions")
-    ]
-    if asked:
-        lines += ["", "The studies' own questions, answered by their labels alone:", "", *asked]
-    if found:
-        lines += ["", "The README's finding by question:", "", *question_lines(found)]
-    return "\n".join(lines) + "\n"
 
 
 # --- generated reference blocks
