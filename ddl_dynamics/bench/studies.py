@@ -91,7 +91,7 @@ def _measure(folder: str, seeds: Sequence[int] | None) -> dict[str, Any]:
     task, model = longest_row(Path(folder) / "cells.csv")
     config = load_experiment(Path(folder) / "experiment.toml")
     cells = expand_cells(config, seeds=seeds, only={"task": [task], "model": [model]})
-    group = max(seed_groups(c for c in cells if c.task_label == task), key=len)
+    group = max(seed_groups(cells), key=len)  # one, unless the model cannot fold
     row: dict[str, Any] = {
         "study": Path(folder).name,
         "task": task,
