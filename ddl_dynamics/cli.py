@@ -145,6 +145,12 @@ def _bench_parser(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--studies", help="comma-separated studies of --results (default: all)")
     bench.add_argument("--repeats", type=int, default=20, help="timed repeats per call")
     bench.add_argument(
+        "--study-runs",
+        type=int,
+        default=2,
+        help="studies: runs each way, the order alternating, the fastest kept (default 2)",
+    )
+    bench.add_argument(
         "--run-dir", default="runs/bench", help="writes RUN_DIR/bench.json (default runs/bench)"
     )
     bench.add_argument("--output", help="write the JSON here instead")

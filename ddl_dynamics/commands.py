@@ -163,6 +163,8 @@ def bench(args: argparse.Namespace) -> int:
 
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected at least 1 timed repeat, got {args.repeats}")
+    if args.study_runs < 1:
+        raise ValueError(f"--study-runs: expected at least 1 run each way, got {args.study_runs}")
     path = bench_output(args.run_dir, args.output)
     results = run_bench(
         args.parts.split(","),
@@ -172,6 +174,7 @@ def bench(args: argparse.Namespace) -> int:
         args.repeats,
         results=args.results,
         studies=args.studies.split(",") if args.studies else None,
+        study_runs=args.study_runs,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))

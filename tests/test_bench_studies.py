@@ -39,10 +39,17 @@ def test_bench_studies_trains_the_longest_group_eager_and_at_the_default(tmp_pat
     assert (row["members"], row["steps"]) == (4, 12)  # 2 seeds × 2 rates, folded
     assert row["eager_status"] == row["default_status"] == ["ok"]
     assert row["x_default"] == pytest.approx(row["eager_s"] / row["default_s"])
+    for mode in ("eager", "default"):  # two runs each way by default, the fastest kept
+        assert len(row[f"{mode}_runs_s"]) == 2 and row[f"{mode}_s"] == min(row[f"{mode}_runs_s"])
     assert not row["compiled"]  # 12 steps save less than a compile costs: auto stays eager
     assert row["eager_gflop_per_s"] > 0 and row["matmul_gflop_per_s"] > 0
     assert "×default" in capsys.readouterr().out
     assert len(format_studies_table([row]).splitlines()) == 2
+
+
+def test_a_study_is_run_at_least_once_each_way(tmp_path):
+    with pytest.raises(ValueError, match="at least 1 run"):
+        bench_studies(tiny_results(tmp_path), runs=0)
 
 
 def test_a_study_not_in_the_results_is_named(tmp_path):

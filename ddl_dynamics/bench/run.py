@@ -68,6 +68,7 @@ def run_bench(
     echo: Callable[[str], None] = print,
     results: str | Path = "results",
     studies: Sequence[str] | None = None,
+    study_runs: int = 2,
 ) -> dict[str, Any]:
     """Run the benchmarks in ``parts`` and return what they measured, echoing each table.
 
@@ -81,7 +82,8 @@ def run_bench(
     against members, width and depth (`bench_scaling`, CPU only); ``suite``:
     `bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``studies``:
     each study in ``results`` (or those in ``studies``) eagerly and at the default compile
-    setting, its longest group cut to ``seeds`` (`bench_studies`; CPU only); ``cuda``:
+    setting, its longest group cut to ``seeds``, ``study_runs`` times each way
+    (`bench_studies`; CPU only); ``cuda``:
     every part but ``scaling`` on CUDA in bfloat16 (autocast for training), or a note that it was
     skipped where CUDA is not available.
     """
@@ -109,7 +111,9 @@ def run_bench(
         else:
             measured["cuda"] = {"skipped": "CUDA is not available here"}
             echo("cuda: skipped, CUDA is not available here")
-    plan = _Plan(parts, repeats, experiment, only, seeds, suite, variants, echo, results, studies)
+    plan = _Plan(
+        parts, repeats, experiment, only, seeds, suite, variants, echo, results, studies, study_runs
+    )
     for device, dtype in devices:
         if device == "cuda":
             measured["cuda"] = {"device": torch.cuda.get_device_name(), **plan.on(device, dtype)}
@@ -133,6 +137,7 @@ class _Plan:
     echo: Callable[[str], None]
     results: str | Path
     studies: Sequence[str] | None
+    study_runs: int
 
     def on(self, device: str, dtype: torch.dtype) -> dict[str, Any]:
         """The parts' rows on ``device``: every part but ``scaling`` on CUDA (bfloat16),
@@ -204,8 +209,9 @@ class _Plan:
         if "studies" in self.parts and not cuda:
             echo(
                 f"\n{device}: each study of {self.results}, its longest group eager and at the "
-                "default, inductor's cache cold (a new empty folder each)"
+                f"default, {self.study_runs} run(s) each way, inductor's cache cold (a new empty "
+                "folder each run)"
             )
-            into["studies"] = bench_studies(self.results, self.seeds, self.studies)
+            into["studies"] = bench_studies(self.results, self.seeds, self.studies, self.study_runs)
             echo(format_studies_table(into["studies"]))
         return into
