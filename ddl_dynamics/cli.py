@@ -147,8 +147,8 @@ def _bench_parser(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "--study-runs",
         type=int,
-        default=2,
-        help="studies: runs each way, the order alternating, the fastest kept (default 2)",
+        default=3,
+        help="studies: runs each way, the order alternating, the fastest kept (default 3)",
     )
     bench.add_argument(
         "--run-dir", default="runs/bench", help="writes RUN_DIR/bench.json (default runs/bench)"

@@ -33,13 +33,13 @@ def test_the_longest_row_is_the_one_whose_cells_took_longest_in_all(tmp_path):
 def test_bench_studies_trains_the_longest_group_eager_and_at_the_default(tmp_path, capsys):
     out = tmp_path / "b.json"
     argv = ["bench", "--parts", "studies", "--results", str(tiny_results(tmp_path))]
-    assert main([*argv, "--seeds", "0,1", "--output", str(out)]) == 0
+    assert main([*argv, "--seeds", "0,1", "--study-runs", "2", "--output", str(out)]) == 0
     [row] = json.loads(out.read_text())["studies"]
     assert (row["study"], row["task"], row["model"]) == ("tiny", "overwrite", "hc")
     assert (row["members"], row["steps"]) == (4, 12)  # 2 seeds × 2 rates, folded
     assert row["eager_status"] == row["default_status"] == ["ok"]
     assert row["x_default"] == pytest.approx(row["eager_s"] / row["default_s"])
-    for mode in ("eager", "default"):  # two runs each way by default, the fastest kept
+    for mode in ("eager", "default"):  # two runs each way, the fastest kept
         assert len(row[f"{mode}_runs_s"]) == 2 and row[f"{mode}_s"] == min(row[f"{mode}_runs_s"])
     assert not row["compiled"]  # 12 steps save less than a compile costs: auto stays eager
     assert row["eager_gflop_per_s"] > 0 and row["matmul_gflop_per_s"] > 0

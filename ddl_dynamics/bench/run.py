@@ -68,7 +68,7 @@ def run_bench(
     echo: Callable[[str], None] = print,
     results: str | Path = "results",
     studies: Sequence[str] | None = None,
-    study_runs: int = 2,
+    study_runs: int = 3,
 ) -> dict[str, Any]:
     """Run the benchmarks in ``parts`` and return what they measured, echoing each table.
 

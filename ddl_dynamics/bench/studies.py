@@ -36,7 +36,7 @@ def bench_studies(
     results: str | Path = "results",
     seeds: Sequence[int] | None = None,
     studies: Sequence[str] | None = None,
-    runs: int = 2,
+    runs: int = 3,
 ) -> list[dict[str, Any]]:
     """Each study in ``results`` (or those named in ``studies``): its longest group
     (`longest_row`), cut to ``seeds`` where given, trained eagerly and at the default
