@@ -72,20 +72,18 @@ def run_bench(
 ) -> dict[str, Any]:
     """Run the benchmarks in ``parts`` and return what they measured, echoing each table.
 
-    ``operator``: `bench_operator`; ``steps``: `bench_steps` of
-    the vector families and `bench_transformer` of the Transformer
-    variants (`transformer_variants`); ``compile``: each vector family's folded step,
-    eager against compiled (`bench_compiled`; CPU only); ``transformer``: the depth study's
-    folded Transformer step, eager against compiled (`bench_folded`; CPU
-    only); ``ode``: where a
-    neural ODE's step goes (`bench_ode`); ``scaling``: a step's time and memory
-    against members, width and depth (`bench_scaling`, CPU only); ``suite``:
-    `bench_suite` of ``experiment`` (restricted to ``only`` and ``seeds``); ``studies``:
-    each study in ``results`` (or those in ``studies``) eagerly and at the default compile
-    setting, its longest group cut to ``seeds``, ``study_runs`` times each way
-    (`bench_studies`; CPU only); ``cuda``:
-    every part but ``scaling`` on CUDA in bfloat16 (autocast for training), or a note that it was
-    skipped where CUDA is not available.
+    ``operator``: `bench_operator`; ``steps``: `bench_steps` of the vector families and
+    `bench_transformer` of the Transformer variants (`transformer_variants`); ``compile``:
+    each vector family's folded step, eager against compiled (`bench_compiled`; CPU only);
+    ``transformer``: the depth study's folded Transformer step, eager against compiled
+    (`bench_folded`; CPU only); ``ode``: where a neural ODE's step goes (`bench_ode`);
+    ``scaling``: a step's time and memory against members, width and depth (`bench_scaling`,
+    CPU only); ``suite``: `bench_suite` of ``experiment`` (restricted to ``only`` and
+    ``seeds``); ``studies``: each study in ``results`` (or those in ``studies``) eagerly and
+    at the default compile setting, its longest group cut to ``seeds``, ``study_runs`` times
+    each way (`bench_studies`; CPU only); ``cuda``: every part but ``scaling`` on CUDA in
+    bfloat16 (autocast for training), or a note that it was skipped where CUDA is not
+    available.
     """
     parts = list(parts)
     unknown = sorted(set(parts) - set(BENCH_PARTS))
