@@ -369,7 +369,11 @@ def test_a_transformer_folds_whichever_module_is_imported_first(first):
     ).stdout.splitlines()
     assert json.loads(out[-1]) == ["EnsembleCausalConv", "EnsembleFloatLinear", "EnsembleScale"]
     if first == "ensemble":  # the generic folding loaded no family
-        assert json.loads(out[0]) == ["ddl_dynamics.models.base", "ddl_dynamics.models.ensemble"]
+        assert json.loads(out[0]) == [
+            "ddl_dynamics.models.base",
+            "ddl_dynamics.models.ensemble",
+            "ddl_dynamics.models.function",
+        ]
 
 
 def test_a_layer_type_has_one_twin():

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import Model, members_first
+from .function import PositionalFunction
 
 Layer = TypeVar("Layer", bound=nn.Module)
 
@@ -40,7 +41,7 @@ def ensemble_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-class _MemberLinear(torch.autograd.Function):
+class _MemberLinear(PositionalFunction):
     """``rows_s W_sᵀ + b_s`` for ``rows (S, n, in)``, with the weight's gradient computed in the
     weight's own layout, ``g_sᵀ rows_s`` ``(S, out, in)`` row-major: autograd's, through
     ``weight.mT``, comes back transposed, and accumulating it into ``.grad`` would copy it."""

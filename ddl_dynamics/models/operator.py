@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
-from torch._functorch.utils import unwrap_dead_wrappers
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.flop_counter import register_flop_formula
 
 from .delta_kernels import BACKENDS, choose_backend, cpu_generated, reference_jvp
 from .delta_layout import like
+from .function import PositionalFunction
 
 #: Gate regimes in increasing order of β; the boundaries are `REGIME_BOUNDS`.
 REGIMES: tuple[str, ...] = ("identity", "write", "projection", "over-relaxed", "reflection")
@@ -146,25 +146,13 @@ def _transformed(*tensors: Tensor) -> bool:
     return any(is_functorch_wrapped_tensor(t) for t in tensors)
 
 
-class _RankOneUpdate(torch.autograd.Function):
+class _RankOneUpdate(PositionalFunction):
     """``Y = X + k cᵀ``, ``c = β (v − kᵀX)`` (``erase``) or ``c = β v``, with the closed-form
     backward of `delta_kernels` and a vmap rule, so ``torch.func`` works through it.
 
     A backward that must itself be differentiated (``create_graph``, ``torch.func.grad``)
     runs the reference's torch ops, which autograd and the transforms see through.
     """
-
-    @classmethod
-    def apply(cls, *args: Any) -> Any:
-        # Function.apply binds the arguments through inspect.signature on every call, which
-        # costs more than the kernel on a small state. Outside torch.func the arguments (all
-        # positional) go straight to autograd, as Function.apply would hand them on.
-        if torch._C._are_functorch_transforms_active():
-            return super().apply(*args)
-        # (torch's stubs leave out _FunctionBase.apply)
-        return super(torch.autograd.Function, cls).apply(  # type: ignore[misc]
-            *unwrap_dead_wrappers(args)
-        )
 
     @staticmethod
     def forward(X: Tensor, k: Tensor, v: Tensor, beta: Tensor, erase: bool, backend: str) -> Tensor:
