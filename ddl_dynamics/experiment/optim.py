@@ -45,7 +45,10 @@ def descend(
     """
     optimizer.zero_grad(set_to_none=True)
     torch.where(training, losses, 0.0).sum().backward()
-    params: list[Tensor] = [p for p in ensemble.module.parameters() if p.grad is not None]
+    # The optimiser's list is the module's parameters, without walking its modules each step.
+    params: list[Tensor] = [
+        p for group in optimizer.param_groups for p in group["params"] if p.grad is not None
+    ]
     device = losses.device
     clips = torch.tensor([cfg.grad_clip for cfg in cfgs], device=device)
     if clips.any():
