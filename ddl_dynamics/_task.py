@@ -193,8 +193,9 @@ def shared_content(train: TaskData, other: TaskData) -> float:
 
     def contents(data: TaskData) -> list[bytes]:
         parts = [data.inputs] + ([] if data.controls is None else [data.controls])
-        rows = torch.cat([p.flatten(1) for p in parts], dim=1)
-        return [row.cpu().numpy().tobytes() for row in rows]
+        rows = torch.cat([p.flatten(1) for p in parts], dim=1).cpu().contiguous()
+        raw, width = rows.numpy().tobytes(), rows.shape[1] * rows.element_size()
+        return [raw[i * width : (i + 1) * width] for i in range(len(rows))]
 
     seen = set(contents(train))
     return sum(row in seen for row in contents(other)) / max(1, len(other))
