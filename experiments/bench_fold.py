@@ -50,7 +50,7 @@ def cells(family: str, seeds: int, steps: int) -> list[Cell]:
     return dd.expand_cells(config)
 
 
-def test_metrics(cells: list[Cell]) -> list[float]:
+def scores_of(cells: list[Cell]) -> list[float]:
     """Train ``cells`` (together where they fold); each cell's test metric."""
     return [trained.result.metrics["test"] for trained in run_cells(cells)]
 
@@ -70,10 +70,10 @@ def main() -> None:
         alone, folded, ratios, differences = [], [], [], []
         for _ in range(args.pairs):
             start = time.perf_counter()
-            one_by_one = [metric for cell in row for metric in test_metrics([cell])]
+            one_by_one = [metric for cell in row for metric in scores_of([cell])]
             alone.append(time.perf_counter() - start)
             start = time.perf_counter()
-            together = test_metrics(row)
+            together = scores_of(row)
             folded.append(time.perf_counter() - start)
             ratios.append(folded[-1] / alone[-1])
             differences += [abs(a - b) for a, b in zip(one_by_one, together, strict=True)]
