@@ -14,8 +14,10 @@ import torch
 
 import ddl_dynamics as dd
 from ddl_dynamics.experiment.train import train_seeds
+from ddl_dynamics.models.base import Branch
 from ddl_dynamics.models.ensemble import (
     TWINS,
+    EnsembleBranch,
     EnsembleLinear,
     ensemble_linear,
     fold,
@@ -465,6 +467,46 @@ def test_each_twin_applies_each_members_layer_to_its_rows(case):
     torch.testing.assert_close(twin(x), want)
     for name, param in twin.named_parameters():
         assert param.shape == (3, *getattr(layers[0], name).shape)  # member axis first
+
+
+@pytest.mark.parametrize("activation", ["tanh", "silu"])
+def test_branch_twin_is_its_two_folded_layers_bit_for_bit(activation):
+    """The folded branch, one autograd node where tanh, gives what its two folded layers
+    and activation give, values and gradients bit for bit, and each member's own branch."""
+    layers = members(lambda: Branch(4, 6, 5, activation))
+    x = torch.randn(3 * 7, 4, requires_grad=True)
+    twin = EnsembleBranch(layers)
+    out = twin(x)
+    torch.testing.assert_close(
+        out, torch.cat([layer(part) for layer, part in zip(layers, x.chunk(3), strict=True)])
+    )
+    stacks = (twin.inp.weight, twin.inp.bias, twin.out.weight, twin.out.bias)
+    params = [p.detach().clone().requires_grad_() for p in stacks]
+    w1, b1, w2, b2 = params
+    y = x.detach().clone().requires_grad_()
+    want = ensemble_linear(twin.act(ensemble_linear(y, w1, b1)), w2, b2)
+    assert torch.equal(out, want)
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, [x, *stacks], g)
+    for a, b in zip(got, torch.autograd.grad(want, [y, *params], g), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_tanh_branch_twin_differentiates_twice_and_vmaps():
+    layers = [layer.double() for layer in members(lambda: Branch(3, 4, 2))]
+    twin = EnsembleBranch(layers)
+    x = torch.randn(3 * 2, 3, dtype=torch.float64, requires_grad=True)
+    names = ["inp.weight", "inp.bias", "out.weight", "out.bias"]
+    params = tuple(twin.get_parameter(name) for name in names)
+
+    def branch(x, *weights):
+        return torch.func.functional_call(twin, dict(zip(names, weights, strict=True)), x)
+
+    assert torch.autograd.gradcheck(branch, (x, *params))
+    assert torch.autograd.gradgradcheck(branch, (x, *params))
+    with torch.no_grad():
+        got = torch.func.vmap(twin, in_dims=0)(torch.stack([x, 2 * x]))
+        torch.testing.assert_close(got[1], twin(2 * x))
 
 
 def test_gate_twin_computes_in_float32_on_bfloat16_weights():

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import Model, members_first
+from .base import Branch, Model, members_first
 from .function import PositionalFunction
 
 Layer = TypeVar("Layer", bound=nn.Module)
@@ -71,6 +71,45 @@ class _MemberLinear(PositionalFunction):
         )
 
 
+class _MemberTanhBranch(PositionalFunction):
+    """``tanh(rows_s W1_sᵀ + b1_s) W2_sᵀ + b2_s``, the folded tanh `Branch`, as one autograd
+    node: the ops and gradients of its two `_MemberLinear` layers and ``tanh``, bit for bit,
+    without the three nodes' per-call costs (a tenth of a folded step of the vector families,
+    whose branches are small). The hidden activation is a second output, marked
+    non-differentiable, so that ``setup_context`` can save it."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        rows: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        hidden = torch.tanh(torch.baddbmm(b1.unsqueeze(1), rows, w1.mT))
+        return torch.baddbmm(b2.unsqueeze(1), hidden, w2.mT), hidden
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, ...], output: tuple[Tensor, Tensor]) -> None:
+        ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(*inputs[:4], output[1])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor | None, _: None) -> tuple[Tensor | None, ...]:
+        if grad is None:  # the output's gradient is zero (as in a double backward)
+            return None, None, None, None, None
+        rows, w1, b1, w2, hidden = ctx.saved_tensors
+        if torch.is_grad_enabled():  # differentiated again: hidden as a function of the inputs
+            hidden = torch.tanh(torch.baddbmm(b1.unsqueeze(1), rows, w1.mT))
+        pre = torch.ops.aten.tanh_backward(grad @ w2, hidden)  # what autograd's tanh does
+        return (
+            pre @ w1 if ctx.needs_input_grad[0] else None,
+            pre.mT @ rows,
+            pre.sum(1),
+            grad.mT @ hidden,
+            grad.sum(1),
+        )
+
+
 def stacked(layers: Sequence[nn.Module], name: str) -> nn.Parameter | None:
     """The members' parameter ``name`` stacked along a new leading member axis (None where
     the layers have none)."""
@@ -99,6 +138,26 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return ensemble_linear(x, self.weight, self.bias)
+
+
+class EnsembleBranch(nn.Module):
+    """``S`` `Branch` MLPs over a folded batch: its two layers' twins (`EnsembleLinear`),
+    under the member's names. A tanh branch, every study's, runs as one autograd node
+    (`_MemberTanhBranch`); another activation, through the two layers."""
+
+    def __init__(self, layers: Sequence[Branch]) -> None:
+        super().__init__()
+        self.inp = EnsembleLinear([layer.inp for layer in layers])
+        self.act = layers[0].act
+        self.out = EnsembleLinear([layer.out for layer in layers])
+
+    def forward(self, z: Tensor) -> Tensor:
+        if not isinstance(self.act, nn.Tanh):
+            return self.out(self.act(self.inp(z)))
+        inp, out = self.inp, self.out
+        rows = z.reshape(inp.weight.shape[0], -1, z.shape[-1])
+        y = _MemberTanhBranch.apply(rows, inp.weight, inp.bias, out.weight, out.bias)[0]
+        return y.reshape(*z.shape[:-1], y.shape[-1])
 
 
 class EnsembleEmbedding(nn.Module):
@@ -167,11 +226,13 @@ class EnsembleVmap(nn.Module):
 
 
 #: The layers that can hold parameters in a folded ensemble, with their twin's factory:
-#: torch's, and those each family adds with `register_twin`.
+#: torch's, the `Branch` every depth family shares, and those each family adds with
+#: `register_twin`.
 TWINS: dict[type[nn.Module], Callable[..., nn.Module]] = {
     nn.Linear: EnsembleLinear,
     nn.Embedding: EnsembleEmbedding,
     nn.RMSNorm: EnsembleRMSNorm,
+    Branch: EnsembleBranch,
 }
 
 
@@ -254,11 +315,12 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
             layers = [p[path] for p in paths]
             twins[id(module)] = twin = twin_of(layers)
             sources = getattr(twin, "sources", {})
-            for name, param in list(twin.named_parameters(recurse=False)):
+            for name, param in list(twin.named_parameters()):
                 own = [layer.get_parameter(sources.get(name, name)) for layer in layers]
                 key = tuple(map(id, own))
                 if key in stacks:  # a parameter shared by several layers (a tied head)
-                    setattr(twin, name, stacks[key])
+                    holder, _, leaf = name.rpartition(".")
+                    setattr(twin.get_submodule(holder), leaf, stacks[key])
                 else:
                     stacks[key] = param
                     slots.append((param, own))
