@@ -60,18 +60,22 @@ def descend(
         before = torch._foreach_mul(params, 1.0)
         optimizer.step()
         keep = 1 - rates
-        torch._foreach_lerp_(params, before, [_per_member(keep, p, ensemble.size) for p in params])
+        torch._foreach_lerp_(params, before, _per_member(keep, params, ensemble.size))
         if decays.any():
             torch._foreach_sub_(
-                params,
-                torch._foreach_mul(before, [_per_member(decays, p, ensemble.size) for p in params]),
+                params, torch._foreach_mul(before, _per_member(decays, params, ensemble.size))
             )
 
 
-def _per_member(values: Tensor, like: Tensor, size: int) -> Tensor:
-    """Per-member ``values`` shaped to scale ``like``, a parameter of an ensemble of
-    ``size`` (member axis first), or of a model alone."""
-    return values.view(-1, *(1,) * (like.dim() - 1)) if size > 1 else values[0]
+def _per_member(values: Tensor, like: Sequence[Tensor], size: int) -> list[Tensor]:
+    """Per-member ``values`` shaped to scale each tensor of ``like``, the parameters (or
+    gradients) of an ensemble of ``size`` (member axis first) or of a model alone: one view
+    per number of dimensions, not one per tensor (a view costs a microsecond or two, and a
+    step has dozens of tensors)."""
+    if size == 1:
+        return [values[0]] * len(like)
+    views = {dim: values.view(-1, *(1,) * (dim - 1)) for dim in {t.dim() for t in like}}
+    return [views[t.dim()] for t in like]
 
 
 def _clip_per_member(ensemble: Ensemble, params: Sequence[Tensor], max_norms: Tensor) -> None:
@@ -80,7 +84,7 @@ def _clip_per_member(ensemble: Ensemble, params: Sequence[Tensor], max_norms: Te
     grads = [cast(Tensor, p.grad) for p in params]  # the member axis first; all set
     norms = torch.cat([g.reshape(ensemble.size, -1) for g in grads], dim=1).norm(dim=1)
     scale = torch.where(max_norms > 0, (max_norms / (norms + 1e-6)).clamp(max=1.0), 1.0)
-    torch._foreach_mul_(grads, [_per_member(scale, g, ensemble.size) for g in grads])
+    torch._foreach_mul_(grads, _per_member(scale, grads, ensemble.size))
 
 
 def _lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
