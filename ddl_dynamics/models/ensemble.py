@@ -74,9 +74,9 @@ class _MemberLinear(PositionalFunction):
 class _MemberTanhBranch(PositionalFunction):
     """``tanh(rows_s W1_sᵀ + b1_s) W2_sᵀ + b2_s``, the folded tanh `Branch`, as one autograd
     node: the ops and gradients of its two `_MemberLinear` layers and ``tanh``, bit for bit,
-    without the three nodes' per-call costs (a tenth of a folded step of the vector families,
-    whose branches are small). The hidden activation is a second output, marked
-    non-differentiable, so that ``setup_context`` can save it."""
+    without the three nodes' per-call costs (small branches: a folded step of 4 seeds measured
+    2–6% faster). The hidden activation is a second output, marked non-differentiable, so
+    that ``setup_context`` can save it."""
 
     generate_vmap_rule = True
 
