@@ -63,7 +63,13 @@ class _MemberLinear(PositionalFunction):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         rows, weight = ctx.saved_tensors
-        wants = ctx.needs_input_grad
+        return _MemberLinear.gradients(grad, rows, weight, ctx.needs_input_grad)
+
+    @staticmethod
+    def gradients(
+        grad: Tensor, rows: Tensor, weight: Tensor, wants: Sequence[bool]
+    ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        """The gradients of rows, weight and bias where ``wants`` them, from the output's."""
         return (
             grad @ weight if wants[0] else None,
             grad.mT @ rows if wants[1] else None,
@@ -84,8 +90,8 @@ class _MemberTanhBranch(PositionalFunction):
     def forward(
         rows: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor
     ) -> tuple[Tensor, Tensor]:
-        hidden = torch.tanh(torch.baddbmm(b1.unsqueeze(1), rows, w1.mT))
-        return torch.baddbmm(b2.unsqueeze(1), hidden, w2.mT), hidden
+        hidden = torch.tanh(_MemberLinear.forward(rows, w1, b1))
+        return _MemberLinear.forward(hidden, w2, b2), hidden
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Tensor, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -99,15 +105,11 @@ class _MemberTanhBranch(PositionalFunction):
             return None, None, None, None, None
         rows, w1, b1, w2, hidden = ctx.saved_tensors
         if torch.is_grad_enabled():  # differentiated again: hidden as a function of the inputs
-            hidden = torch.tanh(torch.baddbmm(b1.unsqueeze(1), rows, w1.mT))
-        pre = torch.ops.aten.tanh_backward(grad @ w2, hidden)  # what autograd's tanh does
-        return (
-            pre @ w1 if ctx.needs_input_grad[0] else None,
-            pre.mT @ rows,
-            pre.sum(1),
-            grad.mT @ hidden,
-            grad.sum(1),
-        )
+            hidden = torch.tanh(_MemberLinear.forward(rows, w1, b1))
+        wants = ctx.needs_input_grad
+        d_hidden, d_w2, d_b2 = _MemberLinear.gradients(grad, hidden, w2, (True, *wants[3:]))
+        pre = torch.ops.aten.tanh_backward(d_hidden, hidden)  # what autograd's tanh does
+        return *_MemberLinear.gradients(pre, rows, w1, wants[:3]), d_w2, d_b2
 
 
 def stacked(layers: Sequence[nn.Module], name: str) -> nn.Parameter | None:
