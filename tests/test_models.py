@@ -126,6 +126,26 @@ def test_per_step_outputs_decode_the_trajectory():
     torch.testing.assert_close(traj[:, 0], m.encoder(x))
 
 
+@pytest.mark.parametrize("name", FAMILIES)
+def test_forward_decodes_the_last_state_of_the_trajectory_gradients_too(name):
+    """`forward` reads `final_state`, not the stacked trajectory: the same state bit for bit,
+    and the same output and gradients to float rounding (the decoder's matmul may round
+    another way on a buffer of another alignment; the zeros the stack's backward adds change
+    nothing)."""
+    m, x, u = model(name, control_dim=2), torch.randn(5, 3), torch.randn(5, 4, 2)
+    assert torch.equal(m.final_state(x, u), m.trajectory(x, u)[:, -1])
+    params = list(m.parameters())
+    direct, via_stack = m(x, u), m.decode(m.trajectory(x, u)[:, -1])
+    torch.testing.assert_close(direct, via_stack)
+    weights = torch.randn_like(direct)
+    for got, want in zip(
+        torch.autograd.grad((direct * weights).sum(), params),
+        torch.autograd.grad((via_stack * weights).sum(), params),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want)
+
+
 def test_controls_change_the_output_and_are_validated():
     m, x = model("resnet", control_dim=2), torch.randn(4, 3)
     u = torch.randn(4, 4, 2)

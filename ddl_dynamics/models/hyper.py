@@ -15,6 +15,7 @@ every stream of ``hc`` then equals the ``resnet`` state with the same branch wei
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import partial
 from typing import Any, ClassVar, cast
 
@@ -71,15 +72,16 @@ class _HyperStack(DepthModel):
             )
         )
 
-    def trajectory(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
-        """The streams' mean before and after every step, ``(B, steps + 1, state_dim)``."""
+    def states(
+        self, x: Tensor, u: Tensor | None = None, steps: int | None = None
+    ) -> Iterator[Tensor]:
+        """The streams' mean before and after every step, ``(B, state_dim)`` each."""
         steps = self.resolve_steps(x, u, steps)
         streams = self.expand(self.encode(x))  # (B·n, state_dim)
-        states = [self.readout(streams)]
+        yield self.readout(streams)
         for i in range(steps):
             streams = self.layer(i)(streams, None if u is None else u[:, i])
-            states.append(self.readout(streams))
-        return torch.stack(states, dim=1)
+            yield self.readout(streams)
 
     def readout(self, streams: Tensor) -> Tensor:
         """The state the decoder reads: the streams' mean, ``(B·n, d) → (B, d)``."""

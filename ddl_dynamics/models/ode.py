@@ -22,7 +22,7 @@ from torch import Tensor
 from torchdiffeq import odeint, odeint_adjoint
 
 from .._checks import check_choice, check_int
-from .base import DepthModel, join, register_model
+from .base import DepthModel, join, last, register_model
 from .dopri5 import SolverCapped, dopri5
 
 ADAPTIVE_METHODS = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun")
@@ -185,26 +185,29 @@ class NeuralODE(DepthModel):
             return odeint_adjoint(f, z0, times, adjoint_params=params, **kwargs)
         return odeint(f, z0, times, **kwargs)
 
-    def _integrate(self, z0: Tensor, times: Tensor, u: Tensor | None) -> Tensor:
-        """States at ``times`` (increasing or decreasing), ``(len(times), B, D)``; interval
-        ``i`` uses control ``u[:, i]``."""
+    def _integrate(self, z0: Tensor, times: Tensor, u: Tensor | None) -> Iterator[Tensor]:
+        """The states at ``times`` (increasing or decreasing), ``(B, D)`` each, one at a time;
+        interval ``i`` uses control ``u[:, i]``."""
         if u is None:
-            return self._solve(z0, times, None)
-        states = [z0]
+            yield from self._solve(z0, times, None).unbind(0)
+            return
+        yield z0
         for i in range(len(times) - 1):
-            states.append(self._solve(states[-1], times[i : i + 2], u[:, i])[-1])
-        return torch.stack(states)
+            z0 = self._solve(z0, times[i : i + 2], u[:, i])[-1]
+            yield z0
 
     def _times(self, steps: int, like: Tensor) -> Tensor:
         end = steps * self.horizon / self.depth
         return torch.linspace(0.0, end, steps + 1, dtype=like.dtype, device=like.device)
 
-    def trajectory(self, x: Tensor, u: Tensor | None = None, steps: int | None = None) -> Tensor:
-        """States at ``steps + 1`` evenly spaced times on ``[0, steps·T/depth]``."""
+    def states(
+        self, x: Tensor, u: Tensor | None = None, steps: int | None = None
+    ) -> Iterator[Tensor]:
+        """The states at ``steps + 1`` evenly spaced times on ``[0, steps·T/depth]``."""
         steps = self.resolve_steps(x, u, steps)
         z0 = self.encode(x)
         with self._count_as("forward"):
-            return self._integrate(z0, self._times(steps, z0), u).transpose(0, 1)
+            yield from self._integrate(z0, self._times(steps, z0), u)
 
     @property
     def reconstruction_tolerance(self) -> float:
@@ -232,8 +235,8 @@ class NeuralODE(DepthModel):
         z0 = self.encode(x)
         times = self._times(steps, z0)
         with self._count_as(None):
-            z_end = self._integrate(z0, times, u)[-1]
-            back = self._integrate(z_end, times.flip(0), None if u is None else u.flip(1))[-1]
+            z_end = last(self._integrate(z0, times, u))
+            back = last(self._integrate(z_end, times.flip(0), None if u is None else u.flip(1)))
         return ((z0 - back).norm() / z0.norm().clamp_min(torch.finfo(z0.dtype).tiny)).item()
 
 
