@@ -38,7 +38,7 @@ class DecoupledDeltaModel(_DeltaStack):
     | v]``.
     """
 
-    compile_gain = 1.3
+    compile_gain = 1.2
 
     erases = True
     gates = 2

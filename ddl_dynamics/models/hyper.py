@@ -129,7 +129,7 @@ class ManifoldHyperConnectionsModel(_HyperStack):
     over a 4 × 4 matrix dominate a step.
     """
 
-    compile_gain = 1.4
+    compile_gain = 1.3
 
     functions = staticmethod(
         partial(

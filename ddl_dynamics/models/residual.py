@@ -14,7 +14,7 @@ from .base import DepthModel, join, register_model
 class ResNet(DepthModel):
     """Additive residual stack x + h·f_l(x, u_l): explicit Euler with step size h."""
 
-    compile_gain = 1.3
+    compile_gain = 1.2
 
     def __init__(self, *, step_size: float = 1.0, **common: Any) -> None:
         super().__init__(**common)
@@ -42,7 +42,7 @@ class _GatedLayer(nn.Module):
 class GatedResNet(DepthModel):
     """Highway-style gated residual stack x + σ(W_g[x; u_l] + b_g) ⊙ f_l(x, u_l)."""
 
-    compile_gain = 1.3
+    compile_gain = 1.2
 
     def __init__(self, **common: Any) -> None:
         super().__init__(**common)
