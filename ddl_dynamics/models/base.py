@@ -249,7 +249,7 @@ class DepthModel(Model):
 
         Taken as the last of `states` rather than from the stacked `trajectory`, whose
         backward would fill the gradient of every earlier state with zeros and add them in
-        (training steps of 1 to 24 folded seeds measured 3–15% faster without, the most at 24)."""
+        (training steps of 1 to 24 folded seeds measured 1–15% faster without, the most at 24)."""
         return last(self.states(x, u, steps))
 
     def states(
