@@ -127,23 +127,26 @@ def test_per_step_outputs_decode_the_trajectory():
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_forward_decodes_the_last_state_of_the_trajectory_gradients_too(name):
-    """`forward` reads `final_state`, not the stacked trajectory: the same state bit for bit,
-    and the same output and gradients to float rounding (the decoder's matmul may round
-    another way on a buffer of another alignment; the zeros the stack's backward adds change
-    nothing)."""
+def test_forward_decodes_the_trajectory_gradients_too(name):
+    """`forward` decodes the states as `states` yields them, not a slice of the stacked
+    trajectory: the same states bit for bit, and the same outputs and gradients to float
+    rounding (the decoder's matmul may round another way on a buffer of another alignment;
+    the zeros the slice's backward adds change nothing)."""
     m, x, u = model(name, control_dim=2), torch.randn(5, 3), torch.randn(5, 4, 2)
-    assert torch.equal(m.final_state(x, u), m.trajectory(x, u)[:, -1])
+    states = list(m.states(x, u))
+    assert torch.equal(torch.stack(states, dim=1), m.trajectory(x, u))
     params = list(m.parameters())
-    direct, via_stack = m(x, u), m.decode(m.trajectory(x, u)[:, -1])
-    torch.testing.assert_close(direct, via_stack)
-    weights = torch.randn_like(direct)
-    for got, want in zip(
-        torch.autograd.grad((direct * weights).sum(), params),
-        torch.autograd.grad((via_stack * weights).sum(), params),
-        strict=True,
-    ):
-        torch.testing.assert_close(got, want)
+    for per_step, states_read in ((False, lambda t: t[:, -1]), (True, lambda t: t[:, 1:])):
+        direct = m(x, u, per_step=per_step)
+        via_stack = m.decode(states_read(m.trajectory(x, u)))
+        torch.testing.assert_close(direct, via_stack)
+        weights = torch.randn_like(direct)
+        for got, want in zip(
+            torch.autograd.grad((direct * weights).sum(), params),
+            torch.autograd.grad((via_stack * weights).sum(), params),
+            strict=True,
+        ):
+            torch.testing.assert_close(got, want)
 
 
 def test_controls_change_the_output_and_are_validated():
