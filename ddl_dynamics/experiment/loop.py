@@ -92,7 +92,7 @@ class Loop:
         self.solver = cast("NeuralODE", self.module)  # its ODE counters: read only where ode
         for member in members:
             member.data, member.val = to_device(member.data, device), to_device(member.val, device)
-        self.data = fold_data([m.data for m in members])
+        self.data = fold_data([m.data.for_training() for m in members])
         self.val = fold_data([m.val for m in members])
         self.predict = predictor(task, cfg.bf16 and device.type == "cuda")
         if ensemble.size > 1:
