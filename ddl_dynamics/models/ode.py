@@ -191,10 +191,11 @@ class NeuralODE(DepthModel):
         if u is None:
             yield from self._solve(z0, times, None).unbind(0)
             return
-        yield z0
+        z = z0
+        yield z
         for i in range(len(times) - 1):
-            z0 = self._solve(z0, times[i : i + 2], u[:, i])[-1]
-            yield z0
+            z = self._solve(z, times[i : i + 2], u[:, i])[-1]
+            yield z
 
     def _times(self, steps: int, like: Tensor) -> Tensor:
         end = steps * self.horizon / self.depth
