@@ -343,6 +343,16 @@ def test_layers_without_a_twin_do_not_fold():
     assert fold([torch.nn.Linear(2, 4)]).module is not None  # one model: itself
 
 
+def test_models_of_different_architectures_are_refused_in_one_message():
+    task = dd.make_task("overwrite", depth=TINY["depth"])
+    sizes = {"in_dim": task.in_dim, "out_dim": task.out_dim, **TINY}
+    untied, tied = ResNet(**sizes), ResNet(**sizes, tied=True)
+    with pytest.raises(ValueError, match="differ in architecture"):
+        fold([untied, tied])
+    with pytest.raises(ValueError, match="models 0 and 1 differ"):
+        fold([torch.nn.Linear(2, 4), torch.nn.Linear(2, 5)])
+
+
 #: Folds a Transformer in a fresh interpreter, the family's module imported before or after the
 #: folding; prints the modules the folding imported on its own and the family's layers and
 #: twins in the folded module.

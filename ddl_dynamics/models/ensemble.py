@@ -289,11 +289,12 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
 
     A model folds correctly only where every op but its twinned layers acts per sample and
     keeps the batch on the first axis; callers compare a folded forward with the members'
-    own before trusting it.
+    own before trusting it. Models of different architectures are refused (ValueError).
     """
     first = models[0]
     if len(models) == 1:
         return alone(first)
+    _check_one_architecture(models)
     if isinstance(first, Model) and not first.members_independent:
         return None
     skeleton = copy.deepcopy(first)
@@ -329,3 +330,18 @@ def fold(models: Sequence[nn.Module]) -> Ensemble | None:
         parent, _, name = path.rpartition(".")
         setattr(skeleton.get_submodule(parent), name, twins[id(module)])
     return Ensemble(skeleton, list(models), slots)
+
+
+def _check_one_architecture(models: Sequence[nn.Module]) -> None:
+    """Raise unless every model has the first's class and parameter names and shapes."""
+
+    def layout(model: nn.Module) -> tuple[type, list[tuple[str, torch.Size]]]:
+        return type(model), [(name, p.shape) for name, p in model.named_parameters()]
+
+    first = layout(models[0])
+    for i, model in enumerate(models[1:], 1):
+        if layout(model) != first:
+            raise ValueError(
+                f"fold: models 0 and {i} differ in architecture (class, or parameter names "
+                "and shapes); only seeds of one architecture train as one ensemble"
+            )
